@@ -1,0 +1,263 @@
+//! Private, crash-safe file writes shared by every state-writing crate.
+//!
+//! Every state file of subagents goes through this crate so that one rule holds
+//! everywhere: a reader sees either the old file or the new one, never a torn
+//! write, and nothing is readable by other users.
+//!
+//! * [`write_private`] / [`write_json`]: temp file in the target's directory,
+//!   created `O_EXCL` with mode 0600, written, fsynced, renamed over the target,
+//!   then the directory is fsynced.
+//! * [`create_new_private`]: the same durability for files that must not exist
+//!   yet (claim slots, lock-free ownership records).
+//! * [`append_private`]: one `write` of a whole line to an `O_APPEND` file
+//!   (events.jsonl), created 0600.
+//! * [`ensure_private_dir`]: `mkdir -p` whose new components are 0700.
+//!
+//! JSON is pretty-printed with two spaces and no trailing newline, the format
+//! pi-subagents writes, so both tools read each other's files.
+#![warn(missing_docs)]
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// Mode of every file this crate creates.
+pub const FILE_MODE: u32 = 0o600;
+/// Mode of every directory this crate creates.
+pub const DIR_MODE: u32 = 0o700;
+
+/// A failed file operation: what was attempted, on which path, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to {op} '{}': {source}", path.display())]
+pub struct Error {
+    /// The operation, as a verb phrase ("write", "rename temp file onto").
+    pub op: &'static str,
+    /// The path the operation was applied to.
+    pub path: PathBuf,
+    /// The underlying cause.
+    #[source]
+    pub source: io::Error,
+}
+
+impl Error {
+    fn new(op: &'static str, path: &Path, source: io::Error) -> Self {
+        Self {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// True when the cause is "already exists" (see [`create_new_private`]).
+    pub fn is_already_exists(&self) -> bool {
+        self.source.kind() == io::ErrorKind::AlreadyExists
+    }
+
+    /// True when the cause is "not found".
+    pub fn is_not_found(&self) -> bool {
+        self.source.kind() == io::ErrorKind::NotFound
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Creates `dir` and any missing parents; components created here get mode 0700.
+pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+        .map_err(|e| Error::new("create directory", dir, e))
+}
+
+/// Atomically replaces `path` with `bytes` (mode 0600, fsynced, directory fsynced).
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = parent_of(path);
+    ensure_private_dir(dir)?;
+    let tmp = temp_path(path);
+    let written = write_new_file(&tmp, bytes).and_then(|()| {
+        fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    sync_dir(dir)
+}
+
+/// Serialises `value` as pretty JSON (2 spaces, no trailing newline) and
+/// writes it with [`write_private`].
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    write_private(path, &to_pretty_json(value))
+}
+
+/// Pretty JSON exactly as the state files store it: 2-space indent, no trailing newline.
+pub fn to_pretty_json<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    // Serialising plain data structures to memory cannot fail.
+    serde_json::to_vec_pretty(value).unwrap_or_else(|e| panic!("failed to serialise JSON: {e}"))
+}
+
+/// Creates `path` only if it does not exist (`O_EXCL`), writes `bytes`, fsyncs
+/// the file and its directory. A partial file is removed on error.
+pub fn create_new_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_new_file(path, bytes)?;
+    sync_dir(parent_of(path))
+}
+
+/// Appends `bytes` with a single `write` to `path` (created 0600 if missing).
+///
+/// Lines shorter than `PIPE_BUF`-ish sizes from concurrent appenders do not
+/// interleave on local file systems because the file is opened `O_APPEND`.
+pub fn append_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(|e| Error::new("open for append", path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| Error::new("append to", path, e))
+}
+
+/// Removes `path`; a missing file is not an error.
+pub fn remove_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::new("remove", path, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Fsyncs a directory so a rename or create inside it survives a crash.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::new("sync directory", dir, e))
+}
+
+fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(|e| Error::new("create", path, e))?;
+    let result = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::new("write", path, e));
+    if result.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    result
+}
+
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut random = [0u8; 8];
+    // A weak suffix only risks an EEXIST retry-free failure; the fallback keeps pid uniqueness.
+    if getrandom::fill(&mut random).is_err() {
+        random = u64::from(std::process::id()).to_le_bytes();
+    }
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    parent_of(path).join(format!(".{name}.{}.{suffix}.tmp", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn write_json_is_private_pretty_and_leaves_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        let file = dir.join("status.json");
+        write_json(&file, &serde_json::json!({"state": "running", "n": 1})).unwrap();
+        assert_eq!(
+            fs::read_to_string(&file).unwrap(),
+            "{\n  \"state\": \"running\",\n  \"n\": 1\n}"
+        );
+        assert_eq!(mode(&file), 0o600);
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&tmp.path().join("a")), 0o700);
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("status.json")]);
+    }
+
+    #[test]
+    fn write_private_replaces_and_tightens_an_existing_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("x");
+        fs::write(&file, "old").unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&file, b"new").unwrap();
+        assert_eq!(fs::read(&file).unwrap(), b"new");
+        assert_eq!(mode(&file), 0o600);
+    }
+
+    #[test]
+    fn failed_rename_leaves_target_and_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("is-a-dir");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("keep"), "x").unwrap();
+        let err = write_private(&target, b"data").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("failed to rename temp file onto"),
+            "{err}"
+        );
+        let names: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn create_new_private_refuses_an_existing_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("000001.json");
+        create_new_private(&file, b"{}").unwrap();
+        let err = create_new_private(&file, b"{}").unwrap_err();
+        assert!(err.is_already_exists());
+        assert_eq!(mode(&file), 0o600);
+    }
+
+    #[test]
+    fn append_private_appends_whole_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("events.jsonl");
+        append_private(&file, b"{\"a\":1}\n").unwrap();
+        append_private(&file, b"{\"b\":2}\n").unwrap();
+        assert_eq!(fs::read_to_string(&file).unwrap(), "{\"a\":1}\n{\"b\":2}\n");
+        assert_eq!(mode(&file), 0o600);
+    }
+
+    #[test]
+    fn remove_if_exists_ignores_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        remove_if_exists(&tmp.path().join("nope")).unwrap();
+    }
+}
