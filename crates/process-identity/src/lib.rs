@@ -1,0 +1,275 @@
+//! Process identities that survive pid reuse, and process-group inspection.
+//!
+//! A bare pid is not an identity: after a process exits the kernel may hand
+//! its pid to an unrelated process, and `kill(pid, 0)` then reports the
+//! stranger as "alive". Every crate that records "who owns this" (the runner
+//! of a run, a lease holder, a capacity slot) records a [`ProcessIdentity`]:
+//! the pid plus the process start time in clock ticks since boot (Linux
+//! `/proc/<pid>/stat` field 22) and the boot id. A recorded identity is alive
+//! only if a process with that pid exists, is not a zombie, and started at the
+//! same tick of the same boot.
+//!
+//! [`group_members`] lists the live (non-zombie) members of a process group by
+//! reading `/proc`, which is how runners prove that a child's whole process
+//! group is gone.
+#![warn(missing_docs)]
+
+use std::fs;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+/// A process as recorded in state files: pid, start time and boot id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessIdentity {
+    /// Process id.
+    pub pid: u32,
+    /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub start_time: u64,
+    /// `/proc/sys/kernel/random/boot_id`, when readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+/// What can be said about whether a recorded process still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// The very same process (pid, start time, boot) is running.
+    Alive,
+    /// No such process, a zombie, or the pid now belongs to another process.
+    Dead,
+    /// Nothing could be read (for example `/proc` is not mounted).
+    Unknown,
+}
+
+/// Facts about one process read from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// One-letter state (`R`, `S`, `Z`, ...).
+    pub state: char,
+    /// Parent pid.
+    pub ppid: u32,
+    /// Process group id.
+    pub pgrp: u32,
+    /// Start time in clock ticks since boot.
+    pub start_time: u64,
+}
+
+impl ProcessIdentity {
+    /// The identity of the calling process.
+    pub fn current() -> io::Result<Self> {
+        Self::of(std::process::id())
+    }
+
+    /// The identity of a running process, read now.
+    pub fn of(pid: u32) -> io::Result<Self> {
+        let stat = read_stat(pid)?;
+        Ok(Self {
+            pid,
+            start_time: stat.start_time,
+            boot_id: boot_id(),
+        })
+    }
+
+    /// Whether this recorded process is still the one running under its pid.
+    pub fn liveness(&self) -> Liveness {
+        if let (Some(recorded), Some(now)) = (&self.boot_id, boot_id())
+            && *recorded != now
+        {
+            return Liveness::Dead;
+        }
+        match read_stat(self.pid) {
+            Ok(stat) if stat.state == 'Z' || stat.state == 'X' => Liveness::Dead,
+            Ok(stat) if stat.start_time != self.start_time => Liveness::Dead,
+            Ok(_) => Liveness::Alive,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Liveness::Dead,
+            Err(_) => Liveness::Unknown,
+        }
+    }
+}
+
+/// Liveness of a bare pid, for records that carry no start time (the
+/// reference's files): `kill(pid, 0)`; EPERM counts as alive, as in the reference.
+pub fn pid_liveness(pid: u32) -> Liveness {
+    use nix::errno::Errno;
+    let Ok(raw) = i32::try_from(pid) else {
+        return Liveness::Unknown;
+    };
+    if raw <= 0 {
+        return Liveness::Unknown;
+    }
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
+        Ok(()) | Err(Errno::EPERM) => match read_stat(pid) {
+            Ok(stat) if stat.state == 'Z' => Liveness::Dead,
+            _ => Liveness::Alive,
+        },
+        Err(Errno::ESRCH) => Liveness::Dead,
+        Err(_) => Liveness::Unknown,
+    }
+}
+
+/// Reads and parses `/proc/<pid>/stat`.
+pub fn read_stat(pid: u32) -> io::Result<ProcStat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("malformed /proc/{pid}/stat"),
+        )
+    })
+}
+
+/// Parses the text of a `/proc/<pid>/stat` file.
+///
+/// The command name (field 2) may hold spaces and parentheses, so fields are
+/// counted from the last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); field N is fields[N - 3].
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The kernel's boot id, if readable.
+pub fn boot_id() -> Option<String> {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Pids of the live (non-zombie) processes in process group `pgid`.
+pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
+    processes_matching(|stat| stat.pgrp == pgid)
+}
+
+/// Pids of the live (non-zombie) children of `ppid`.
+pub fn children_of(ppid: u32) -> io::Result<Vec<u32>> {
+    processes_matching(|stat| stat.ppid == ppid)
+}
+
+fn processes_matching(keep: impl Fn(&ProcStat) -> bool) -> io::Result<Vec<u32>> {
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc")? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may exit between listing and reading: skip it.
+        if let Ok(stat) = read_stat(pid)
+            && stat.state != 'Z'
+            && stat.state != 'X'
+            && keep(&stat)
+        {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn parses_a_name_with_spaces_and_parens() {
+        let text = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10";
+        let stat = parse_stat(text).unwrap();
+        assert_eq!(
+            stat,
+            ProcStat {
+                state: 'S',
+                ppid: 1,
+                pgrp: 42,
+                start_time: 777
+            }
+        );
+    }
+
+    #[test]
+    fn current_process_is_alive_and_a_changed_start_time_is_dead() {
+        let me = ProcessIdentity::current().unwrap();
+        assert_eq!(me.liveness(), Liveness::Alive);
+        let recycled = ProcessIdentity {
+            start_time: me.start_time + 1,
+            ..me.clone()
+        };
+        assert_eq!(recycled.liveness(), Liveness::Dead);
+        let other_boot = ProcessIdentity {
+            boot_id: Some("another-boot".into()),
+            ..me
+        };
+        assert_eq!(other_boot.liveness(), Liveness::Dead);
+    }
+
+    #[test]
+    fn an_exited_process_is_dead() {
+        let mut child = Command::new("true").spawn().unwrap();
+        let id = ProcessIdentity::of(child.id()).unwrap();
+        child.wait().unwrap();
+        assert_eq!(id.liveness(), Liveness::Dead);
+        assert_eq!(pid_liveness(child.id()), Liveness::Dead);
+    }
+
+    #[test]
+    fn a_zombie_is_dead_and_not_a_group_member() {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("true").process_group(0).spawn().unwrap();
+        let pid = child.id();
+        let id = ProcessIdentity {
+            pid,
+            start_time: 0,
+            boot_id: None,
+        };
+        // Wait until it has exited but is not reaped yet.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while read_stat(pid).map(|s| s.state != 'Z').unwrap_or(false) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "child never became a zombie"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(id.liveness(), Liveness::Dead);
+        assert!(group_members(pid).unwrap().is_empty());
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn lists_group_members() {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert_eq!(group_members(pid).unwrap(), vec![pid]);
+        assert!(children_of(std::process::id()).unwrap().contains(&pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn identity_json_is_camel_case() {
+        let id = ProcessIdentity {
+            pid: 7,
+            start_time: 9,
+            boot_id: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&id).unwrap(),
+            r#"{"pid":7,"startTime":9}"#
+        );
+    }
+}
