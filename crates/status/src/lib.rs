@@ -1,1 +1,74 @@
-//! status
+//! Status and terminal proofs of background runs.
+//!
+//! One run lives in `<root>/async-subagent-runs/<run-id>/`. This crate owns
+//! the files there that say what a run is doing and whether it is over:
+//!
+//! * [`model`]: `status.json` ([`RunStatus`], [`Step`]), read tolerantly
+//!   (unknown keys are kept) and written atomically under a lock;
+//! * [`events`]: `events.jsonl`, append-only lifecycle events;
+//! * [`proof`]: `process-terminal-candidate.json` (written by the runner) and
+//!   `process-terminal.json` (written by the process that waited on the
+//!   runner), their validation and the finalizer that decides the proof;
+//! * [`index`]: `.active-runs/<run-id>` markers, released only by an
+//!   `observed` proof;
+//! * [`reconcile`]: stale-run repair, safe against pid reuse;
+//! * [`list`] and [`format`]: run summaries and the reference's list text.
+//!
+//! The formats are those of pi-subagents 0.49.0 (`shared/spec/status.md`),
+//! so the same reader serves runs written by either implementation.
+#![warn(missing_docs)]
+
+pub mod events;
+pub mod format;
+pub mod index;
+pub mod layout;
+pub mod list;
+pub mod model;
+pub mod proof;
+pub mod reconcile;
+
+pub use layout::Layout;
+pub use model::{RunState, RunStatus, Step};
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file operation failed.
+    #[error(transparent)]
+    Io(#[from] atomic_file::Error),
+    /// A file exists but its content is not what the reader accepts.
+    #[error("failed to parse {what} '{path}': {reason}")]
+    Invalid {
+        /// Which kind of file.
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// What is wrong, naming the field where one is at fault.
+        reason: String,
+    },
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Milliseconds since the Unix epoch, the unit of every timestamp on disk.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The constant that replaces task text wherever a reader could see it.
+pub const PROMPT_REDACTED: &str = "[prompt redacted]";
+
+/// The lifecycle artifact version written by runners (reference constant 3).
+pub const LIFECYCLE_ARTIFACT_VERSION: u32 = 3;
+
+pub(crate) fn io_err(op: &'static str, path: &std::path::Path, source: std::io::Error) -> Error {
+    Error::Io(atomic_file::Error {
+        op,
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -1,0 +1,339 @@
+//! The reference's run-list text (`formatAsyncRunList`), for the fields our
+//! runs and the reference's runs share.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::list::RunSummary;
+use crate::model::Step;
+
+/// Renders runs under `heading` ("Active async runs", "Async runs").
+pub fn format_run_list(
+    runs: &[RunSummary],
+    heading: &str,
+    now: u64,
+    home: Option<&Path>,
+) -> String {
+    if runs.is_empty() {
+        return format!("No {}.", heading.to_lowercase());
+    }
+    let mut lines = vec![format!("{heading}: {}", runs.len()), String::new()];
+    for run in runs {
+        lines.extend(run_lines(run, now, home));
+        lines.push(String::new());
+    }
+    lines.join("\n").trim_end().to_owned()
+}
+
+/// The lines of one run (header, steps, fan-out, error, output, session).
+pub fn run_lines(run: &RunSummary, now: u64, home: Option<&Path>) -> Vec<String> {
+    let status = &run.status;
+    let mut header = vec![format!("- {}", run.id), status.state.to_string()];
+    if let Some(activity) = activity(
+        status.state.as_str(),
+        status.last_activity_at,
+        &status.extra,
+        now,
+    ) {
+        header.push(activity);
+    }
+    let mode = status.mode.clone().unwrap_or_else(|| "unknown mode".into());
+    header.push(match context_label(status.steps()) {
+        Some(label) => format!("{mode} [{label}]"),
+        None => mode,
+    });
+    header.push(progress_label(run));
+    let place = status
+        .cwd
+        .as_deref()
+        .map(Path::new)
+        .unwrap_or(&run.async_dir);
+    header.push(shorten(place, home));
+    let mut lines = vec![header.join(" | ")];
+    for (i, step) in status.steps().iter().enumerate() {
+        lines.push(step_line(i, step, now));
+    }
+    if let Some(line) = fanout_line(status.run_fanout_budget.as_ref()) {
+        lines.push(format!("  {line}"));
+    }
+    if let Some(error) = &status.error {
+        lines.push(format!("  Error: {error}"));
+    }
+    if let Some(output) = &status.output_file {
+        let path = run.async_dir.join(output);
+        lines.push(format!("  output: {}", shorten(&path, home)));
+    }
+    if let Some(session) = &status.session_file {
+        lines.push(format!("  session: {}", shorten(Path::new(session), home)));
+    }
+    lines
+}
+
+/// `Run fan-out: U/L used, R remaining` from a snapshot value.
+pub fn fanout_line(snapshot: Option<&Value>) -> Option<String> {
+    let s = snapshot?;
+    let (used, limit, remaining) = (
+        s.get("used")?.as_u64()?,
+        s.get("limit")?.as_u64()?,
+        s.get("remaining")?.as_u64()?,
+    );
+    Some(format!(
+        "Run fan-out: {used}/{limit} used, {remaining} remaining"
+    ))
+}
+
+fn step_line(i: usize, step: &Step, now: u64) -> String {
+    let extra = &step.extra;
+    let mut name = String::new();
+    if let Some(phase) = extra.get("phase").and_then(Value::as_str) {
+        name.push_str(&format!("[{phase}] "));
+    }
+    match extra.get("label").and_then(Value::as_str) {
+        Some(label) => name.push_str(&format!("{label} ({})", step.agent)),
+        None => name.push_str(&step.agent),
+    }
+    if let Some(context) = extra.get("context").and_then(Value::as_str) {
+        name.push_str(&format!(" [{context}]"));
+    }
+    let mut parts = vec![format!("  {}. {name}", i + 1), step.status.clone()];
+    let last_activity = extra.get("lastActivityAt").and_then(Value::as_u64);
+    if let Some(activity) = activity(&step.status, last_activity, extra, now) {
+        parts.push(activity);
+    }
+    if let Some(model) = model_label(extra) {
+        parts.push(model);
+    }
+    if let Some(ms) = step.duration_ms {
+        parts.push(format_duration(ms));
+    }
+    if let Some(total) = extra
+        .get("tokens")
+        .and_then(|t| t.get("total"))
+        .and_then(Value::as_u64)
+    {
+        parts.push(format!("{} tok", format_tokens(total)));
+    }
+    parts.join(" | ")
+}
+
+fn activity(
+    state: &str,
+    last: Option<u64>,
+    extra: &serde_json::Map<String, Value>,
+    now: u64,
+) -> Option<String> {
+    if state != "running" {
+        return None;
+    }
+    let attention = extra.get("activityState").and_then(Value::as_str);
+    let mut facts = Vec::new();
+    let label = match (last, attention) {
+        (None, Some("needs_attention")) => Some("needs attention".to_owned()),
+        (None, Some("active_long_running")) => Some("active but long-running".to_owned()),
+        (None, _) => None,
+        (Some(t), Some("needs_attention")) => Some(format!("no activity for {}", age(now, t))),
+        (Some(t), Some("active_long_running")) => Some(match age(now, t).as_str() {
+            "now" => "active but long-running · last activity now".to_owned(),
+            a => format!("active but long-running · last activity {a} ago"),
+        }),
+        (Some(t), _) => Some(match age(now, t).as_str() {
+            "now" => "active now".to_owned(),
+            a => format!("active {a} ago"),
+        }),
+    };
+    facts.extend(label);
+    if let Some(tool) = extra.get("currentTool").and_then(Value::as_str) {
+        facts.push(format!("tool {tool}"));
+    }
+    if let Some(n) = extra.get("turnCount").and_then(Value::as_u64) {
+        facts.push(format!("{n} turns"));
+    }
+    if let Some(n) = extra.get("toolCount").and_then(Value::as_u64) {
+        facts.push(format!("{n} tools"));
+    }
+    if let Some(s) = extra.get("steering") {
+        let n = |k: &str| s.get(k).and_then(Value::as_u64).unwrap_or(0);
+        facts.push(format!(
+            "steering {} scheduled, {} pending, {} delivered, {} failed, {} recovered",
+            n("scheduled"),
+            n("pending"),
+            n("delivered"),
+            n("failed"),
+            n("recovered")
+        ));
+    }
+    (!facts.is_empty()).then(|| facts.join(" | "))
+}
+
+fn age(now: u64, then: u64) -> String {
+    let ms = now.saturating_sub(then);
+    match ms {
+        0..1000 => "now".into(),
+        1000..60_000 => format!("{}s", ms / 1000),
+        _ => format!("{}m", ms / 60_000),
+    }
+}
+
+fn context_label(steps: &[Step]) -> Option<String> {
+    let contexts: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| s.extra.get("context").and_then(Value::as_str))
+        .collect();
+    let first = *contexts.first()?;
+    Some(if contexts.iter().all(|c| *c == first) {
+        first.to_owned()
+    } else {
+        "mixed".to_owned()
+    })
+}
+
+const THINKING: [&str; 7] = ["off", "minimal", "low", "medium", "high", "xhigh", "max"];
+
+fn model_label(extra: &serde_json::Map<String, Value>) -> Option<String> {
+    let model = extra.get("model").and_then(Value::as_str);
+    let explicit = extra
+        .get("thinking")
+        .and_then(Value::as_str)
+        .filter(|t| THINKING.contains(t));
+    let (base, suffix) = match model {
+        Some(m) => match m.rsplit_once(':') {
+            Some((b, s)) if THINKING.contains(&s) => (Some(b), Some(s)),
+            _ => (Some(m), None),
+        },
+        None => (None, None),
+    };
+    let name = base.map(|b| b.rsplit('/').next().unwrap_or(b));
+    match (name, suffix.or(explicit)) {
+        (Some(n), Some(t)) => Some(format!("{n} · thinking {t}")),
+        (Some(n), None) => Some(n.to_owned()),
+        (None, Some(t)) => Some(format!("thinking {t}")),
+        (None, None) => None,
+    }
+}
+
+fn progress_label(run: &RunSummary) -> String {
+    let status = &run.status;
+    let steps = status.steps();
+    let count = steps.len().max(1);
+    if status.mode.as_deref() == Some("parallel") {
+        return outcome(steps, status.state.as_str(), count);
+    }
+    match status.current_step {
+        Some(current) => format!(
+            "step {}/{}",
+            current + 1,
+            status.chain_step_count.unwrap_or(count)
+        ),
+        None => format!("steps {count}"),
+    }
+}
+
+/// `[<n> agent(s) running · ]<done>/<total> done[ · <f> failed]...`
+pub fn outcome(steps: &[Step], run_state: &str, total: usize) -> String {
+    let count = |names: &[&str]| {
+        steps
+            .iter()
+            .filter(|s| names.contains(&s.status.as_str()))
+            .count()
+    };
+    let mut parts = Vec::new();
+    let running = count(&["running"]);
+    if run_state == "running" && running > 0 {
+        parts.push(if running == 1 {
+            "1 agent running".to_owned()
+        } else {
+            format!("{running} agents running")
+        });
+    }
+    parts.push(format!(
+        "{}/{total} done",
+        count(&["complete", "completed"])
+    ));
+    for (name, label) in [
+        ("failed", "failed"),
+        ("stopped", "stopped"),
+        ("paused", "paused"),
+    ] {
+        let n = count(&[name]);
+        if n > 0 {
+            parts.push(format!("{n} {label}"));
+        }
+    }
+    parts.join(" · ")
+}
+
+/// `<ms>ms`, `<s.s>s`, `<m>m<s>s`.
+pub fn format_duration(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000),
+    }
+}
+
+fn format_tokens(n: u64) -> String {
+    match n {
+        0..1000 => n.to_string(),
+        1000..10_000 => format!("{:.1}k", n as f64 / 1000.0),
+        _ => format!("{}k", (n as f64 / 1000.0).round() as u64),
+    }
+}
+
+/// Replaces a leading home directory with `~`, comparing whole path components.
+pub fn shorten(path: &Path, home: Option<&Path>) -> String {
+    match home.and_then(|h| path.strip_prefix(h).ok()) {
+        Some(rest) if rest.as_os_str().is_empty() => "~".to_owned(),
+        Some(rest) => format!("~/{}", rest.display()),
+        None => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::parse_status;
+
+    #[test]
+    fn renders_the_reference_example() {
+        let now = 1_000_000;
+        let text = format!(
+            r#"{{"lifecycleArtifactVersion":3,"runId":"k3f9a2","sessionId":"sess-1","mode":"chain","state":"running","steering":{{"requested":0,"scheduled":0,"pending":0,"delivered":0,"failed":0,"recovered":0,"recent":[]}},"lastActivityAt":{a},"startedAt":{s},"lastUpdate":{a},"pid":4242,"cwd":"/home/alice/proj","currentStep":1,"chainStepCount":2,"parallelGroups":[],"runFanoutBudget":{{"used":2,"limit":64,"remaining":62}},"steps":[{{"agent":"scout","description":"[prompt redacted]","status":"complete","durationMs":41200,"tokens":{{"input":9000,"output":3456,"total":12456}},"model":"anthropic/claude-haiku-4-5","thinking":"low","context":"fresh"}},{{"agent":"worker","description":"[prompt redacted]","status":"running","startedAt":{w},"lastActivityAt":{a},"currentTool":"edit","turnCount":3,"toolCount":5,"model":"openai/gpt-5:high","context":"fresh"}}],"outputFile":"/tmp/r/k3f9a2/output-1.log"}}"#,
+            a = now - 4000,
+            s = now - 95_000,
+            w = now - 50_000
+        );
+        let status = parse_status(Path::new("s"), &text).unwrap();
+        let run = RunSummary {
+            id: "k3f9a2".into(),
+            async_dir: "/tmp/r/k3f9a2".into(),
+            status,
+        };
+        let out = format_run_list(
+            &[run],
+            "Active async runs",
+            now,
+            Some(Path::new("/home/alice")),
+        );
+        let expected = "Active async runs: 1\n\n- k3f9a2 | running | active 4s ago | steering 0 scheduled, 0 pending, 0 delivered, 0 failed, 0 recovered | chain [fresh] | step 2/2 | ~/proj\n  1. scout [fresh] | complete | claude-haiku-4-5 · thinking low | 41.2s | 12k tok\n  2. worker [fresh] | running | active 4s ago | tool edit | 3 turns | 5 tools | gpt-5 · thinking high\n  Run fan-out: 2/64 used, 62 remaining\n  output: /tmp/r/k3f9a2/output-1.log";
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn empty_list_and_helpers() {
+        assert_eq!(
+            format_run_list(&[], "Active async runs", 0, None),
+            "No active async runs."
+        );
+        assert_eq!(format_duration(95_000), "1m35s");
+        assert_eq!(format_duration(900), "900ms");
+        assert_eq!(
+            shorten(Path::new("/home/alice2/x"), Some(Path::new("/home/alice"))),
+            "/home/alice2/x"
+        );
+        assert_eq!(
+            model_label(&serde_json::from_str(r#"{"model":"qwen2.5-coder:7b"}"#).unwrap()).unwrap(),
+            "qwen2.5-coder:7b"
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! Where things live under a state root.
+
+use std::path::{Path, PathBuf};
+
+/// Paths under one state root; the layout mirrors the reference's temp root.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+/// File names inside one run directory.
+pub mod files {
+    /// The run's status.
+    pub const STATUS: &str = "status.json";
+    /// Advisory lock serialising read-modify-write of `status.json`.
+    pub const STATUS_LOCK: &str = ".status.lock";
+    /// Lifecycle events.
+    pub const EVENTS: &str = "events.jsonl";
+    /// Runner-written terminal candidate.
+    pub const CANDIDATE: &str = "process-terminal-candidate.json";
+    /// Observer-written terminal proof.
+    pub const PROOF: &str = "process-terminal.json";
+    /// The task text, the only file that holds it.
+    pub const TASK: &str = "task.md";
+    /// Runner stdout log.
+    pub const RUNNER_STDOUT: &str = "runner.stdout.log";
+    /// Runner stderr log.
+    pub const RUNNER_STDERR: &str = "runner.stderr.log";
+}
+
+impl Layout {
+    /// A layout rooted at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The state root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/async-subagent-runs`.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("async-subagent-runs")
+    }
+
+    /// `<root>/async-subagent-runs/<id>`.
+    pub fn run_dir(&self, id: &str) -> PathBuf {
+        self.runs_dir().join(id)
+    }
+
+    /// `<root>/async-subagent-runs/.active-runs`.
+    pub fn active_index_dir(&self) -> PathBuf {
+        self.runs_dir().join(crate::index::INDEX_DIR)
+    }
+
+    /// `<root>/run-fanout-budgets`.
+    pub fn fanout_budgets_dir(&self) -> PathBuf {
+        self.root.join("run-fanout-budgets")
+    }
+
+    /// `<root>/session-active-async-capacity`.
+    pub fn capacity_dir(&self) -> PathBuf {
+        self.root.join("session-active-async-capacity")
+    }
+
+    /// `<root>/session-leases`.
+    pub fn session_leases_dir(&self) -> PathBuf {
+        self.root.join("session-leases")
+    }
+}
+
+/// True when `id` is a safe single file name for a run directory.
+pub fn is_safe_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_ids() {
+        assert!(is_safe_run_id("k3f9a2"));
+        assert!(is_safe_run_id("run_1.a-b"));
+        for bad in ["", ".", "..", ".active-runs", "a/b", "a b", "../x", "é"] {
+            assert!(!is_safe_run_id(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Finding runs: by id or prefix, the active ones from the index, or all.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::layout::{Layout, is_safe_run_id};
+use crate::model::{RunStatus, read_status};
+use crate::proof::{Fallback, ProcessTerminal, read_proof, sanitize};
+use crate::reconcile;
+use crate::{Result, index, io_err};
+
+/// A live fan-out snapshot source: given a run directory, the snapshot
+/// `{used, limit, remaining}` from its persisted descriptor, if it has one.
+pub type FanoutSource<'a> = &'a dyn Fn(&Path) -> std::result::Result<Option<Value>, String>;
+
+/// One run as listings and `status` show it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// Run id.
+    pub id: String,
+    /// Run directory.
+    pub async_dir: PathBuf,
+    /// The status (with `processTerminal` and `runFanoutBudget` replaced by
+    /// the sidecar proof and the live snapshot when those exist).
+    #[serde(flatten)]
+    pub status: RunStatus,
+}
+
+impl RunSummary {
+    /// The run's proof, as sanitised for display.
+    pub fn proof(&self) -> Option<ProcessTerminal> {
+        let fallback = Fallback {
+            run_id: Some(self.id.clone()),
+            runner_process_instance_id: None,
+        };
+        let label = format!("{}/status.json", self.async_dir.display());
+        sanitize(self.status.process_terminal.as_ref(), &fallback, &label)
+    }
+}
+
+/// How to list.
+pub struct ListOptions<'a> {
+    /// Every run (full scan) instead of the active index.
+    pub all: bool,
+    /// Only runs of this session.
+    pub session: Option<String>,
+    /// Keep the first N after sorting.
+    pub limit: Option<usize>,
+    /// Repair stale runs met on the way.
+    pub reconcile: bool,
+    /// "Now" in ms.
+    pub now: u64,
+    /// Live fan-out snapshots.
+    pub fanout: Option<FanoutSource<'a>>,
+}
+
+/// Result of resolving a run id or prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// Exactly one run.
+    Run(String),
+    /// No run matches.
+    NotFound,
+    /// Several runs match the prefix.
+    Ambiguous(Vec<String>),
+}
+
+/// Resolves an exact id or a unique prefix to a run directory name.
+pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
+    if !is_safe_run_id(id) {
+        return Ok(Resolved::NotFound);
+    }
+    if exact_run_dir(layout, id).is_some() {
+        return Ok(Resolved::Run(id.to_owned()));
+    }
+    let mut matches: Vec<String> = run_names(layout)?
+        .into_iter()
+        .filter(|n| n.starts_with(id) && exact_run_dir(layout, n).is_some())
+        .collect();
+    Ok(match matches.len() {
+        0 => Resolved::NotFound,
+        1 => Resolved::Run(matches.remove(0)),
+        _ => Resolved::Ambiguous(matches),
+    })
+}
+
+/// The run directory of `id` when it is a real (non-symlink) directory inside the root.
+pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
+    if !is_safe_run_id(id) {
+        return None;
+    }
+    let dir = layout.run_dir(id);
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    if !meta.is_dir() {
+        return None;
+    }
+    let real = dir.canonicalize().ok()?;
+    let root = layout.runs_dir().canonicalize().ok()?;
+    real.starts_with(&root).then_some(dir)
+}
+
+fn run_names(layout: &Layout) -> Result<Vec<String>> {
+    let dir = layout.runs_dir();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list async runs in", &dir, e)),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n != index::INDEX_DIR)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Loads one run's summary, reconciling it first when asked.
+pub fn load(
+    layout: &Layout,
+    id: &str,
+    reconcile: bool,
+    now: u64,
+    fanout: Option<FanoutSource<'_>>,
+) -> Result<Option<RunSummary>> {
+    let Some(dir) = exact_run_dir(layout, id) else {
+        return Ok(None);
+    };
+    let status = if reconcile {
+        reconcile::reconcile_run(&dir, reconcile::Options::at(now))?
+            .status()
+            .cloned()
+    } else {
+        read_status(&dir)?
+    };
+    status.map(|s| summarize(&dir, id, s, fanout)).transpose()
+}
+
+fn summarize(
+    dir: &Path,
+    id: &str,
+    mut status: RunStatus,
+    fanout: Option<FanoutSource<'_>>,
+) -> Result<RunSummary> {
+    let runner = status
+        .process_terminal
+        .as_ref()
+        .and_then(|p| p.get("runnerProcessInstanceId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or(status.runner_process_instance_id.clone());
+    let fallback = Fallback {
+        run_id: Some(run_id_of(&status, id)),
+        runner_process_instance_id: runner,
+    };
+    if let Some(proof) = read_proof(dir, &fallback) {
+        status.process_terminal = Some(proof.to_value());
+    }
+    if let Some(source) = fanout {
+        let live = source(dir).map_err(|reason| crate::Error::Invalid {
+            what: "persisted run fan-out budget",
+            path: dir.join("run-fanout-budget.json").display().to_string(),
+            reason,
+        })?;
+        if live.is_some() {
+            status.run_fanout_budget = live;
+        }
+    }
+    Ok(RunSummary {
+        id: run_id_of(&status, id),
+        async_dir: dir.to_path_buf(),
+        status,
+    })
+}
+
+fn run_id_of(status: &RunStatus, dir_name: &str) -> String {
+    if status.run_id.is_empty() {
+        dir_name.to_owned()
+    } else {
+        status.run_id.clone()
+    }
+}
+
+/// Lists runs: the active index by default (never reading finished runs'
+/// history), every run with `all`. Sorted as the reference sorts.
+pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary>> {
+    let names = if options.all {
+        run_names(layout)?
+    } else {
+        index::read_index(&layout.runs_dir())?
+    };
+    let mut runs = Vec::new();
+    for name in names {
+        let Some(dir) = exact_run_dir(layout, &name) else {
+            if !options.all {
+                index::release_marker(&layout.run_dir(&name))?;
+            }
+            continue;
+        };
+        let Some(summary) = load(
+            layout,
+            &name,
+            options.reconcile,
+            options.now,
+            options.fanout,
+        )?
+        else {
+            if !options.all {
+                index::release_marker(&dir)?;
+            }
+            continue;
+        };
+        if keep(&summary, options) {
+            runs.push(summary);
+        }
+    }
+    runs.sort_by(|a, b| {
+        state_rank(&a.status)
+            .cmp(&state_rank(&b.status))
+            .then(b.status.sort_time().cmp(&a.status.sort_time()))
+    });
+    if let Some(limit) = options.limit {
+        runs.truncate(limit);
+    }
+    Ok(runs)
+}
+
+fn keep(summary: &RunSummary, options: &ListOptions<'_>) -> bool {
+    let status = &summary.status;
+    if status.display_dismissed_at.is_some() || (!options.all && !status.state.is_active()) {
+        return false;
+    }
+    options
+        .session
+        .as_deref()
+        .is_none_or(|s| s.is_empty() || status.session_id.as_deref() == Some(s))
+}
+
+fn state_rank(status: &RunStatus) -> u8 {
+    use crate::RunState::*;
+    match status.state {
+        Running => 0,
+        Queued => 1,
+        Failed | Stopped | Paused => 2,
+        Complete => 3,
+        Rejected => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{RunState, write_status};
+
+    fn run(layout: &Layout, id: &str, state: RunState, marker: bool, update: u64) {
+        let dir = layout.run_dir(id);
+        atomic_file::ensure_private_dir(&dir).unwrap();
+        let mut status = RunStatus::new(id, state);
+        status.last_update = Some(update);
+        write_status(&dir, &status).unwrap();
+        if marker {
+            index::create_marker(&dir).unwrap();
+        }
+    }
+
+    fn options(all: bool) -> ListOptions<'static> {
+        ListOptions {
+            all,
+            session: None,
+            limit: None,
+            reconcile: false,
+            now: 0,
+            fanout: None,
+        }
+    }
+
+    #[test]
+    fn active_listing_reads_only_markers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        for i in 0..200 {
+            run(&layout, &format!("done-{i}"), RunState::Complete, false, i);
+        }
+        std::fs::write(layout.run_dir("done-7").join("status.json"), "{broken").unwrap();
+        run(&layout, "live", RunState::Running, true, 5);
+        let runs = list(&layout, &options(false)).unwrap();
+        assert_eq!(
+            runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            vec!["live"]
+        );
+        assert!(
+            list(&layout, &options(true)).is_err(),
+            "a full scan meets the broken file"
+        );
+    }
+
+    #[test]
+    fn sorted_running_first_then_newest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        run(&layout, "a", RunState::Complete, false, 9);
+        run(&layout, "b", RunState::Failed, false, 1);
+        run(&layout, "c", RunState::Running, true, 1);
+        run(&layout, "d", RunState::Failed, false, 5);
+        let ids: Vec<_> = list(&layout, &options(true))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, vec!["c", "d", "b", "a"]);
+    }
+
+    #[test]
+    fn resolves_prefixes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        run(&layout, "abc1", RunState::Complete, false, 1);
+        run(&layout, "abc2", RunState::Complete, false, 1);
+        assert_eq!(
+            resolve(&layout, "abc1").unwrap(),
+            Resolved::Run("abc1".into())
+        );
+        assert!(matches!(resolve(&layout, "abc").unwrap(), Resolved::Ambiguous(v) if v.len() == 2));
+        assert_eq!(resolve(&layout, "zzz").unwrap(), Resolved::NotFound);
+        assert_eq!(resolve(&layout, "../etc").unwrap(), Resolved::NotFound);
+    }
+
+    #[test]
+    fn symlinked_run_dir_out_of_root_is_not_a_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        atomic_file::ensure_private_dir(&layout.runs_dir()).unwrap();
+        std::os::unix::fs::symlink(outside.path(), layout.run_dir("evil")).unwrap();
+        assert_eq!(resolve(&layout, "evil").unwrap(), Resolved::NotFound);
+    }
+}

@@ -1,0 +1,401 @@
+//! `status.json`: the run status and its steps.
+//!
+//! Known fields are typed; every other key is kept in `extra` and written
+//! back unchanged, because several writers (runner, finalizer, reconciler,
+//! reference tools) share the file.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use process_identity::ProcessIdentity;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::layout::files;
+use crate::{Error, Result, io_err};
+
+/// State of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Written before the runner exists.
+    Queued,
+    /// The runner is working.
+    Running,
+    /// Every step succeeded.
+    Complete,
+    /// A step or the run failed, timed out, or the runner vanished.
+    Failed,
+    /// Interrupted; the reference's runner may still be alive.
+    Paused,
+    /// Stopped on request.
+    Stopped,
+    /// A checkpoint was rejected.
+    Rejected,
+}
+
+impl RunState {
+    /// `queued` and `running` are active; everything else is over for listing purposes.
+    pub fn is_active(self) -> bool {
+        matches!(self, Self::Queued | Self::Running)
+    }
+
+    /// The lower-case name used on disk.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Complete => "complete",
+            Self::Failed => "failed",
+            Self::Paused => "paused",
+            Self::Stopped => "stopped",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The external process of a step (the command the runner started).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalProcess {
+    /// Pid of the child, also its process group id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// When it was spawned (ms).
+    pub started_at: u64,
+    /// When its exit was observed (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+    /// `ended_at - started_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Exit code, when it exited normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Signal name, when a signal ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_signal: Option<String>,
+    /// Its captured stdout.
+    pub stdout_path: String,
+    /// Its captured stderr.
+    pub stderr_path: String,
+}
+
+/// One flat step of a run (`steps[i]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// Agent label.
+    pub agent: String,
+    /// `pending`, `running`, `complete`, `failed`, `paused`, `stopped` or `rejected`.
+    pub status: String,
+    /// Always `[prompt redacted]` when the step has a task; never the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Start (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    /// End (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+    /// Duration (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Exit code (0 complete, the child's code, 1 for stop/timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    /// Step error text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Set when a timeout ended the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<bool>,
+    /// Set when a stop ended the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+    /// The external process, once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_process: Option<ExternalProcess>,
+    /// Per-step process-terminal projection (kept as written; sanitised on read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_terminal: Option<Value>,
+    /// Every other key, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The whole `status.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// `3` once a runner wrote the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle_artifact_version: Option<u32>,
+    /// Run id (readers fall back to the directory name when empty).
+    #[serde(default)]
+    pub run_id: String,
+    /// Owning session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// `single`, `parallel`, `chain` or `workflow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Run state.
+    pub state: RunState,
+    /// Hidden from listings since (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_dismissed_at: Option<u64>,
+    /// Run-level error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Last observed activity (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_activity_at: Option<u64>,
+    /// Runner start (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    /// End (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+    /// Last meaningful change (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update: Option<u64>,
+    /// Wall-clock limit of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// `started_at + timeout_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<u64>,
+    /// Set when the run timed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<bool>,
+    /// Set when the run was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+    /// Runner pid (never cleared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Runner working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Flat index of the step most recently started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<usize>,
+    /// Number of logical steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_step_count: Option<usize>,
+    /// Run-level process-terminal projection (kept as written; sanitised on read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_terminal: Option<Value>,
+    /// Fan-out snapshot `{used, limit, remaining}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_fanout_budget: Option<Value>,
+    /// Flat steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<Step>>,
+    /// Output of the current step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_file: Option<String>,
+    /// Latest child session file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
+    /// Extension: the runner's pid-reuse-safe identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_identity: Option<ProcessIdentity>,
+    /// Extension: the identity of the process that wrote the queued record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher_identity: Option<ProcessIdentity>,
+    /// Extension: the runner's instance id (also inside `processTerminal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_process_instance_id: Option<String>,
+    /// Extension: why a stop was requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Every other key, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl RunStatus {
+    /// A fresh status for `run_id` in `state`; everything else absent.
+    pub fn new(run_id: impl Into<String>, state: RunState) -> Self {
+        Self {
+            lifecycle_artifact_version: None,
+            run_id: run_id.into(),
+            session_id: None,
+            mode: None,
+            state,
+            display_dismissed_at: None,
+            error: None,
+            last_activity_at: None,
+            started_at: None,
+            ended_at: None,
+            last_update: None,
+            timeout_ms: None,
+            deadline_at: None,
+            timed_out: None,
+            stopped: None,
+            pid: None,
+            cwd: None,
+            current_step: None,
+            chain_step_count: None,
+            process_terminal: None,
+            run_fanout_budget: None,
+            steps: None,
+            output_file: None,
+            session_file: None,
+            runner_identity: None,
+            launcher_identity: None,
+            runner_process_instance_id: None,
+            stop_reason: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// The steps, or an empty slice.
+    pub fn steps(&self) -> &[Step] {
+        self.steps.as_deref().unwrap_or(&[])
+    }
+
+    /// `lastUpdate ?? endedAt ?? startedAt`, the listing's sort key.
+    pub fn sort_time(&self) -> u64 {
+        self.last_update
+            .or(self.ended_at)
+            .or(self.started_at)
+            .unwrap_or(0)
+    }
+}
+
+/// Parses status text; `path` names the file in errors.
+pub fn parse_status(path: &Path, text: &str) -> Result<RunStatus> {
+    let value: Value = serde_json::from_str(text).map_err(|e| invalid(path, e.to_string()))?;
+    if let Some(session) = value.get("sessionId")
+        && !session.is_string()
+    {
+        return Err(invalid(path, "sessionId must be a string".into()));
+    }
+    serde_json::from_value(value).map_err(|e| invalid(path, e.to_string()))
+}
+
+fn invalid(path: &Path, reason: String) -> Error {
+    Error::Invalid {
+        what: "async status file",
+        path: path.display().to_string(),
+        reason,
+    }
+}
+
+/// Reads `<run_dir>/status.json`; `Ok(None)` when it does not exist.
+pub fn read_status(run_dir: &Path) -> Result<Option<RunStatus>> {
+    let path = run_dir.join(files::STATUS);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => parse_status(&path, &text).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read async status file", &path, e)),
+    }
+}
+
+/// Writes `<run_dir>/status.json` atomically (0600). Callers that read first
+/// hold [`lock_status`] around the read and the write.
+pub fn write_status(run_dir: &Path, status: &RunStatus) -> Result<()> {
+    atomic_file::write_json(&run_dir.join(files::STATUS), status)?;
+    Ok(())
+}
+
+/// An exclusive advisory lock on the run's status; released on drop or when
+/// the holder dies.
+pub struct StatusLock {
+    _file: File,
+}
+
+/// Takes the run's status lock, blocking until it is free.
+pub fn lock_status(run_dir: &Path) -> Result<StatusLock> {
+    let path = run_dir.join(files::STATUS_LOCK);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(atomic_file::FILE_MODE)
+        .open(&path)
+        .map_err(|e| io_err("open status lock", &path, e))?;
+    file.lock().map_err(|e| io_err("lock", &path, e))?;
+    Ok(StatusLock { _file: file })
+}
+
+/// Read-modify-write of `status.json` under the status lock. `change` gets
+/// `None` when there is no status yet; returning `None` writes nothing.
+pub fn update_status(
+    run_dir: &Path,
+    change: impl FnOnce(Option<RunStatus>) -> Option<RunStatus>,
+) -> Result<Option<RunStatus>> {
+    let _lock = lock_status(run_dir)?;
+    let current = read_status(run_dir)?;
+    match change(current) {
+        Some(next) => {
+            write_status(run_dir, &next)?;
+            Ok(Some(next))
+        }
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_survive_a_round_trip() {
+        let text = r#"{"runId":"r1","state":"running","steering":{"requested":0},"steps":[{"agent":"a","status":"pending","model":"m"}]}"#;
+        let status = parse_status(Path::new("s.json"), text).unwrap();
+        assert_eq!(status.state, RunState::Running);
+        let back: Value = serde_json::to_value(&status).unwrap();
+        assert_eq!(back["steering"]["requested"], 0);
+        assert_eq!(back["steps"][0]["model"], "m");
+    }
+
+    #[test]
+    fn non_string_session_id_is_refused() {
+        let err = parse_status(
+            Path::new("/x/status.json"),
+            r#"{"state":"running","sessionId":1}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("sessionId must be a string"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn malformed_json_names_the_file() {
+        let err = parse_status(Path::new("/x/status.json"), "{").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("failed to parse async status file '/x/status.json'")
+        );
+    }
+
+    #[test]
+    fn update_reads_and_writes_under_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        write_status(dir.path(), &RunStatus::new("r", RunState::Queued)).unwrap();
+        update_status(dir.path(), |s| {
+            let mut s = s.unwrap();
+            s.state = RunState::Running;
+            Some(s)
+        })
+        .unwrap();
+        assert_eq!(
+            read_status(dir.path()).unwrap().unwrap().state,
+            RunState::Running
+        );
+    }
+}
