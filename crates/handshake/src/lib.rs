@@ -1,8 +1,81 @@
-//! The runner startup handshake (ready → ack → acknowledged → proceed).
+//! The revival startup handshake between a launcher and the runner it spawned.
 //!
-//! This crate will own both sides of the revival startup handshake specified
-//! in `shared/spec/handshake.md`: the runner side that writes
-//! `runner-startup.json`, and the launcher side that acknowledges, authorises
-//! and, on failure before proceed, persists the failure and terminates the
-//! runner. It is filled by the recovery/resume issue.
+//! When a run revives an existing session, the launcher must not report the
+//! run as started until the runner holds the session lease and has been told
+//! to go on. The exchange (spec `handshake.md` §5) goes through three JSON
+//! files in the run directory, which stay on disk as the trace:
+//!
+//! ```text
+//! runner                                   launcher
+//! runner-startup.json {ready, token, pid}  ──►  verify token, pid and run binding
+//!                                          ◄──  runner-startup-ack.json {ack, token}
+//! runner-startup.json {acknowledged, ...}  ──►  verify the token again
+//!                                          ◄──  runner-startup-proceed.json {proceed}  (commit point)
+//! ```
+//!
+//! Both sides wake on inotify events for the run directory (polling only when
+//! no watcher can be created), and the launcher also wakes the moment the
+//! runner exits (pidfd). Every record carries `runId` and
+//! `runnerProcessInstanceId` besides the reference fields, and each side checks
+//! them, so a record from another attempt is never taken for this one.
+//!
+//! * Runner side: [`RunnerHandshake`], [`report_startup_failure`].
+//! * Launcher side: [`remove_stale_files`] before the spawn, then
+//!   [`run_launcher_side`]; on failure it persists the pre-proceed failure
+//!   record (`status.json`, `process-terminal-candidate.json`, §6.3) and
+//!   terminates the runner's process group (§6.2) before returning.
 #![warn(missing_docs)]
+
+mod failure;
+mod launcher;
+mod records;
+mod runner;
+mod terminate;
+mod wake;
+
+use std::path::{Path, PathBuf};
+
+pub use failure::{CANDIDATE_FILE, STATUS_FILE, persist_pre_proceed_failure};
+pub use launcher::{
+    HandshakeError, LauncherTimeouts, Runner, Started, StartupFailure, remove_stale_files,
+    run_launcher_side,
+};
+pub use runner::{RunnerHandshake, RunnerStartupError, RunnerTimeouts, report_startup_failure};
+
+/// File the runner writes its startup state to.
+pub const STARTUP_FILE: &str = "runner-startup.json";
+/// File the launcher writes its acknowledgement to.
+pub const ACK_FILE: &str = "runner-startup-ack.json";
+/// File the launcher writes its authorisation (the commit point) to.
+pub const PROCEED_FILE: &str = "runner-startup-proceed.json";
+
+/// The run a handshake belongs to; written into every record and checked on read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The run id (`config.id`).
+    pub run_id: String,
+    /// The UUID the launcher gave this runner process (`runnerProcessInstanceId`).
+    pub runner_process_instance_id: String,
+}
+
+/// The three handshake file paths of one run directory.
+#[derive(Debug, Clone)]
+pub struct HandshakePaths {
+    /// `<asyncDir>/runner-startup.json`.
+    pub startup: PathBuf,
+    /// `<asyncDir>/runner-startup-ack.json`.
+    pub ack: PathBuf,
+    /// `<asyncDir>/runner-startup-proceed.json`.
+    pub proceed: PathBuf,
+}
+
+impl HandshakePaths {
+    /// The paths inside `async_dir`.
+    pub fn new(async_dir: &Path) -> Self {
+        Self {
+            startup: async_dir.join(STARTUP_FILE),
+            ack: async_dir.join(ACK_FILE),
+            proceed: async_dir.join(PROCEED_FILE),
+        }
+    }
+}

@@ -1,1 +1,78 @@
-//! launcher
+//! The `subagents` launcher: composes the protocol crates into a command.
+//!
+//! `main.rs` is a thin shell over [`main`]. Each command lives in its own
+//! module ([`launch`], [`commands`], [`wait`]); the two hidden
+//! subcommands are the processes of a run ([`monitor`], [`runner`]). Errors
+//! are [`error::CliError`] values carrying the exit code of `cli.md`.
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod error;
+pub mod launch;
+pub mod monitor;
+pub mod procs;
+pub mod root;
+pub mod runner;
+pub mod wait;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::error::CliResult;
+
+/// Parses the command line, runs the command, prints errors; returns the exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let json = wants_json(&cli.command);
+    match dispatch(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            if !e.quiet {
+                if json {
+                    println!("{}", e.to_json());
+                }
+                eprintln!("subagents: {}", e.message);
+            }
+            e.exit.code()
+        }
+    }
+}
+
+fn wants_json(command: &Command) -> bool {
+    match command {
+        Command::Run(args) => args.json,
+        Command::List(args) => args.json,
+        Command::Status { json, .. }
+        | Command::Wait { json, .. }
+        | Command::Stop { json, .. }
+        | Command::Reconcile { json } => *json,
+        _ => false,
+    }
+}
+
+fn dispatch(cli: Cli) -> CliResult {
+    let layout = status::Layout::new(root::state_root(cli.root));
+    match cli.command {
+        Command::Run(args) => commands::run(&layout, &args),
+        Command::Status { run, json } => commands::status(&layout, &run, json),
+        Command::List(args) => commands::list(&layout, &args),
+        Command::Wait {
+            runs,
+            timeout,
+            json,
+        } => wait::wait_command(&layout, &runs, timeout.as_deref(), json),
+        Command::Stop { run, reason, json } => commands::stop(&layout, &run, &reason, json),
+        Command::Logs { run, follow } => commands::logs(&layout, &run, follow),
+        Command::Reconcile { json } => commands::reconcile(&layout, json),
+        Command::Dismiss { run } => commands::dismiss(&layout, &run),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "subagents", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Monitor => std::process::exit(monitor::main()),
+        Command::Runner => std::process::exit(runner::main()),
+    }
+}

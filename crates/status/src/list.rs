@@ -102,7 +102,8 @@ pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
     real.starts_with(&root).then_some(dir)
 }
 
-fn run_names(layout: &Layout) -> Result<Vec<String>> {
+/// Names of every run directory under the root, sorted.
+pub fn run_names(layout: &Layout) -> Result<Vec<String>> {
     let dir = layout.runs_dir();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,

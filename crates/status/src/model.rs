@@ -210,6 +210,9 @@ pub struct RunStatus {
     /// Extension: the runner's pid-reuse-safe identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_identity: Option<ProcessIdentity>,
+    /// Extension: the identity of the monitor, the runner's waiting parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor_identity: Option<ProcessIdentity>,
     /// Extension: the identity of the process that wrote the queued record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launcher_identity: Option<ProcessIdentity>,
@@ -253,6 +256,7 @@ impl RunStatus {
             output_file: None,
             session_file: None,
             runner_identity: None,
+            monitor_identity: None,
             launcher_identity: None,
             runner_process_instance_id: None,
             stop_reason: None,

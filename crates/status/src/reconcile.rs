@@ -102,6 +102,15 @@ pub fn stale_message(status: &RunStatus, options: Options) -> Option<String> {
     if status.display_dismissed_at.is_some() || !status.state.is_active() {
         return None;
     }
+    // A live monitor waits on the runner and repairs the run itself, with a
+    // better message than a liveness guess.
+    if status
+        .monitor_identity
+        .as_ref()
+        .is_some_and(|m| m.liveness() == Liveness::Alive)
+    {
+        return None;
+    }
     let age = options
         .now
         .saturating_sub(status.last_update.or(status.started_at).unwrap_or(0));

@@ -1,0 +1,141 @@
+//! The owner record of one slot (`slot-<N>/owner.json`, capacity.md §4).
+
+use process_identity::ProcessIdentity;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// What kind of run holds a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A single / parallel / chain runner process.
+    Runner,
+    /// An async workflow script (its slot covers its children).
+    Workflow,
+}
+
+/// The record in `owner.json`, as the reference reads and writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRecord {
+    /// Always 1.
+    pub version: u32,
+    /// Random UUID chosen at acquisition; kept across transfers.
+    pub reservation_token: String,
+    /// The parent session id owning the pool.
+    pub owner_session_id: String,
+    /// Lowercase hex SHA-256 of `owner_session_id`.
+    pub owner_session_key: String,
+    /// N of `slot-<N>`.
+    pub slot: u64,
+    /// The run currently holding the slot.
+    pub run_id: String,
+    /// The run this slot was transferred from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_run_id: Option<String>,
+    /// 0 at acquisition, +1 at every transfer.
+    pub generation: u64,
+    /// Kind of the holding run.
+    pub kind: Kind,
+    /// Run directory of `run_id`.
+    pub async_dir: String,
+    /// Milliseconds since the epoch of acquisition or the latest transfer.
+    pub reserved_at: u64,
+    /// Set by `mark_started`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_process_instance_id: Option<String>,
+    /// Set by `mark_started` / `mark_workflow_started`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_started_at: Option<u64>,
+    /// Extension of the Rust version: the process that made the reservation
+    /// (acquire or latest transfer), so a holder that died before the runner
+    /// was bound can be proven dead. The reference ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_by_process: Option<ProcessIdentity>,
+    /// Keys this version does not know, kept on rewrite as the reference does.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl OwnerRecord {
+    /// Parses an owner file; anything that breaks a §4 rule reads as "no owner".
+    pub fn parse(bytes: &[u8]) -> Option<Self> {
+        let owner: Self = serde_json::from_slice(bytes).ok()?;
+        owner.is_valid().then_some(owner)
+    }
+
+    fn is_valid(&self) -> bool {
+        self.version == 1
+            && !self.reservation_token.is_empty()
+            && !self.owner_session_id.is_empty()
+            && !self.owner_session_key.is_empty()
+            && !self.run_id.is_empty()
+            && !self.async_dir.is_empty()
+            && self.runner_process_instance_id.as_deref() != Some("")
+    }
+
+    /// Same reservation token, run id and generation.
+    pub fn identity_matches(&self, other: &Self) -> bool {
+        self.reservation_token == other.reservation_token
+            && self.run_id == other.run_id
+            && self.generation == other.generation
+    }
+
+    /// True once a runner was bound or the workflow was marked started.
+    pub fn is_started(&self) -> bool {
+        self.runner_process_instance_id.is_some() || self.runner_started_at.is_some_and(|t| t != 0)
+    }
+}
+
+/// The pool key of a session: lowercase hex SHA-256 of its id.
+pub fn session_key(session_id: &str) -> String {
+    Sha256::digest(session_id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_reference_record_and_keeps_unknown_keys() {
+        let text = r#"{
+  "version": 1,
+  "reservationToken": "t",
+  "ownerSessionId": "s",
+  "ownerSessionKey": "k",
+  "slot": 0,
+  "runId": "r",
+  "generation": 0,
+  "kind": "runner",
+  "asyncDir": "/d",
+  "reservedAt": 5,
+  "future": true
+}"#;
+        let owner = OwnerRecord::parse(text.as_bytes()).unwrap();
+        assert_eq!(owner.kind, Kind::Runner);
+        assert!(!owner.is_started());
+        let back = serde_json::to_string_pretty(&owner).unwrap();
+        assert_eq!(back, text);
+    }
+
+    #[test]
+    fn broken_rules_read_as_no_owner() {
+        assert!(OwnerRecord::parse(b"garbage").is_none());
+        let wrong_version = br#"{"version":2,"reservationToken":"t","ownerSessionId":"s","ownerSessionKey":"k","slot":0,"runId":"r","generation":0,"kind":"runner","asyncDir":"/d","reservedAt":5}"#;
+        assert!(OwnerRecord::parse(wrong_version).is_none());
+        let empty_run = br#"{"version":1,"reservationToken":"t","ownerSessionId":"s","ownerSessionKey":"k","slot":0,"runId":"","generation":0,"kind":"runner","asyncDir":"/d","reservedAt":5}"#;
+        assert!(OwnerRecord::parse(empty_run).is_none());
+    }
+
+    #[test]
+    fn session_key_is_sha256_hex() {
+        assert_eq!(
+            session_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

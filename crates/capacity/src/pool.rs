@@ -1,0 +1,244 @@
+//! The files of one session's pool: the pool lock, slot directories, slot
+//! claims, and the rename-then-delete release (capacity.md §3, §5).
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+use process_identity::{Liveness, ProcessIdentity};
+use serde::{Deserialize, Serialize};
+
+use crate::CapacityError;
+use crate::owner::OwnerRecord;
+
+/// Lock file whose `flock` serialises every change to the pool. The kernel
+/// drops the lock when its holder dies, so a crash cannot wedge the pool.
+const LOCK_FILE: &str = ".lock";
+const CLAIM_FILE: &str = "capacity.claim";
+const OWNER_FILE: &str = "owner.json";
+
+fn io_error(op: &'static str, path: &Path, source: io::Error) -> CapacityError {
+    atomic_file::Error {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+    .into()
+}
+
+/// Held while the pool is being changed; unlocks on drop or holder death.
+pub(crate) struct PoolLock {
+    _file: File,
+}
+
+/// Creates the pool directory if needed and takes its lock (blocking).
+pub(crate) fn lock_pool(pool: &Path) -> Result<PoolLock, CapacityError> {
+    atomic_file::ensure_private_dir(pool)?;
+    let path = pool.join(LOCK_FILE);
+    match atomic_file::create_new_private(&path, b"") {
+        Err(e) if !e.is_already_exists() => return Err(e.into()),
+        _ => {}
+    }
+    let file = File::open(&path).map_err(|e| io_error("open", &path, e))?;
+    file.lock().map_err(|e| io_error("lock", &path, e))?;
+    Ok(PoolLock { _file: file })
+}
+
+/// One occupied slot directory.
+#[derive(Debug)]
+pub(crate) struct SlotDir {
+    pub(crate) index: u64,
+    pub(crate) path: PathBuf,
+}
+
+impl SlotDir {
+    /// The owner record, or `None` when missing or broken (§4).
+    pub(crate) fn owner(&self) -> Option<OwnerRecord> {
+        read_owner(&self.path)
+    }
+}
+
+pub(crate) fn read_owner(slot_dir: &Path) -> Option<OwnerRecord> {
+    OwnerRecord::parse(&fs::read(slot_dir.join(OWNER_FILE)).ok()?)
+}
+
+pub(crate) fn write_owner(slot_dir: &Path, owner: &OwnerRecord) -> Result<(), CapacityError> {
+    Ok(atomic_file::write_json(&slot_dir.join(OWNER_FILE), owner)?)
+}
+
+fn slot_index(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("slot-")?;
+    let all_digits = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    all_digits.then(|| digits.parse().ok()).flatten()
+}
+
+/// The occupied slots (directories named `slot-<N>`), by index. A missing
+/// pool has none.
+pub(crate) fn list_slots(pool: &Path) -> Result<Vec<SlotDir>, CapacityError> {
+    let entries = match fs::read_dir(pool) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.map_err(|e| io_error("list", pool, e))?,
+    };
+    let mut slots = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error("list", pool, e))?;
+        let index = entry.file_name().to_str().and_then(slot_index);
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if let (Some(index), true) = (index, is_dir) {
+            slots.push(SlotDir {
+                index,
+                path: entry.path(),
+            });
+        }
+    }
+    slots.sort_by_key(|s| s.index);
+    Ok(slots)
+}
+
+/// Builds `slot-<N>` from a hidden directory holding a complete `owner.json`,
+/// renamed into place without replacing anything, so a crash never leaves an
+/// owner-less slot. `Ok(false)` when `slot-<N>` already exists.
+pub(crate) fn create_slot(pool: &Path, owner: &OwnerRecord) -> Result<bool, CapacityError> {
+    let target = pool.join(format!("slot-{}", owner.slot));
+    let staging = pool.join(format!(
+        ".slot-{}.creating-{}",
+        owner.slot,
+        uuid::Uuid::new_v4()
+    ));
+    atomic_file::ensure_private_dir(&staging)?;
+    // The reference's first write: pretty JSON with a trailing newline.
+    let mut bytes = atomic_file::to_pretty_json(owner);
+    bytes.push(b'\n');
+    atomic_file::create_new_private(&staging.join(OWNER_FILE), &bytes)?;
+    #[cfg(test)]
+    crate::tests::hooks::slot_staged();
+    let renamed = renameat2(
+        AT_FDCWD,
+        &staging,
+        AT_FDCWD,
+        &target,
+        RenameFlags::RENAME_NOREPLACE,
+    );
+    match renamed {
+        Ok(()) => {
+            atomic_file::sync_dir(pool)?;
+            Ok(true)
+        }
+        Err(errno) => {
+            let _ = fs::remove_dir_all(&staging);
+            if errno == nix::errno::Errno::EEXIST || errno == nix::errno::Errno::ENOTEMPTY {
+                Ok(false)
+            } else {
+                Err(io_error("rename slot into", &target, errno.into()))
+            }
+        }
+    }
+}
+
+/// Removes hidden leftovers of crashed creations and releases. Called under
+/// the pool lock, when no creation of this version is in flight.
+pub(crate) fn sweep_leftovers(pool: &Path) {
+    let Ok(entries) = fs::read_dir(pool) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".slot-")
+            && (name.contains(".creating-") || name.contains(".released-"))
+        {
+            // Best effort: a concurrent reference process may be deleting it too.
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Frees a slot: rename it out of the way first (a new `slot-<N>` may appear
+/// at once and is never touched), then delete the renamed directory.
+pub(crate) fn release_slot(pool: &Path, slot: &SlotDir) -> Result<(), CapacityError> {
+    let hidden = pool.join(format!(
+        ".slot-{}.released-{}",
+        slot.index,
+        uuid::Uuid::new_v4()
+    ));
+    fs::rename(&slot.path, &hidden).map_err(|e| io_error("rename", &slot.path, e))?;
+    atomic_file::sync_dir(pool)?;
+    fs::remove_dir_all(&hidden).map_err(|e| io_error("remove", &hidden, e))
+}
+
+/// Contents of `capacity.claim` written by this version. The reference writes
+/// a bare UUID, which never parses as this and is never reclaimed.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaimRecord {
+    claim_token: String,
+    holder: ProcessIdentity,
+}
+
+/// Runs `op` while holding the slot claim (§5). `Ok(None)` when the claim is
+/// held by a live process (or by the reference) or the slot is gone. A claim
+/// left by a process of this version that provably died is taken over.
+pub(crate) fn with_claim<T>(
+    slot_dir: &Path,
+    op: impl FnOnce() -> Result<T, CapacityError>,
+) -> Result<Option<T>, CapacityError> {
+    let path = slot_dir.join(CLAIM_FILE);
+    let token = uuid::Uuid::new_v4().to_string();
+    if !create_claim(&path, &token)? {
+        return Ok(None);
+    }
+    #[cfg(test)]
+    crate::tests::hooks::claim_taken();
+    let result = op();
+    drop_claim(&path, &token)?;
+    result.map(Some)
+}
+
+fn create_claim(path: &Path, token: &str) -> Result<bool, CapacityError> {
+    let holder =
+        ProcessIdentity::current().map_err(|e| io_error("identify process for", path, e))?;
+    let record = ClaimRecord {
+        claim_token: token.to_owned(),
+        holder,
+    };
+    let bytes = atomic_file::to_pretty_json(&record);
+    for attempt in 0..2 {
+        match atomic_file::create_new_private(path, &bytes) {
+            Ok(()) => return Ok(true),
+            Err(e) if e.is_not_found() => return Ok(false),
+            Err(e) if e.is_already_exists() && attempt == 0 && claim_holder_is_dead(path) => {
+                atomic_file::remove_if_exists(path)?;
+            }
+            Err(e) if e.is_already_exists() => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(false)
+}
+
+fn claim_holder_is_dead(path: &Path) -> bool {
+    fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<ClaimRecord>(&bytes).ok())
+        .is_some_and(|claim| claim.holder.liveness() == Liveness::Dead)
+}
+
+fn drop_claim(path: &Path, token: &str) -> Result<(), CapacityError> {
+    let ours = match fs::read(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error("read", path, e)),
+        Ok(bytes) => {
+            serde_json::from_slice::<ClaimRecord>(&bytes).is_ok_and(|c| c.claim_token == token)
+        }
+    };
+    if ours {
+        atomic_file::remove_if_exists(path)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) fn claim_path(slot_dir: &Path) -> PathBuf {
+    slot_dir.join(CLAIM_FILE)
+}

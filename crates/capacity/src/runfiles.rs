@@ -1,0 +1,218 @@
+//! The few fields of a run's `status.json` and `process-terminal.json` that
+//! the release verdicts look at (status.md §1.1, §2.3, §2.4), read tolerantly
+//! as `serde_json::Value` so unknown keys never matter.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Run states after which a run is finished (anything but these three).
+const NON_TERMINAL: [&str; 3] = ["queued", "running", "paused"];
+
+/// Outcome of reading `status.json`.
+#[derive(Debug)]
+pub(crate) enum StatusRead {
+    /// No file.
+    Missing,
+    /// The file exists but cannot be read or parsed (the reference throws
+    /// here; this version keeps the slot with the error as reason instead).
+    Unreadable(String),
+    /// A parsed JSON object.
+    Present(RunStatus),
+}
+
+/// A parsed `status.json`.
+#[derive(Debug)]
+pub(crate) struct RunStatus(Value);
+
+pub(crate) fn read_status(dir: &Path) -> StatusRead {
+    let path = dir.join("status.json");
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return StatusRead::Missing,
+        Err(e) => {
+            return StatusRead::Unreadable(format!("failed to read '{}': {e}", path.display()));
+        }
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(value) if value.is_object() => StatusRead::Present(RunStatus(value)),
+        Ok(_) => StatusRead::Unreadable(format!("'{}' is not a JSON object", path.display())),
+        Err(e) => StatusRead::Unreadable(format!("failed to parse '{}': {e}", path.display())),
+    }
+}
+
+impl RunStatus {
+    fn str_field(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(Value::as_str)
+    }
+
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.str_field("sessionId")
+    }
+
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.str_field("runId")
+    }
+
+    pub(crate) fn state(&self) -> Option<&str> {
+        self.str_field("state")
+    }
+
+    pub(crate) fn mode(&self) -> Option<&str> {
+        self.str_field("mode")
+    }
+
+    pub(crate) fn is_terminal(&self) -> bool {
+        !NON_TERMINAL.contains(&self.state().unwrap_or(""))
+    }
+
+    /// A non-empty run-level `error`.
+    pub(crate) fn has_error(&self) -> bool {
+        self.str_field("error").is_some_and(|e| !e.is_empty())
+    }
+
+    /// `processTerminal` as `(state, runId, runnerProcessInstanceId)`.
+    pub(crate) fn process_terminal(&self) -> Option<(&str, &str, &str)> {
+        let proof = self.0.get("processTerminal")?;
+        let field = |key| proof.get(key).and_then(Value::as_str).unwrap_or("");
+        Some((
+            field("state"),
+            field("runId"),
+            field("runnerProcessInstanceId"),
+        ))
+    }
+
+    pub(crate) fn steps(&self) -> &[Value] {
+        self.0
+            .get("steps")
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// State of the proof file checked against an expected run and runner:
+/// `None` when missing, `"unknown"` when invalid or not matching.
+pub(crate) fn proof_state(dir: &Path, run_id: &str, runner_id: &str) -> Option<String> {
+    let bytes = match fs::read(dir.join("process-terminal.json")) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        other => other.ok(),
+    };
+    let proof = bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let state = proof
+        .as_ref()
+        .and_then(|p| valid_proof_state(p, run_id, runner_id))
+        .unwrap_or("unknown");
+    Some(state.to_owned())
+}
+
+fn valid_proof_state<'a>(proof: &'a Value, run_id: &str, runner_id: &str) -> Option<&'a str> {
+    let field = |key| proof.get(key).and_then(Value::as_str);
+    if proof.get("version").and_then(Value::as_u64) != Some(1)
+        || field("runId") != Some(run_id)
+        || field("runnerProcessInstanceId") != Some(runner_id)
+        || run_id.is_empty()
+        || runner_id.is_empty()
+    {
+        return None;
+    }
+    let state = field("state")?;
+    match state {
+        "observed" => observed_is_complete(proof, runner_id).then_some(state),
+        "pending" | "unknown" | "not-started" => Some(state),
+        _ => None,
+    }
+}
+
+/// An `observed` proof needs `observedAt` and a runner instance with the
+/// expected id (status.md §2.4 step 5).
+fn observed_is_complete(proof: &Value, runner_id: &str) -> bool {
+    let has_time = proof.get("observedAt").is_some_and(Value::is_number);
+    let runner = proof
+        .get("instances")
+        .and_then(Value::as_array)
+        .and_then(|list| {
+            list.iter()
+                .find(|i| i.get("kind").and_then(Value::as_str) == Some("runner"))
+        });
+    has_time
+        && runner.is_some_and(|r| {
+            r.get("processInstanceId").and_then(Value::as_str) == Some(runner_id)
+                && r.get("closeObservedAt").is_some_and(Value::is_number)
+        })
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Run directories as the runner and the launcher leave them.
+
+    use std::path::Path;
+
+    use serde_json::json;
+
+    pub(crate) fn write_proof(dir: &Path, state: &str, run_id: &str, runner_id: &str) {
+        let mut proof = json!({
+            "version": 1,
+            "state": state,
+            "runId": run_id,
+            "runnerProcessInstanceId": runner_id,
+        });
+        if state == "observed" {
+            proof["observedAt"] = json!(1000);
+            proof["instances"] = json!([{
+                "kind": "runner",
+                "processInstanceId": runner_id,
+                "closeObservedAt": 999,
+                "exitCode": 0,
+                "signal": null,
+            }]);
+        } else if state == "unknown" {
+            proof["reason"] = json!("writer-close-unverified");
+        }
+        atomic_file::write_json(&dir.join("process-terminal.json"), &proof).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn proof_is_checked_against_run_and_runner() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(proof_state(tmp.path(), "r", "p"), None);
+        write_proof(tmp.path(), "observed", "r", "p");
+        assert_eq!(
+            proof_state(tmp.path(), "r", "p").as_deref(),
+            Some("observed")
+        );
+        assert_eq!(
+            proof_state(tmp.path(), "r", "other").as_deref(),
+            Some("unknown")
+        );
+        assert_eq!(
+            proof_state(tmp.path(), "x", "p").as_deref(),
+            Some("unknown")
+        );
+        write_proof(tmp.path(), "pending", "r", "p");
+        assert_eq!(
+            proof_state(tmp.path(), "r", "p").as_deref(),
+            Some("pending")
+        );
+        std::fs::write(tmp.path().join("process-terminal.json"), "{").unwrap();
+        assert_eq!(
+            proof_state(tmp.path(), "r", "p").as_deref(),
+            Some("unknown")
+        );
+    }
+
+    #[test]
+    fn malformed_status_is_unreadable_not_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(read_status(tmp.path()), StatusRead::Missing));
+        std::fs::write(tmp.path().join("status.json"), "{oops").unwrap();
+        assert!(matches!(read_status(tmp.path()), StatusRead::Unreadable(_)));
+    }
+}

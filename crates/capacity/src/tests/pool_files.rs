@@ -1,0 +1,296 @@
+//! Admission, rollback, transfer and the files they leave.
+
+use std::fs;
+
+use serde_json::json;
+
+use super::support::*;
+use crate::{CapacityError, Kind, Relation, ReleaseState, session_key};
+
+#[test]
+fn third_acquire_with_limit_two_fails_with_the_exact_error_and_snapshot() {
+    let fx = Fixture::new();
+    let first = fx.acquire("run-a", 2);
+    let second = fx.acquire("run-b", 2);
+    assert_eq!((first.owner().slot, second.owner().slot), (0, 1));
+
+    let err = fx.acquire_kind("run-c", 2, Kind::Runner).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Active async run capacity exhausted: 2/2 used."
+    );
+    let CapacityError::Exhausted(snapshot) = err else {
+        panic!("not an exhaustion error")
+    };
+    let value = serde_json::to_value(&snapshot).unwrap();
+    assert_eq!(value["used"], 2);
+    assert_eq!(value["limit"], 2);
+    assert_eq!(value["slots"][0]["runId"], "run-a");
+    assert_eq!(value["slots"][1]["runId"], "run-b");
+    assert_eq!(value["slots"][1]["kind"], "runner");
+    assert_eq!(value["slots"][1]["readable"], true);
+}
+
+#[test]
+fn rollback_of_an_unstarted_slot_frees_it_once() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    assert_eq!(fx.reconcile(1).used, 1);
+    assert!(handle.rollback().unwrap());
+    assert_eq!(fx.reconcile(1).used, 0);
+    // A new holder of slot-0 is not touched by a second rollback of the old handle.
+    let _next = fx.acquire("run-b", 1);
+    assert!(!handle.rollback().unwrap());
+    assert_eq!(fx.used(), 1);
+}
+
+#[test]
+fn started_slots_are_not_rolled_back() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    handle.mark_started("rid-a").unwrap();
+    assert!(!handle.rollback().unwrap());
+    assert_eq!(fx.used(), 1);
+    let owner = read_json(&handle.slot_dir().join("owner.json"));
+    assert_eq!(owner["runnerProcessInstanceId"], "rid-a");
+    assert_eq!(owner["runnerStartedAt"], 1_700_000_000_000u64);
+}
+
+#[test]
+fn a_garbage_owner_still_counts_and_blocks() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 1);
+    fs::write(handle.slot_dir().join("owner.json"), "not json").unwrap();
+    let err = fx.acquire_kind("run-b", 1, Kind::Runner).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Active async run capacity exhausted: 1/1 used."
+    );
+    assert!(!fx.reconcile(1).slots[0].readable);
+}
+
+#[test]
+fn no_limit_takes_no_slot_and_creates_nothing() {
+    let fx = Fixture::new();
+    assert!(fx.acquire_kind("run-a", 0, Kind::Runner).unwrap().is_none());
+    assert!(!fx.root().exists());
+    assert_eq!(fx.reconcile(0).used, 0);
+    assert!(!fx.root().exists());
+}
+
+#[test]
+fn files_are_private_and_in_the_reference_shape() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    let pool = fx.root().join(session_key(SESSION));
+    let slot = pool.join("slot-0");
+    assert_eq!(handle.slot_dir(), slot);
+    for dir in [fx.root(), pool.clone(), slot.clone()] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+    for file in [pool.join(".lock"), slot.join("owner.json")] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    let first = fs::read_to_string(slot.join("owner.json")).unwrap();
+    assert!(first.ends_with("}\n"), "first write ends with a newline");
+    let owner = read_json(&slot.join("owner.json"));
+    let keys: Vec<&str> = owner
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "version",
+            "reservationToken",
+            "ownerSessionId",
+            "ownerSessionKey",
+            "slot",
+            "runId",
+            "generation",
+            "kind",
+            "asyncDir",
+            "reservedAt",
+            "reservedByProcess"
+        ]
+    );
+    assert_eq!(owner["ownerSessionKey"], session_key(SESSION));
+    assert_eq!(owner["reservedAt"], 1_700_000_000_000u64);
+    assert_eq!(owner["reservedByProcess"]["pid"], std::process::id());
+
+    handle.mark_started("rid-a").unwrap();
+    let rewritten = fs::read_to_string(slot.join("owner.json")).unwrap();
+    assert!(
+        rewritten.ends_with('}'),
+        "rewrites have no trailing newline"
+    );
+    assert_eq!(mode(&slot.join("owner.json")), 0o600);
+    let names: Vec<String> = fs::read_dir(&slot)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["owner.json"], "no claim or temp file is left");
+}
+
+#[test]
+fn transfer_moves_the_slot_and_rollback_restores_the_source() {
+    let fx = Fixture::new();
+    let mut source = fx.acquire("run-a", 1);
+    source.mark_started("rid-a").unwrap();
+    let before = read_json(&source.slot_dir().join("owner.json"));
+    fx.write_status("run-a", "paused", "rid-a");
+
+    let mut revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    let moved = read_json(&revival.slot_dir().join("owner.json"));
+    assert_eq!(moved["generation"], 1);
+    assert_eq!(moved["runId"], "run-b");
+    assert_eq!(moved["sourceRunId"], "run-a");
+    assert_eq!(moved["reservationToken"], before["reservationToken"]);
+    assert!(moved.get("runnerProcessInstanceId").is_none());
+    assert_eq!(fx.used(), 1);
+
+    let seen = fx
+        .cap
+        .inspect(
+            &crate::InspectQuery {
+                run_id: "run-a",
+                session_id: Some(SESSION),
+                async_dir: None,
+            },
+            &fx.none_live,
+        )
+        .unwrap();
+    assert_eq!(seen.relation, Relation::Source);
+    assert_eq!(seen.release.state, ReleaseState::NotOwned);
+    assert_eq!(seen.release.reason, "slot was transferred to run-b");
+
+    assert!(revival.rollback().unwrap());
+    assert_eq!(read_json(&revival.slot_dir().join("owner.json")), before);
+    assert_eq!(revival.owner().run_id, "run-a");
+    assert!(
+        !revival.rollback().unwrap(),
+        "a second rollback does nothing"
+    );
+    assert_eq!(fx.used(), 1);
+}
+
+#[test]
+fn a_started_revival_keeps_the_slot_and_a_running_source_is_not_transferable() {
+    let fx = Fixture::new();
+    let mut source = fx.acquire("run-a", 1);
+    source.mark_started("rid-a").unwrap();
+    fx.write_status("run-a", "running", "rid-a");
+    let err = fx.transfer("run-a", "run-b", Some(1)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Active async capacity source 'run-a' is not transferable."
+    );
+
+    fx.write_status("run-a", "complete", "rid-a");
+    // The limit may be disabled by now: the transfer still works.
+    let mut revival = fx.transfer("run-a", "run-b", None).unwrap().unwrap();
+    assert_eq!(revival.owner().generation, 1);
+    assert_eq!(revival.limit(), 0);
+    assert_eq!(revival.count().unwrap().used, 1);
+    revival.mark_started("rid-b").unwrap();
+    assert!(!revival.rollback().unwrap());
+    assert_eq!(revival.owner().run_id, "run-b");
+}
+
+#[test]
+fn transfer_without_a_source_slot_acquires() {
+    let fx = Fixture::new();
+    assert!(fx.transfer("gone", "run-b", None).unwrap().is_none());
+    let handle = fx.transfer("gone", "run-b", Some(1)).unwrap().unwrap();
+    assert_eq!(handle.owner().generation, 0);
+    assert_eq!(handle.owner().kind, Kind::Runner);
+    assert!(!handle.is_transfer());
+}
+
+#[test]
+fn mark_started_fails_when_the_slot_changed_hands() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    let mut owner = read_json(&handle.slot_dir().join("owner.json"));
+    owner["generation"] = json!(5);
+    write_json(&handle.slot_dir().join("owner.json"), &owner);
+    let err = handle.mark_started("rid-a").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Active async capacity ownership changed for run 'run-a'."
+    );
+    assert!(!handle.is_started());
+    let err = handle.mark_workflow_started().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Active async capacity ownership changed for workflow 'run-a'."
+    );
+}
+
+#[test]
+fn a_reference_claim_blocks_and_a_dead_holders_claim_is_taken_over() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    let claim = crate::pool::claim_path(handle.slot_dir());
+    fs::write(&claim, "3f1c9d52-0000-4000-8000-000000000000").unwrap();
+    assert!(
+        handle.mark_started("rid-a").is_err(),
+        "a reference claim is never reclaimed"
+    );
+
+    let stale = json!({"claimToken": "old", "holder": dead_identity()});
+    write_json(&claim, &stale);
+    handle.mark_started("rid-a").unwrap();
+    assert!(!claim.exists());
+    assert!(handle.is_started());
+}
+
+#[test]
+fn spawn_decisions_bind_or_free_the_slot() {
+    let fx = Fixture::new();
+    let mut failed = fx.acquire("run-a", 2);
+    let no_runner = crate::SpawnOutcome {
+        failed: true,
+        ..Default::default()
+    };
+    failed
+        .apply(&crate::decide_after_spawn(&no_runner))
+        .unwrap();
+    assert!(!failed.slot_dir().exists());
+
+    let mut spawned = fx.acquire("run-b", 2);
+    let success = crate::SpawnOutcome {
+        pid: Some(7),
+        runner_process_instance_id: Some("rid-b"),
+        ..Default::default()
+    };
+    spawned.apply(&crate::decide_after_spawn(&success)).unwrap();
+    assert_eq!(
+        spawned.owner().runner_process_instance_id.as_deref(),
+        Some("rid-b")
+    );
+    spawned.apply(&crate::CapacityAction::Rollback).unwrap();
+    assert_eq!(fx.used(), 1, "a bound slot survives a later rollback");
+}
+
+#[test]
+fn inspect_matches_the_run_directory_after_path_resolution() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 1);
+    let dir = fx.run_dir("run-a");
+    let roundabout = dir.join("..").join(".").join("run-a");
+    let query = crate::InspectQuery {
+        run_id: "some-other-id",
+        session_id: Some(SESSION),
+        async_dir: Some(&roundabout),
+    };
+    let seen = fx.cap.inspect(&query, &fx.none_live).unwrap();
+    assert_eq!(seen.relation, Relation::Current);
+    assert_eq!(seen.slot_dir.as_deref(), Some(handle.slot_dir()));
+    let json = serde_json::to_value(&seen).unwrap();
+    assert_eq!(json["relation"], "current");
+    assert_eq!(json["release"]["state"], "retained");
+    assert_eq!(json["owner"]["runId"], "run-a");
+}

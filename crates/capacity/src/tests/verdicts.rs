@@ -1,0 +1,300 @@
+//! Release verdicts through reconcile and inspect, on real run directories.
+
+use std::collections::HashSet;
+use std::fs;
+
+use serde_json::json;
+
+use super::support::*;
+use crate::runfiles::fixtures::write_proof;
+use crate::{InspectQuery, Inspection, Kind, Relation, ReleaseState};
+
+fn inspect(fx: &Fixture, run_id: &str, live: &HashSet<String>) -> Inspection {
+    let query = InspectQuery {
+        run_id,
+        session_id: None,
+        async_dir: None,
+    };
+    fx.cap.inspect(&query, live).unwrap()
+}
+
+fn verdict(fx: &Fixture, run_id: &str) -> (ReleaseState, String) {
+    let seen = inspect(fx, run_id, &fx.none_live);
+    (seen.release.state, seen.release.reason)
+}
+
+fn retained(reason: &str) -> (ReleaseState, String) {
+    (ReleaseState::Retained, reason.to_owned())
+}
+
+#[test]
+fn an_observed_proof_releases_and_nothing_less_does() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 2);
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("status file is missing or unreadable")
+    );
+    handle.mark_started("rid-a").unwrap();
+    let dir = fx.write_status("run-a", "running", "rid-a");
+    assert_eq!(verdict(&fx, "run-a"), retained("run is still running"));
+
+    fx.write_status("run-a", "complete", "rid-a");
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("process-terminal proof is missing")
+    );
+    write_proof(&dir, "pending", "run-a", "rid-a");
+    assert_eq!(fx.reconcile(2).used, 1, "a pending proof keeps the slot");
+    write_proof(&dir, "observed", "run-a", "other-runner");
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("process-terminal proof is unknown")
+    );
+    assert_eq!(fx.reconcile(2).used, 1);
+
+    write_proof(&dir, "observed", "run-a", "rid-a");
+    let seen = inspect(&fx, "run-a", &fx.none_live);
+    assert_eq!(seen.relation, Relation::Current);
+    assert_eq!(seen.release.state, ReleaseState::Releasable);
+    assert_eq!(
+        seen.release.reason,
+        "matching observed process-terminal proof is present"
+    );
+    assert!(handle.slot_dir().exists(), "inspect never removes");
+    assert_eq!(fx.reconcile(2).used, 0);
+    assert!(!handle.slot_dir().exists());
+    let none = inspect(&fx, "run-a", &fx.none_live);
+    assert_eq!(none.relation, Relation::None);
+    assert_eq!(
+        none.release.reason,
+        "no active-capacity slot records this run"
+    );
+}
+
+#[test]
+fn an_unbound_runner_of_a_live_reserver_is_retained() {
+    let fx = Fixture::new();
+    let _handle = fx.acquire("run-a", 1);
+    fx.write_status("run-a", "complete", "rid-a");
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("runner process identity has not been recorded")
+    );
+}
+
+#[test]
+fn identity_mismatches_are_retained() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    handle.mark_started("rid-a").unwrap();
+    let dir = fx.write_status("run-a", "complete", "rid-a");
+    let mut status = read_json(&dir.join("status.json"));
+    status["runId"] = json!("run-z");
+    write_json(&dir.join("status.json"), &status);
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("status run run-z does not match owner run run-a")
+    );
+    status.as_object_mut().unwrap().remove("sessionId");
+    write_json(&dir.join("status.json"), &status);
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained(&format!(
+            "status session unknown does not match owner session {SESSION}"
+        ))
+    );
+    fs::write(dir.join("status.json"), "{broken").unwrap();
+    let (state, reason) = verdict(&fx, "run-a");
+    assert_eq!(state, ReleaseState::Retained);
+    assert!(
+        reason.starts_with("status file is missing or unreadable: failed to parse"),
+        "{reason}"
+    );
+}
+
+fn write_not_started(fx: &Fixture, run_id: &str, runner: &str, error: Option<&str>) {
+    let dir = fx.run_dir(run_id);
+    let mut status = json!({
+        "runId": run_id,
+        "sessionId": SESSION,
+        "state": "failed",
+        "processTerminal": {"version": 1, "state": "not-started", "runId": run_id, "runnerProcessInstanceId": runner},
+    });
+    if let Some(error) = error {
+        status["error"] = json!(error);
+    }
+    write_json(&dir.join("status.json"), &status);
+}
+
+#[test]
+fn a_not_started_failure_releases_only_with_an_error() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    handle.mark_started("rid-a").unwrap();
+    write_not_started(&fx, "run-a", "rid-a", None);
+    assert_eq!(fx.reconcile(1).used, 1, "no error: kept");
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("process-terminal proof is missing")
+    );
+    write_not_started(&fx, "run-a", "another-runner", Some("Timed out"));
+    assert_eq!(fx.reconcile(1).used, 1, "other runner: kept");
+    write_not_started(&fx, "run-a", "rid-a", Some("Timed out"));
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        (
+            ReleaseState::Releasable,
+            "run failed before child startup completed".to_owned()
+        )
+    );
+    assert_eq!(fx.reconcile(1).used, 0);
+}
+
+#[test]
+fn a_transferred_revival_that_failed_before_startup_is_released() {
+    let fx = Fixture::new();
+    let mut source = fx.acquire("run-a", 1);
+    source.mark_started("rid-a").unwrap();
+    let source_dir = fx.write_status("run-a", "complete", "rid-a");
+    write_proof(&source_dir, "observed", "run-a", "rid-a");
+    let mut revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    revival.mark_started("rid-b").unwrap();
+    assert_eq!(
+        fx.reconcile(1).used,
+        1,
+        "the source's old proof does not free the revival"
+    );
+    write_not_started(&fx, "run-b", "rid-b", Some("runner wrote an error"));
+    assert_eq!(fx.reconcile(1).used, 0);
+}
+
+#[test]
+fn an_abandoned_reservation_is_released_once_its_reserver_is_dead() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 1);
+    let owner_path = handle.slot_dir().join("owner.json");
+    let mut owner = read_json(&owner_path);
+    owner["reservedByProcess"] = json!(dead_identity());
+    write_json(&owner_path, &owner);
+    // A runner trace means a runner may exist: keep the slot.
+    let dir = fx.run_dir("run-a");
+    fs::write(dir.join("runner-startup.json"), "{}").unwrap();
+    assert_eq!(fx.reconcile(1).used, 1);
+    fs::remove_file(dir.join("runner-startup.json")).unwrap();
+    let (state, reason) = verdict(&fx, "run-a");
+    assert_eq!(state, ReleaseState::Releasable);
+    assert!(
+        reason.contains("died before a runner was bound"),
+        "{reason}"
+    );
+    assert_eq!(fx.reconcile(1).used, 0);
+}
+
+#[test]
+fn a_dead_reserver_whose_runner_finished_is_released_by_the_runners_proof() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 1);
+    let owner_path = handle.slot_dir().join("owner.json");
+    let mut owner = read_json(&owner_path);
+    owner["reservedByProcess"] = json!(dead_identity());
+    write_json(&owner_path, &owner);
+    let dir = fx.write_status("run-a", "complete", "rid-a");
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("process-terminal proof is missing")
+    );
+    write_proof(&dir, "observed", "run-a", "rid-a");
+    assert_eq!(fx.reconcile(1).used, 0);
+}
+
+fn write_workflow(fx: &Fixture, run_id: &str, state: &str, steps: serde_json::Value) {
+    let dir = fx.run_dir(run_id);
+    let status = json!({"runId": run_id, "sessionId": SESSION, "mode": "workflow", "state": state, "steps": steps});
+    write_json(&dir.join("status.json"), &status);
+}
+
+#[test]
+fn a_workflow_is_released_when_its_controller_is_gone_and_children_are_proven() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire_kind("wf", 1, Kind::Workflow).unwrap().unwrap();
+    handle.mark_workflow_started().unwrap();
+    let child_step = json!([
+        {"agent": "scout", "status": "failed", "async": false},
+        {"agent": "worker", "workflowKey": "build", "status": "complete", "async": true, "runId": "child-1"},
+    ]);
+    write_workflow(&fx, "wf", "running", child_step.clone());
+    assert_eq!(verdict(&fx, "wf"), retained("workflow is still running"));
+    write_workflow(&fx, "wf", "complete", child_step);
+    let live: HashSet<String> = ["wf".to_owned()].into();
+    let seen = inspect(&fx, "wf", &live);
+    assert_eq!(seen.release.reason, "workflow controller is still live");
+
+    assert_eq!(
+        verdict(&fx, "wf"),
+        retained("async workflow child build directory is missing")
+    );
+    let child_dir = fx.run_dir("child-1");
+    assert_eq!(
+        verdict(&fx, "wf"),
+        retained("async workflow child build status is missing or unreadable")
+    );
+    write_not_started(&fx, "child-1", "rid-c", Some("failed before proceed"));
+    assert_eq!(
+        verdict(&fx, "wf"),
+        retained("async workflow child build process-terminal proof is missing")
+    );
+    write_proof(&child_dir, "unknown", "child-1", "rid-c");
+    assert_eq!(fx.reconcile(1).used, 1);
+    write_proof(&child_dir, "observed", "child-1", "rid-c");
+    assert_eq!(
+        verdict(&fx, "wf").0,
+        ReleaseState::Releasable,
+        "all children proven"
+    );
+    assert_eq!(fx.cap.reconcile(SESSION, Some(1), &live).unwrap().used, 1);
+    assert_eq!(fx.reconcile(1).used, 0);
+}
+
+#[test]
+fn workflow_steps_block_release_in_order() {
+    let fx = Fixture::new();
+    let _handle = fx.acquire_kind("wf", 1, Kind::Workflow).unwrap().unwrap();
+    let cases = [
+        (
+            json!([{"agent": "a", "status": "running", "async": true}]),
+            "workflow child a is still running",
+        ),
+        (
+            json!([{"agent": "a", "status": "complete"}]),
+            "workflow child a is missing async classification",
+        ),
+        (
+            json!([{"agent": "a", "status": "complete", "async": true}]),
+            "async workflow child a is missing run id",
+        ),
+        (
+            json!([{"agent": "a", "status": "complete", "async": true, "runId": "nope"}]),
+            "async workflow child a directory is missing",
+        ),
+    ];
+    for (steps, reason) in cases {
+        write_workflow(&fx, "wf", "failed", steps);
+        assert_eq!(verdict(&fx, "wf"), retained(reason));
+    }
+    write_workflow(
+        &fx,
+        "wf",
+        "failed",
+        json!([{"agent": "a", "status": "failed", "async": false}]),
+    );
+    assert_eq!(verdict(&fx, "wf").0, ReleaseState::Releasable);
+    let dir = fx.run_dir("wf");
+    let mut status = read_json(&dir.join("status.json"));
+    status["mode"] = json!("chain");
+    write_json(&dir.join("status.json"), &status);
+    assert_eq!(
+        verdict(&fx, "wf"),
+        retained("status mode is chain, not workflow")
+    );
+}

@@ -1,0 +1,232 @@
+//! Release verdicts (capacity.md §7): may a slot be freed?
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use process_identity::Liveness;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::owner::{Kind, OwnerRecord};
+use crate::runfiles::{RunStatus, StatusRead, proof_state, read_status};
+
+/// The three verdict states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseState {
+    /// The run is provably finished; reconcile frees the slot.
+    Releasable,
+    /// The slot stays.
+    Retained,
+    /// The slot does not belong to the asked-about run (inspect only).
+    NotOwned,
+}
+
+/// A verdict with its human-readable reason (the reference's texts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// The decision.
+    pub state: ReleaseState,
+    /// Why, as `debug.run` prints it.
+    pub reason: String,
+}
+
+impl Verdict {
+    fn new(state: ReleaseState, reason: impl Into<String>) -> Self {
+        Self {
+            state,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn not_owned(reason: impl Into<String>) -> Self {
+        Self::new(ReleaseState::NotOwned, reason)
+    }
+}
+
+fn retained(reason: impl Into<String>) -> Verdict {
+    Verdict::new(ReleaseState::Retained, reason)
+}
+
+fn releasable(reason: impl Into<String>) -> Verdict {
+    Verdict::new(ReleaseState::Releasable, reason)
+}
+
+const STATUS_MISSING: &str = "status file is missing or unreadable";
+
+/// The verdict for one owner; `live_workflows` are the workflow run ids whose
+/// controllers are live in this process.
+pub fn release_verdict(owner: &OwnerRecord, live_workflows: &HashSet<String>) -> Verdict {
+    match owner.kind {
+        Kind::Runner => runner_verdict(owner),
+        Kind::Workflow => workflow_verdict(owner, live_workflows),
+    }
+}
+
+fn load_status(owner: &OwnerRecord) -> Result<RunStatus, Verdict> {
+    match read_status(Path::new(&owner.async_dir)) {
+        StatusRead::Present(status) => Ok(status),
+        StatusRead::Missing => Err(abandoned(owner).unwrap_or_else(|| retained(STATUS_MISSING))),
+        StatusRead::Unreadable(e) => Err(retained(format!("{STATUS_MISSING}: {e}"))),
+    }
+}
+
+/// Extension of the Rust version: the process that reserved the slot died
+/// before binding a runner, and the run directory shows no runner at all.
+fn abandoned(owner: &OwnerRecord) -> Option<Verdict> {
+    let dir = Path::new(&owner.async_dir);
+    let no_runner_trace = ["process-terminal-candidate.json", "runner-startup.json"]
+        .iter()
+        .all(|name| !dir.join(name).exists());
+    (reserver_is_dead(owner) && no_runner_trace).then(|| {
+        let pid = owner.reserved_by_process.as_ref().map_or(0, |p| p.pid);
+        releasable(format!(
+            "reserving process {pid} died before a runner was bound"
+        ))
+    })
+}
+
+fn reserver_is_dead(owner: &OwnerRecord) -> bool {
+    !owner.is_started()
+        && owner
+            .reserved_by_process
+            .as_ref()
+            .is_some_and(|p| p.liveness() == Liveness::Dead)
+}
+
+/// The runner the slot is bound to. When the reserving process died before
+/// `mark_started`, the runner named by the status stands in for it.
+fn runner_id<'a>(owner: &'a OwnerRecord, status: &'a RunStatus) -> Option<&'a str> {
+    if let Some(id) = owner.runner_process_instance_id.as_deref() {
+        return Some(id);
+    }
+    let from_status = status.process_terminal().map(|(_, _, id)| id);
+    from_status.filter(|id| !id.is_empty() && reserver_is_dead(owner))
+}
+
+fn identity_mismatch(owner: &OwnerRecord, status: &RunStatus) -> Option<Verdict> {
+    if status.session_id() != Some(owner.owner_session_id.as_str()) {
+        return Some(retained(format!(
+            "status session {} does not match owner session {}",
+            status.session_id().unwrap_or("unknown"),
+            owner.owner_session_id
+        )));
+    }
+    if status.run_id() != Some(owner.run_id.as_str()) {
+        return Some(retained(format!(
+            "status run {} does not match owner run {}",
+            status.run_id().unwrap_or("unknown"),
+            owner.run_id
+        )));
+    }
+    None
+}
+
+fn state_text(status: &RunStatus) -> &str {
+    status.state().unwrap_or("unknown")
+}
+
+fn runner_verdict(owner: &OwnerRecord) -> Verdict {
+    let status = match load_status(owner) {
+        Ok(status) => status,
+        Err(verdict) => return verdict,
+    };
+    let Some(runner) = runner_id(owner, &status) else {
+        return retained("runner process identity has not been recorded");
+    };
+    if let Some(verdict) = identity_mismatch(owner, &status) {
+        return verdict;
+    }
+    if !status.is_terminal() {
+        return retained(format!("run is still {}", state_text(&status)));
+    }
+    if status.process_terminal() == Some(("not-started", &owner.run_id, runner))
+        && status.has_error()
+    {
+        return releasable("run failed before child startup completed");
+    }
+    match proof_state(Path::new(&owner.async_dir), &owner.run_id, runner) {
+        Some(state) if state == "observed" => {
+            releasable("matching observed process-terminal proof is present")
+        }
+        state => retained(format!(
+            "process-terminal proof is {}",
+            state.as_deref().unwrap_or("missing")
+        )),
+    }
+}
+
+fn workflow_verdict(owner: &OwnerRecord, live_workflows: &HashSet<String>) -> Verdict {
+    let status = match load_status(owner) {
+        Ok(status) => status,
+        Err(verdict) => return verdict,
+    };
+    if let Some(verdict) = identity_mismatch(owner, &status) {
+        return verdict;
+    }
+    if status.mode() != Some("workflow") {
+        let mode = status.mode().unwrap_or("unknown");
+        return retained(format!("status mode is {mode}, not workflow"));
+    }
+    if !status.is_terminal() {
+        return retained(format!("workflow is still {}", state_text(&status)));
+    }
+    if live_workflows.contains(&owner.run_id) {
+        return retained("workflow controller is still live");
+    }
+    let runs_root = Path::new(&owner.async_dir)
+        .parent()
+        .unwrap_or(Path::new("/"));
+    for step in status.steps() {
+        if let Some(verdict) = unsettled_child(step, runs_root) {
+            return verdict;
+        }
+    }
+    releasable("workflow is terminal, controller is gone, and async children have observed proof")
+}
+
+/// Rule 7 for one workflow step: `None` when the step is settled.
+fn unsettled_child(step: &Value, runs_root: &Path) -> Option<Verdict> {
+    let text = |key| step.get(key).and_then(Value::as_str);
+    let label = text("workflowKey").or(text("agent")).unwrap_or("unknown");
+    if let Some(state @ ("pending" | "running" | "paused")) = text("status") {
+        return Some(retained(format!("workflow child {label} is still {state}")));
+    }
+    match step.get("async").and_then(Value::as_bool) {
+        None => {
+            return Some(retained(format!(
+                "workflow child {label} is missing async classification"
+            )));
+        }
+        Some(false) => return None,
+        Some(true) => {}
+    }
+    let child = |what: &str| Some(retained(format!("async workflow child {label} {what}")));
+    let Some(run_id) = text("runId").filter(|id| !id.is_empty()) else {
+        return child("is missing run id");
+    };
+    let dir = runs_root.join(run_id);
+    if !dir.is_dir() {
+        return child("directory is missing");
+    }
+    let StatusRead::Present(status) = read_status(&dir) else {
+        return child("status is missing or unreadable");
+    };
+    if !status.is_terminal() {
+        return child(&format!("is still {}", state_text(&status)));
+    }
+    let runner = status
+        .process_terminal()
+        .map(|(_, _, id)| id)
+        .filter(|id| !id.is_empty());
+    let Some(runner) = runner else {
+        return child("has no runner process identity");
+    };
+    match proof_state(&dir, run_id, runner) {
+        Some(state) if state == "observed" => None,
+        state => child(&format!(
+            "process-terminal proof is {}",
+            state.as_deref().unwrap_or("missing")
+        )),
+    }
+}

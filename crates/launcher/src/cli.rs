@@ -1,0 +1,139 @@
+//! Command-line definitions (the contract in `shared/spec/cli.md`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Durable background runs of AI agent CLIs.
+#[derive(Debug, Parser)]
+#[command(name = "subagents", version, about, propagate_version = true)]
+pub struct Cli {
+    /// State root (else $SUBAGENTS_ROOT, $XDG_STATE_HOME/subagents, ~/.local/state/subagents).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Launch a detached background run of COMMAND.
+    Run(RunArgs),
+    /// Show one run.
+    Status {
+        /// Run id or unique prefix.
+        run: String,
+        /// Print the run summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List active runs (or every run with --all).
+    List(ListArgs),
+    /// Block until every named run is over.
+    Wait {
+        /// Run ids or unique prefixes.
+        #[arg(required = true)]
+        runs: Vec<String>,
+        /// Give up after this long (e.g. 90s, 30m); exit 124.
+        #[arg(long, value_name = "DURATION")]
+        timeout: Option<String>,
+        /// Print the final summaries as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a run: its runner and every child process group.
+    Stop {
+        /// Run id or unique prefix.
+        run: String,
+        /// Why (kept in status.json).
+        #[arg(long, default_value = "Subagent stopped by user.")]
+        reason: String,
+        /// Print the final summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run's output and logs.
+    Logs {
+        /// Run id or unique prefix.
+        run: String,
+        /// Keep printing new output until the run is over.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Repair stale runs and finalize what the evidence allows.
+    Reconcile {
+        /// Print what was repaired as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hide a run from `list` without touching its processes.
+    Dismiss {
+        /// Run id or unique prefix.
+        run: String,
+    },
+    /// Print a shell completion script.
+    Completions {
+        /// bash, zsh or fish (also elvish, powershell).
+        shell: clap_complete::Shell,
+    },
+    /// Internal: the supervisor that waits on a runner and writes its proof.
+    #[command(name = "__monitor", hide = true)]
+    Monitor,
+    /// Internal: the runner of one run.
+    #[command(name = "__runner", hide = true)]
+    Runner,
+}
+
+/// `subagents run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Agent label shown in status (default: COMMAND's file name).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The task prompt (written to task.md, stdin and $SUBAGENTS_TASK_FILE).
+    #[arg(long, conflicts_with = "task_file")]
+    pub task: Option<String>,
+    /// Read the task prompt from FILE.
+    #[arg(long, value_name = "FILE")]
+    pub task_file: Option<PathBuf>,
+    /// Working directory of COMMAND.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Wall-clock deadline (e.g. 30m, 90s; 0 for none). Default 30m.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Explicit run id (refused if it exists or is not a safe file name).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Owner session (else $SUBAGENTS_SESSION_ID).
+    #[arg(long, env = "SUBAGENTS_SESSION_ID")]
+    pub session: Option<String>,
+    /// Print {runId, asyncDir, pid, runnerProcessInstanceId} as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Block until the run is over and exit with its result.
+    #[arg(long)]
+    pub wait: bool,
+    /// The command and its arguments; `{task_file}` is replaced by the task file path.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `subagents list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Every run, newest first, not only active ones.
+    #[arg(long)]
+    pub all: bool,
+    /// Only runs of this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// At most N runs.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Print an array of run summaries as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

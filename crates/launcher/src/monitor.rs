@@ -1,0 +1,268 @@
+//! `subagents __monitor`: the runner's parent, and the process that proves
+//! the run is over.
+//!
+//! The reference finalizes a run's proof in whichever process spawned the
+//! runner, so a launcher that exits early leaves the proof `pending` forever.
+//! Here the launcher spawns this small monitor in a new session; the monitor
+//! spawns the runner, waits on it with `waitpid` (a true answer, zombies
+//! included), terminates whatever the runner left behind (it is a child
+//! subreaper, so orphans come back to it), repairs the status if the runner
+//! died before its final write, and then finalizes `process-terminal.json`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::Pid;
+use serde_json::json;
+use status::model::update_status;
+use status::proof::{
+    self, Candidate, ProcessTerminal, ProcessTree, ProofState, RunnerClose, WriterRecord,
+};
+use status::{RunStatus, events, now_ms, reconcile};
+
+use crate::config::LaunchConfig;
+use crate::procs::{Ended, Signals, empty_group};
+
+/// The monitor's entry point; returns the process exit code.
+pub fn main() -> i32 {
+    let config: LaunchConfig = match serde_json::from_reader(std::io::stdin()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("subagents: failed to read monitor config from stdin: {e}");
+            return 1;
+        }
+    };
+    let Ok(mut signals) = Signals::block() else {
+        eprintln!(
+            "subagents: failed to block signals in the monitor of '{}'",
+            config.run_id
+        );
+        return 1;
+    };
+    crate::runner::become_subreaper();
+    let runner = match spawn_runner(&config) {
+        Ok(pid) => pid,
+        Err(e) => {
+            record_spawn_failure(&config, &e.to_string());
+            return 1;
+        }
+    };
+    let (ended, mut reaped) = wait_for(runner);
+    let closed_at = now_ms();
+    let (_, more) = empty_group(
+        &mut signals,
+        None,
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    );
+    reaped.extend(more);
+    repair_if_unfinished(&config, ended, &mut signals, &reaped);
+    let close = RunnerClose {
+        process_instance_id: config.runner_process_instance_id.clone(),
+        close_observed_at: closed_at,
+        exit_code: ended.code(),
+        signal: ended.signal(),
+    };
+    proof::finalize(
+        &config.run_dir,
+        &config.run_id,
+        &close,
+        &proof::no_leases,
+        now_ms(),
+    );
+    0
+}
+
+fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .arg("__runner")
+        .current_dir(&config.run_dir)
+        .stdin(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    // SAFETY: only resets the signal mask (async-signal-safe) between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(
+            &mut command,
+            crate::procs::unblock_all_in_child,
+        );
+    }
+    let mut child = command.spawn()?;
+    // The runner inherited the ready pipe; our copy must close so the
+    // launcher sees EOF if the runner dies before reporting.
+    // SAFETY: descriptor 3 is the ready pipe handed to us and no longer used here.
+    unsafe {
+        libc::close(3);
+    }
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("runner has no stdin"))?;
+    stdin.write_all(&serde_json::to_vec(config).map_err(std::io::Error::other)?)?;
+    Ok(child.id())
+}
+
+/// Blocks until the runner exits, reaping any orphan met on the way.
+fn wait_for(runner: u32) -> (Ended, BTreeMap<u32, Ended>) {
+    let mut reaped = BTreeMap::new();
+    loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(WaitStatus::Exited(pid, code)) => {
+                let ended = Ended::Exited(code);
+                if pid.as_raw() as u32 == runner {
+                    return (ended, reaped);
+                }
+                reaped.insert(pid.as_raw() as u32, ended);
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                let ended = Ended::Signaled(sig);
+                if pid.as_raw() as u32 == runner {
+                    return (ended, reaped);
+                }
+                reaped.insert(pid.as_raw() as u32, ended);
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            // No children at all: the runner is gone without a status we could read.
+            Err(_) => return (Ended::Exited(-1), reaped),
+        }
+    }
+}
+
+/// A runner that died before its final write leaves an active status and no
+/// candidate; we know better than a later stale check, so say it now.
+fn repair_if_unfinished(
+    config: &LaunchConfig,
+    ended: Ended,
+    signals: &mut Signals,
+    reaped: &BTreeMap<u32, Ended>,
+) {
+    let dir = &config.run_dir;
+    let Ok(Some(current)) = status::model::read_status(dir) else {
+        return;
+    };
+    let runner_finished = proof::read_candidate(dir).ok().flatten().is_some();
+    if !current.state.is_active() && runner_finished {
+        return;
+    }
+    let child = current
+        .steps()
+        .first()
+        .and_then(|s| s.external_process.as_ref())
+        .and_then(|p| p.pid);
+    let (alive, more) = empty_group(
+        signals,
+        child,
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    );
+    let message = reconcile::with_stderr_tail(
+        dir,
+        format!(
+            "Async runner process exited with {} before writing a final status.",
+            ended.describe()
+        ),
+    );
+    let now = now_ms();
+    let repaired = update_status(dir, |s| {
+        let s = s?;
+        s.state.is_active().then(|| {
+            let mut s = reconcile::repair(s, &message, now);
+            s.error = Some(message.clone());
+            s
+        })
+    });
+    if let Ok(Some(status)) = &repaired {
+        let _ = events::append(
+            dir,
+            "subagent.run.repaired_stale",
+            &config.run_id,
+            now,
+            json!({"pid": status.pid, "message": message}),
+        );
+    }
+    if proof::read_candidate(dir).ok().flatten().is_none() {
+        let mut all = reaped.clone();
+        all.extend(more);
+        let status = repaired.ok().flatten().unwrap_or(current);
+        let _ = proof::write_candidate(
+            dir,
+            &witnessed_candidate(config, &status, child, &all, alive.is_empty()),
+        );
+    }
+}
+
+/// The candidate the runner could not write, from what the monitor itself
+/// witnessed: the child it reaped and the group it verified empty.
+fn witnessed_candidate(
+    config: &LaunchConfig,
+    status: &RunStatus,
+    child: Option<u32>,
+    reaped: &BTreeMap<u32, Ended>,
+    group_gone: bool,
+) -> Candidate {
+    let mut writers = BTreeMap::new();
+    if let Some(pid) = child {
+        let ended = reaped.get(&pid).copied();
+        let tree = if group_gone {
+            ProcessTree::Observed {
+                mechanism: "posix-process-group".into(),
+                process_group_id: pid,
+                verified_at: now_ms(),
+            }
+        } else {
+            ProcessTree::Unknown {
+                reason: "verification-failed".into(),
+                diagnostic: Some("group not empty after SIGKILL".into()),
+            }
+        };
+        writers.insert(
+            "0".to_owned(),
+            vec![WriterRecord {
+                process_instance_id: format!("{}-writer-0", config.runner_process_instance_id),
+                kind: "pi-writer".into(),
+                attempt: 0,
+                close_observed_at: status.ended_at.unwrap_or_else(now_ms),
+                exit_code: ended.and_then(Ended::code),
+                signal: ended.and_then(Ended::signal),
+                process_tree: tree,
+            }],
+        );
+    }
+    Candidate {
+        version: 1,
+        run_id: config.run_id.clone(),
+        runner_process_instance_id: config.runner_process_instance_id.clone(),
+        writers,
+        expected_writers: Some(BTreeMap::from([(
+            "0".to_owned(),
+            u64::from(child.is_some()),
+        )])),
+        session_file: None,
+        revival_lease_token: None,
+        revival_lease_release_acknowledged: None,
+    }
+}
+
+/// The runner never existed: the run failed, and no process can be left.
+fn record_spawn_failure(config: &LaunchConfig, error: &str) {
+    let message = format!("failed to spawn runner: {error}");
+    eprintln!("subagents: {message}");
+    let now = now_ms();
+    let _ = update_status(&config.run_dir, |s| {
+        let mut s = s?;
+        s.state = status::RunState::Failed;
+        s.error = Some(message.clone());
+        s.last_update = Some(now);
+        s.ended_at = Some(now);
+        let proof = ProcessTerminal::new(
+            ProofState::NotStarted,
+            &config.run_id,
+            &config.runner_process_instance_id,
+        );
+        s.process_terminal = Some(proof.to_value());
+        Some(s)
+    });
+}

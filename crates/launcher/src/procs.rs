@@ -1,0 +1,191 @@
+//! Process plumbing shared by the runner, the monitor and `stop`: signal
+//! waiting without sleeps, reaping, and emptying process groups.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal, killpg};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Exited with a code.
+    Exited(i32),
+    /// Killed by a signal.
+    Signaled(Signal),
+}
+
+impl Ended {
+    /// Exit code, when it exited.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            Self::Exited(code) => Some(code),
+            Self::Signaled(_) => None,
+        }
+    }
+
+    /// Signal name, when a signal ended it.
+    pub fn signal(self) -> Option<String> {
+        match self {
+            Self::Exited(_) => None,
+            Self::Signaled(sig) => Some(sig.as_str().to_owned()),
+        }
+    }
+
+    /// "exit code N" or "signal SIGX".
+    pub fn describe(self) -> String {
+        match self {
+            Self::Exited(code) => format!("exit code {code}"),
+            Self::Signaled(sig) => format!("signal {}", sig.as_str()),
+        }
+    }
+}
+
+/// Blocked signals delivered through a signalfd, so a single `poll` waits for
+/// "a child changed state", "we were asked to stop" or a deadline.
+pub struct Signals {
+    fd: SignalFd,
+}
+
+/// What woke a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// SIGCHLD: reap.
+    Child,
+    /// SIGTERM, SIGINT or SIGHUP.
+    Stop,
+    /// The deadline passed.
+    Deadline,
+}
+
+impl Signals {
+    /// Blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP for this (single-threaded)
+    /// process and opens a signalfd for them.
+    pub fn block() -> nix::Result<Self> {
+        let mut mask = SigSet::empty();
+        for sig in [
+            Signal::SIGCHLD,
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+        ] {
+            mask.add(sig);
+        }
+        mask.thread_block()?;
+        let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+        Ok(Self { fd })
+    }
+
+    /// Waits for the next signal or `deadline`.
+    pub fn wait(&mut self, deadline: Option<Instant>) -> nix::Result<Wake> {
+        loop {
+            if let Some(wake) = self.pending()? {
+                return Ok(wake);
+            }
+            let timeout = match deadline {
+                None => PollTimeout::NONE,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(Wake::Deadline);
+                    }
+                    PollTimeout::try_from(left.as_millis().clamp(1, i32::MAX as u128) as i32)
+                        .unwrap_or(PollTimeout::MAX)
+                }
+            };
+            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn pending(&mut self) -> nix::Result<Option<Wake>> {
+        match self.fd.read_signal()? {
+            None => Ok(None),
+            Some(info) if info.ssi_signo == Signal::SIGCHLD as u32 => Ok(Some(Wake::Child)),
+            Some(_) => Ok(Some(Wake::Stop)),
+        }
+    }
+}
+
+/// Restores an empty signal mask; for `pre_exec` of children.
+pub fn unblock_all_in_child() -> std::io::Result<()> {
+    SigSet::empty()
+        .thread_set_mask()
+        .map_err(std::io::Error::from)
+}
+
+/// Reaps every exited child without blocking; returns pid → how it ended.
+pub fn reap_all() -> BTreeMap<u32, Ended> {
+    let mut reaped = BTreeMap::new();
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => {
+                reaped.insert(pid.as_raw() as u32, Ended::Exited(code));
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                reaped.insert(pid.as_raw() as u32, Ended::Signaled(sig));
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return reaped,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Sends `sig` to a process group; a group that is already gone is fine.
+pub fn signal_group(pgid: u32, sig: Signal) {
+    let _ = killpg(Pid::from_raw(pgid as i32), sig);
+}
+
+/// Live processes that must be gone before a step counts as over: members of
+/// `pgid` and (when we are a subreaper) orphans reparented to us.
+pub fn leftovers(pgid: Option<u32>) -> Vec<u32> {
+    let mut pids = pgid
+        .map(|g| process_identity::group_members(g).unwrap_or_default())
+        .unwrap_or_default();
+    pids.extend(process_identity::children_of(std::process::id()).unwrap_or_default());
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Terminates `pgid` and our orphans: SIGTERM, wait up to `term_wait`,
+/// SIGKILL, wait up to `kill_wait`. Returns the pids still alive (empty =
+/// verified gone) and everything reaped on the way.
+pub fn empty_group(
+    signals: &mut Signals,
+    pgid: Option<u32>,
+    term_wait: Duration,
+    kill_wait: Duration,
+) -> (Vec<u32>, BTreeMap<u32, Ended>) {
+    let mut reaped = reap_all();
+    for (sig, wait) in [(Signal::SIGTERM, term_wait), (Signal::SIGKILL, kill_wait)] {
+        let alive = leftovers(pgid);
+        if alive.is_empty() {
+            return (alive, reaped);
+        }
+        if let Some(g) = pgid {
+            signal_group(g, sig);
+        }
+        for pid in &alive {
+            let _ = nix::sys::signal::kill(Pid::from_raw(*pid as i32), sig);
+        }
+        let deadline = Instant::now() + wait;
+        while !leftovers(pgid).is_empty() && Instant::now() < deadline {
+            // Grandchildren send no SIGCHLD to us while their parent lives, so
+            // wake at least every 25 ms to look again.
+            let tick = (Instant::now() + Duration::from_millis(25)).min(deadline);
+            let _ = signals.wait(Some(tick));
+            reaped.extend(reap_all());
+        }
+    }
+    (leftovers(pgid), reaped)
+}

@@ -1,0 +1,68 @@
+//! Resolving the state root and small shared helpers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `--root`, else `$SUBAGENTS_ROOT`, else `$XDG_STATE_HOME/subagents`, else
+/// `~/.local/state/subagents`.
+pub fn state_root(flag: Option<PathBuf>) -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    flag.or_else(|| env("SUBAGENTS_ROOT"))
+        .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("subagents")))
+        .or_else(|| env("HOME").map(|h| h.join(".local/state/subagents")))
+        .unwrap_or_else(|| PathBuf::from(".subagents"))
+}
+
+/// The home directory used to shorten paths in human output.
+pub fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Parses `30m`, `90s`, `1500ms`, `2h` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration '{text}'"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration '{text}': unit must be ms, s, m or h"
+            ));
+        }
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!("invalid duration '{text}'"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,160 @@
+//! `subagents wait`: block until runs are over, woken by file events.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use notify::{RecursiveMode, Watcher};
+use status::list::RunSummary;
+use status::{Layout, RunState, now_ms};
+
+use crate::commands::resolve;
+use crate::error::{CliError, CliResult, Exit};
+use crate::root::parse_duration;
+
+/// Without events we still look this often: a runner killed with SIGKILL
+/// writes nothing, and only a liveness check notices it.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Watches `dirs` (non-recursively); the receiver gets `()` on any change.
+/// When no watcher can be created, the receiver never fires and callers fall
+/// back to their periodic re-check.
+pub fn watch_dirs(dirs: &[PathBuf]) -> (Option<notify::RecommendedWatcher>, Receiver<()>) {
+    let (tx, rx) = channel();
+    let watcher = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
+        let _ = tx.send(());
+    });
+    let Ok(mut watcher) = watcher else {
+        return (None, rx);
+    };
+    for dir in dirs {
+        let _ = watcher.watch(dir, RecursiveMode::NonRecursive);
+    }
+    (Some(watcher), rx)
+}
+
+/// `subagents wait RUN... [--timeout] [--json]`.
+pub fn wait_command(
+    layout: &Layout,
+    ids: &[String],
+    timeout: Option<&str>,
+    json: bool,
+) -> CliResult {
+    let timeout = timeout
+        .map(|t| {
+            parse_duration(t)
+                .map_err(|e| CliError::failed(format!("failed to parse --timeout: {e}")))
+        })
+        .transpose()?;
+    let runs = wait_for_runs(layout, ids, timeout)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&runs).unwrap_or_default()
+        );
+    } else {
+        for run in &runs {
+            let error = run
+                .status
+                .error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default();
+            println!("{} {}{error}", run.id, run.status.state);
+        }
+    }
+    if runs.iter().all(|r| r.status.state == RunState::Complete) {
+        Ok(())
+    } else {
+        Err(CliError::silent(Exit::Failed))
+    }
+}
+
+/// Blocks until every run is terminal; exit 124 past `timeout`.
+pub fn wait_for_runs(
+    layout: &Layout,
+    ids: &[String],
+    timeout: Option<Duration>,
+) -> CliResult<Vec<RunSummary>> {
+    let ids: Vec<String> = ids
+        .iter()
+        .map(|id| resolve(layout, id))
+        .collect::<CliResult<_>>()?;
+    let dirs: Vec<PathBuf> = ids.iter().map(|id| layout.run_dir(id)).collect();
+    let (_watcher, events) = watch_dirs(&dirs);
+    let started = Instant::now();
+    let deadline = timeout.map(|t| started + t);
+    let progress = std::io::stderr().is_terminal();
+    loop {
+        let runs = load_all(layout, &ids)?;
+        if runs.iter().all(is_settled) {
+            if progress {
+                eprint!("\r\x1b[K");
+            }
+            return Ok(runs);
+        }
+        if progress {
+            eprint!("\r\x1b[K{}", progress_line(&runs, started.elapsed()));
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            if progress {
+                eprintln!();
+            }
+            let waiting: Vec<&str> = runs
+                .iter()
+                .filter(|r| r.status.state.is_active())
+                .map(|r| r.id.as_str())
+                .collect();
+            return Err(CliError::new(
+                Exit::Timeout,
+                format!("timed out waiting for {}", waiting.join(", ")),
+            ));
+        }
+        let tick = deadline.map_or(RECHECK, |d| d.saturating_duration_since(now).min(RECHECK));
+        let _ = events.recv_timeout(tick);
+        while events.try_recv().is_ok() {}
+    }
+}
+
+/// Over, and (while its monitor lives) with the proof finalized, so that
+/// `status` right after `wait` shows the final proof.
+pub fn is_settled(run: &RunSummary) -> bool {
+    if run.status.state.is_active() {
+        return false;
+    }
+    let pending = run
+        .proof()
+        .is_some_and(|p| p.state == status::proof::ProofState::Pending);
+    let monitor_alive = run
+        .status
+        .monitor_identity
+        .as_ref()
+        .is_some_and(|m| m.liveness() == process_identity::Liveness::Alive);
+    !(pending && monitor_alive)
+}
+
+fn load_all(layout: &Layout, ids: &[String]) -> CliResult<Vec<RunSummary>> {
+    ids.iter()
+        .map(|id| {
+            status::list::load(layout, id, true, now_ms(), None)?.ok_or_else(|| {
+                CliError::new(Exit::NotFound, format!("run '{id}' has no status.json"))
+            })
+        })
+        .collect()
+}
+
+fn progress_line(runs: &[RunSummary], elapsed: Duration) -> String {
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            let step = r
+                .status
+                .current_step
+                .map(|c| format!(" step {}/{}", c + 1, r.status.steps().len().max(1)));
+            format!("{} {}{}", r.id, r.status.state, step.unwrap_or_default())
+        })
+        .collect();
+    format!("waiting {}s: {}", elapsed.as_secs(), parts.join(", "))
+}
