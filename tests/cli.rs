@@ -456,3 +456,160 @@ fn completions_are_printed() {
     assert!(env.ok(&["completions", "zsh"]).contains("subagents"));
     assert!(env.ok(&["completions", "fish"]).contains("subagents"));
 }
+
+/// A command that blocks until `release` is called, without sleeping.
+fn gated(env: &Env, name: &str) -> (String, Vec<String>) {
+    let fifo = Path::new(env.work()).join(name);
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let script = format!("read line < '{}'", fifo.display());
+    (
+        fifo.display().to_string(),
+        vec!["sh".into(), "-c".into(), script],
+    )
+}
+
+fn release(fifo: &str) {
+    std::fs::write(fifo, "go\n").unwrap();
+}
+
+fn run_count(env: &Env) -> usize {
+    std::fs::read_dir(env.root().join("async-subagent-runs"))
+        .unwrap()
+        .filter(|e| {
+            !e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with('.')
+        })
+        .count()
+}
+
+#[test]
+fn capacity_refuses_over_the_limit_and_frees_the_slot_only_after_the_proof() {
+    let env = Env::new();
+    let (fifo_a, cmd_a) = gated(&env, "a.fifo");
+    let (fifo_b, cmd_b) = gated(&env, "b.fifo");
+    let base = ["run", "--session", "s1", "--max-active", "2", "--"];
+    let a = env
+        .ok(&[
+            &base[..],
+            &cmd_a.iter().map(String::as_str).collect::<Vec<_>>()[..],
+        ]
+        .concat())
+        .trim()
+        .to_owned();
+    let b = env
+        .ok(&[
+            &base[..],
+            &cmd_b.iter().map(String::as_str).collect::<Vec<_>>()[..],
+        ]
+        .concat())
+        .trim()
+        .to_owned();
+    let third = env.run(&[
+        "run",
+        "--session",
+        "s1",
+        "--max-active",
+        "2",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(third.status.code(), Some(3), "{third:?}");
+    let error: Value = serde_json::from_slice(&third.stdout).unwrap();
+    assert_eq!(
+        error["error"]["message"],
+        "failed to launch run: Active async run capacity exhausted: 2/2 used."
+    );
+    assert_eq!(error["capacity"]["used"], 2);
+    assert_eq!(run_count(&env), 2, "nothing was started");
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "s1", "--json"])).unwrap();
+    assert_eq!(capacity["used"], 2);
+    assert_eq!(capacity["slots"][0]["release"]["state"], "retained");
+    release(&fifo_a);
+    let status = env.settled(&a);
+    assert_eq!(status["processTerminal"]["state"], "observed");
+    let admitted = env.ok(&[
+        "run",
+        "--session",
+        "s1",
+        "--max-active",
+        "2",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    assert!(!admitted.trim().is_empty());
+    release(&fifo_b);
+    env.settled(&b);
+    // Another session has its own pool.
+    env.ok(&[
+        "run",
+        "--session",
+        "s2",
+        "--max-active",
+        "1",
+        "--wait",
+        "--",
+        "true",
+    ]);
+}
+
+#[test]
+fn concurrent_launches_respect_the_limit_exactly() {
+    let env = Env::new();
+    let (fifo, cmd) = gated(&env, "gate.fifo");
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            let mut args = vec!["run", "--session", "race", "--max-active", "3", "--"];
+            args.extend(cmd.iter().map(String::as_str));
+            env.command(&args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<Option<i32>> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code())
+        .collect();
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(0)).count(),
+        3,
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(3)).count(),
+        5,
+        "{codes:?}"
+    );
+    assert_eq!(run_count(&env), 3);
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "race", "--json"])).unwrap();
+    assert_eq!(capacity["used"], 3);
+    // One write releases one reader; release all three.
+    for _ in 0..3 {
+        release(&fifo);
+    }
+    let ids: Vec<String> = serde_json::from_str::<Value>(&env.ok(&["list", "--all", "--json"]))
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    for id in ids {
+        env.settled(&id);
+    }
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "race", "--json"])).unwrap();
+    assert_eq!(capacity["used"], 0);
+}

@@ -73,6 +73,18 @@ pub enum Command {
         /// Run id or unique prefix.
         run: String,
     },
+    /// Show the active-run capacity of a session.
+    Capacity {
+        /// The session (else $SUBAGENTS_SESSION_ID, else the terminal).
+        #[arg(long, env = "SUBAGENTS_SESSION_ID")]
+        session: Option<String>,
+        /// The limit to report against (else $SUBAGENTS_MAX_ACTIVE).
+        #[arg(long, env = "SUBAGENTS_MAX_ACTIVE")]
+        limit: Option<u32>,
+        /// Print the snapshot as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script.
     Completions {
         /// bash, zsh or fish (also elvish, powershell).
@@ -107,9 +119,12 @@ pub struct RunArgs {
     /// Explicit run id (refused if it exists or is not a safe file name).
     #[arg(long)]
     pub id: Option<String>,
-    /// Owner session (else $SUBAGENTS_SESSION_ID).
+    /// Owner session (else $SUBAGENTS_SESSION_ID, else the terminal).
     #[arg(long, env = "SUBAGENTS_SESSION_ID")]
     pub session: Option<String>,
+    /// At most N active background runs per session (0 = no limit).
+    #[arg(long, env = "SUBAGENTS_MAX_ACTIVE", value_name = "N")]
+    pub max_active: Option<u32>,
     /// Print {runId, asyncDir, pid, runnerProcessInstanceId} as JSON.
     #[arg(long)]
     pub json: bool,

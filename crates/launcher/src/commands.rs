@@ -13,6 +13,7 @@ use status::model::update_status;
 use status::reconcile::{self, Outcome};
 use status::{Layout, RunState, now_ms};
 
+use crate::admission;
 use crate::cli::{ListArgs, RunArgs};
 use crate::error::{CliError, CliResult, Exit};
 use crate::launch;
@@ -60,6 +61,7 @@ pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
 /// `subagents status`.
 pub fn status(layout: &Layout, id: &str, json: bool) -> CliResult {
     let run = load(layout, id)?;
+    admission::release_finished(layout, run.status.session_id.as_deref());
     if json {
         println!("{}", serde_json::to_string_pretty(&run).unwrap_or_default());
         return Ok(());
@@ -110,6 +112,10 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         fanout: None,
     };
     let runs = status::list::list(layout, &options)?;
+    admission::release_finished(
+        layout,
+        runs.iter().filter_map(|r| r.status.session_id.as_deref()),
+    );
     if args.json {
         println!(
             "{}",
@@ -318,16 +324,20 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     names.extend(status::index::read_index(&layout.runs_dir())?);
     names.sort();
     names.dedup();
+    let mut sessions = Vec::new();
     for id in names {
         let Some(dir) = status::list::exact_run_dir(layout, &id) else {
             continue;
         };
-        if let Outcome::Repaired { message, .. } =
-            reconcile::reconcile_run(&dir, reconcile::Options::at(now_ms()))?
-        {
+        let outcome = reconcile::reconcile_run(&dir, reconcile::Options::at(now_ms()))?;
+        if let Some(session) = outcome.status().and_then(|s| s.session_id.clone()) {
+            sessions.push(session);
+        }
+        if let Outcome::Repaired { message, .. } = outcome {
             repaired.push(json!({"runId": id, "message": message}));
         }
     }
+    admission::release_finished(layout, sessions.iter().map(String::as_str));
     if json {
         println!("{}", json!({"repaired": repaired}));
     } else if repaired.is_empty() {
@@ -356,5 +366,58 @@ pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
     })?
     .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
     println!("{id} dismissed");
+    Ok(())
+}
+
+/// `subagents capacity`: used/limit and each slot's run and release verdict.
+pub fn capacity(
+    layout: &Layout,
+    session: Option<&str>,
+    limit: Option<u32>,
+    json: bool,
+) -> CliResult {
+    let session = admission::session_id(session);
+    let pools = admission::pools(layout);
+    let none = std::collections::HashSet::new();
+    let snapshot = pools
+        .reconcile(&session, limit, &none)
+        .map_err(admission::capacity_error)?;
+    let mut slots = Vec::new();
+    for slot in &snapshot.slots {
+        let verdict = slot.run_id.as_deref().and_then(|run_id| {
+            let query = capacity::InspectQuery {
+                run_id,
+                session_id: Some(&session),
+                async_dir: None,
+            };
+            pools.inspect(&query, &none).ok().map(|i| i.release)
+        });
+        slots.push(json!({"slot": slot, "release": verdict}));
+    }
+    if json {
+        let out = json!({"session": session, "used": snapshot.used, "limit": snapshot.limit, "slots": slots});
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(());
+    }
+    let limit = if snapshot.limit == 0 {
+        "unlimited".to_owned()
+    } else {
+        snapshot.limit.to_string()
+    };
+    println!(
+        "Active async capacity: {}/{limit} used (session {session})",
+        snapshot.used
+    );
+    for entry in &slots {
+        let slot = &entry["slot"];
+        let run = slot["runId"].as_str().unwrap_or("<unreadable owner>");
+        let release = &entry["release"];
+        let verdict = match (release["state"].as_str(), release["reason"].as_str()) {
+            (Some(state), Some(reason)) => format!(" | {state}: {reason}"),
+            (Some(state), None) => format!(" | {state}"),
+            _ => String::new(),
+        };
+        println!("  slot-{}: run {run}{verdict}", slot["slot"]);
+    }
     Ok(())
 }

@@ -47,6 +47,8 @@ pub struct CliError {
     pub detail: Option<Value>,
     /// Already reported (e.g. a run that failed after `--wait` printed it).
     pub quiet: bool,
+    /// Detail lines printed on stderr after the message.
+    pub notes: Vec<String>,
 }
 
 impl CliError {
@@ -57,6 +59,7 @@ impl CliError {
             message: message.into(),
             detail: None,
             quiet: false,
+            notes: Vec::new(),
         }
     }
 
@@ -72,6 +75,7 @@ impl CliError {
             message: String::new(),
             detail: None,
             quiet: true,
+            notes: Vec::new(),
         }
     }
 

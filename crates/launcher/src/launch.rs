@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use status::layout::files;
 use status::{Layout, PROMPT_REDACTED, RunState, RunStatus, Step, index};
 
+use crate::admission::{self, Spawned};
 use crate::cli::RunArgs;
 use crate::config::{LaunchConfig, READY_FD_ENV};
 use crate::error::{CliError, CliResult, Exit};
@@ -53,15 +54,54 @@ pub struct Launched {
 
 /// Runs `subagents run`.
 pub fn run(layout: &Layout, args: &RunArgs) -> CliResult<Launched> {
-    let config = prepare(layout, args)?;
-    let launched = spawn(&config).map_err(|e| {
-        let reason = failure_reason(&config.run_dir, &e);
-        CliError::failed(format!("failed to start run '{}': {reason}", config.run_id))
-    })?;
-    Ok(launched)
+    let session = admission::session_id(args.session.as_deref());
+    let (config, slot) = prepare(layout, args, &session)?;
+    match spawn(&config) {
+        Ok(launched) => {
+            let spawned = Spawned {
+                failed: false,
+                pid: Some(launched.pid),
+                runner_process_instance_id: Some(&launched.runner_process_instance_id),
+                did_not_proceed: false,
+                termination_observed: false,
+            };
+            admission::settle(slot, &spawned)?;
+            Ok(launched)
+        }
+        Err(e) => {
+            settle_failed_start(&config, slot)?;
+            let reason = failure_reason(&config.run_dir, &e);
+            Err(CliError::failed(format!(
+                "failed to start run '{}': {reason}",
+                config.run_id
+            )))
+        }
+    }
 }
 
-fn prepare(layout: &Layout, args: &RunArgs) -> CliResult<LaunchConfig> {
+/// A runner that never reported ready did not proceed; its slot comes back
+/// only if no runner exists or the recorded one is provably gone.
+fn settle_failed_start(config: &LaunchConfig, slot: Option<capacity::SlotHandle>) -> CliResult {
+    let status = status::model::read_status(&config.run_dir).ok().flatten();
+    let runner = status.as_ref().and_then(|s| s.runner_identity.clone());
+    let gone = runner
+        .as_ref()
+        .is_none_or(|r| r.liveness() == process_identity::Liveness::Dead);
+    let spawned = Spawned {
+        failed: true,
+        pid: runner.as_ref().map(|r| r.pid),
+        runner_process_instance_id: runner
+            .as_ref()
+            .map(|_| config.runner_process_instance_id.as_str()),
+        did_not_proceed: true,
+        termination_observed: gone,
+    };
+    admission::settle(slot, &spawned)
+}
+
+type Prepared = (LaunchConfig, Option<capacity::SlotHandle>);
+
+fn prepare(layout: &Layout, args: &RunArgs, session: &str) -> CliResult<Prepared> {
     let program = args.command.first().filter(|c| !c.is_empty());
     let program =
         program.ok_or_else(|| CliError::failed("failed to launch run: COMMAND is empty"))?;
@@ -69,7 +109,7 @@ fn prepare(layout: &Layout, args: &RunArgs) -> CliResult<LaunchConfig> {
     let timeout_ms = timeout_ms(args.timeout.as_deref())?;
     let task = read_task(args)?;
     atomic_file::ensure_private_dir(&layout.runs_dir())?;
-    let run_id = create_run_dir(layout, args.id.as_deref())?;
+    let (run_id, slot) = admit_run(layout, args.id.as_deref(), session, args.max_active)?;
     let run_dir = layout.run_dir(&run_id);
     let task_file = match &task {
         Some(text) => {
@@ -90,14 +130,14 @@ fn prepare(layout: &Layout, args: &RunArgs) -> CliResult<LaunchConfig> {
         cwd,
         task_file,
         timeout_ms,
-        session_id: args.session.clone().filter(|s| !s.is_empty()),
+        session_id: Some(session.to_owned()),
         env: Default::default(),
     };
     write_queued(&config, task.is_some())?;
     // The marker exists before any process does, so an active listing can
     // never miss a run whose runner may exist.
     index::create_marker(&config.run_dir)?;
-    Ok(config)
+    Ok((config, slot))
 }
 
 fn resolve_cwd(cwd: Option<&Path>) -> CliResult<PathBuf> {
@@ -150,38 +190,50 @@ fn file_name(program: &str) -> String {
         .unwrap_or_else(|| program.to_owned())
 }
 
-/// Creates the run directory exclusively: an explicit id that exists is
-/// refused; a generated one is retried.
-fn create_run_dir(layout: &Layout, explicit: Option<&str>) -> CliResult<String> {
-    let builder = {
-        let mut b = DirBuilder::new();
-        b.mode(atomic_file::DIR_MODE);
-        b
-    };
-    if let Some(id) = explicit {
-        if !status::layout::is_safe_run_id(id) {
-            return Err(CliError::failed(format!(
-                "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
-            )));
-        }
-        return match builder.create(layout.run_dir(id)) {
-            Ok(()) => Ok(id.to_owned()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(CliError::failed(
-                format!("failed to launch run: run '{id}' already exists"),
-            )),
-            Err(e) => Err(CliError::failed(format!(
-                "failed to create run directory '{id}': {e}"
-            ))),
-        };
+/// Picks the run id, takes a capacity slot for it (before any run artifact
+/// exists, as in the reference), then creates the run directory exclusively.
+/// An explicit id that exists is refused; a generated one is retried.
+fn admit_run(
+    layout: &Layout,
+    explicit: Option<&str>,
+    session: &str,
+    limit: Option<u32>,
+) -> CliResult<(String, Option<capacity::SlotHandle>)> {
+    if let Some(id) = explicit
+        && !status::layout::is_safe_run_id(id)
+    {
+        return Err(CliError::failed(format!(
+            "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
+        )));
     }
+    let exists =
+        |id: &str| CliError::failed(format!("failed to launch run: run '{id}' already exists"));
     loop {
-        let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
-        match builder.create(layout.run_dir(&id)) {
-            Ok(()) => return Ok(id),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
+        let id = explicit
+            .map(str::to_owned)
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()[..10].to_owned());
+        let dir = layout.run_dir(&id);
+        if dir.symlink_metadata().is_ok() {
+            match explicit {
+                Some(_) => return Err(exists(&id)),
+                None => continue,
+            }
+        }
+        let mut slot = admission::acquire(layout, session, limit, &id, &dir)?;
+        let created = DirBuilder::new().mode(atomic_file::DIR_MODE).create(&dir);
+        let Err(e) = created else {
+            return Ok((id, slot));
+        };
+        if let Some(handle) = slot.as_mut() {
+            let _ = handle.rollback();
+        }
+        match e.kind() {
+            std::io::ErrorKind::AlreadyExists if explicit.is_none() => continue,
+            std::io::ErrorKind::AlreadyExists => return Err(exists(&id)),
+            _ => {
                 return Err(CliError::failed(format!(
-                    "failed to create run directory '{id}': {e}"
+                    "failed to create run directory '{}': {e}",
+                    dir.display()
                 )));
             }
         }

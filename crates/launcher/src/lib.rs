@@ -6,6 +6,7 @@
 //! are [`error::CliError`] values carrying the exit code of `cli.md`.
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -34,6 +35,9 @@ pub fn main() -> i32 {
                     println!("{}", e.to_json());
                 }
                 eprintln!("subagents: {}", e.message);
+                for note in &e.notes {
+                    eprintln!("  {note}");
+                }
             }
             e.exit.code()
         }
@@ -47,7 +51,8 @@ fn wants_json(command: &Command) -> bool {
         Command::Status { json, .. }
         | Command::Wait { json, .. }
         | Command::Stop { json, .. }
-        | Command::Reconcile { json } => *json,
+        | Command::Reconcile { json }
+        | Command::Capacity { json, .. } => *json,
         _ => false,
     }
 }
@@ -67,6 +72,11 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Logs { run, follow } => commands::logs(&layout, &run, follow),
         Command::Reconcile { json } => commands::reconcile(&layout, json),
         Command::Dismiss { run } => commands::dismiss(&layout, &run),
+        Command::Capacity {
+            session,
+            limit,
+            json,
+        } => commands::capacity(&layout, session.as_deref(), limit, json),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "subagents", &mut std::io::stdout());

@@ -1,0 +1,128 @@
+//! Active-run capacity at launch: which session a run belongs to, taking a
+//! slot before anything is spawned, and settling it after the spawn.
+
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::path::Path;
+
+use capacity::{
+    Acquire, Capacity, CapacityAction, CapacityError, Kind, SlotHandle, SpawnOutcome,
+    decide_after_spawn,
+};
+use serde_json::json;
+use status::Layout;
+
+use crate::error::{CliError, CliResult, Exit};
+
+/// The session a launch belongs to: `--session` / `$SUBAGENTS_SESSION_ID`,
+/// else the controlling terminal of stdin, else `default`.
+pub fn session_id(flag: Option<&str>) -> String {
+    if let Some(id) = flag.filter(|s| !s.is_empty()) {
+        return id.to_owned();
+    }
+    if std::io::stdin().is_terminal()
+        && let Ok(tty) = std::fs::read_link("/proc/self/fd/0")
+    {
+        return format!("tty:{}", tty.display());
+    }
+    "default".to_owned()
+}
+
+/// The capacity pools of a state root.
+pub fn pools(layout: &Layout) -> Capacity {
+    Capacity::new(layout.capacity_dir())
+}
+
+/// Takes a slot for `run_id` when a limit is set; exit 3 with the snapshot
+/// when the session is full.
+pub fn acquire(
+    layout: &Layout,
+    session: &str,
+    limit: Option<u32>,
+    run_id: &str,
+    run_dir: &Path,
+) -> CliResult<Option<SlotHandle>> {
+    let request = Acquire {
+        session_id: session,
+        limit,
+        run_id,
+        kind: Kind::Runner,
+        async_dir: run_dir,
+        live_workflows: &HashSet::new(),
+    };
+    pools(layout).acquire(&request).map_err(capacity_error)
+}
+
+/// Maps a capacity error; exhaustion is exit 3 carrying the snapshot.
+pub fn capacity_error(e: CapacityError) -> CliError {
+    match e {
+        CapacityError::Exhausted(snapshot) => {
+            let message = format!(
+                "failed to launch run: {}",
+                CapacityError::Exhausted(snapshot.clone())
+            );
+            let notes = snapshot
+                .slots
+                .iter()
+                .map(|slot| {
+                    format!(
+                        "slot-{}: run {}",
+                        slot.slot,
+                        slot.run_id.as_deref().unwrap_or("<unreadable owner>")
+                    )
+                })
+                .collect();
+            CliError {
+                detail: Some(json!({"capacity": snapshot})),
+                notes,
+                ..CliError::new(Exit::Limit, message)
+            }
+        }
+        other => CliError::failed(format!("failed to update active-run capacity: {other}")),
+    }
+}
+
+/// What is known about the runner after a spawn attempt.
+pub struct Spawned<'a> {
+    /// The launch failed.
+    pub failed: bool,
+    /// Runner pid, when a runner existed.
+    pub pid: Option<u32>,
+    /// Runner instance id.
+    pub runner_process_instance_id: Option<&'a str>,
+    /// The runner never started work.
+    pub did_not_proceed: bool,
+    /// The runner is provably gone.
+    pub termination_observed: bool,
+}
+
+/// Rolls the slot back only when the runner provably never proceeded and is
+/// provably gone (handshake.md §9); otherwise binds it to the runner, and the
+/// run's observed proof frees it later.
+pub fn settle(handle: Option<SlotHandle>, spawned: &Spawned<'_>) -> CliResult {
+    let Some(mut handle) = handle else {
+        return Ok(());
+    };
+    let outcome = SpawnOutcome {
+        failed: spawned.failed,
+        pid: spawned.pid,
+        runner_process_instance_id: spawned.runner_process_instance_id,
+        startup_did_not_proceed: spawned.did_not_proceed,
+        termination_observed: spawned.termination_observed,
+    };
+    let action = decide_after_spawn(&outcome);
+    let result = match &action {
+        CapacityAction::Rollback => handle.rollback().map(|_| ()),
+        CapacityAction::MarkStarted(_) => handle.apply(&action),
+    };
+    result.map_err(|e| CliError::failed(format!("failed to settle active-run capacity: {e}")))
+}
+
+/// Frees every slot of `sessions` whose run is provably over.
+pub fn release_finished<'a>(layout: &Layout, sessions: impl IntoIterator<Item = &'a str>) {
+    let capacity = pools(layout);
+    let unique: HashSet<&str> = sessions.into_iter().collect();
+    for session in unique {
+        let _ = capacity.reconcile(session, None, &HashSet::new());
+    }
+}
