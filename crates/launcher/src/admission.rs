@@ -73,7 +73,7 @@ pub fn capacity_error(e: CapacityError) -> CliError {
                 })
                 .collect();
             CliError {
-                detail: Some(json!({"capacity": snapshot})),
+                detail: Some(Box::new(json!({"capacity": snapshot}))),
                 notes,
                 ..CliError::new(Exit::Limit, message)
             }

@@ -44,7 +44,7 @@ pub struct CliError {
     /// One-line message, `<what failed>: <why>`.
     pub message: String,
     /// Extra JSON merged into the `--json` error object.
-    pub detail: Option<Value>,
+    pub detail: Option<Box<Value>>,
     /// Already reported (e.g. a run that failed after `--wait` printed it).
     pub quiet: bool,
     /// Detail lines printed on stderr after the message.
@@ -82,7 +82,7 @@ impl CliError {
     /// The `--json` error object.
     pub fn to_json(&self) -> Value {
         let mut value = json!({"error": {"code": self.exit.name(), "message": self.message}});
-        if let Some(Value::Object(detail)) = &self.detail
+        if let Some(Value::Object(detail)) = self.detail.as_deref()
             && let Value::Object(map) = &mut value
         {
             map.extend(detail.clone());
