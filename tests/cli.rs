@@ -21,7 +21,7 @@ fn a_run_completes_and_its_output_is_readable() {
     assert_eq!(env.ok(&["logs", &id]), "hi\n");
     let status = env.status_json(&id);
     assert_eq!(status["state"], "complete");
-    assert_eq!(status["processTerminal"]["state"], "observed");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     assert_eq!(status["steps"][0]["exitCode"], 0);
     let text = env.ok(&["status", &id]);
     assert!(
@@ -83,7 +83,7 @@ fn a_failing_command_fails_and_wait_exits_1() {
     assert_eq!(status["error"], "Step failed: sh");
     assert_eq!(status["steps"][0]["exitCode"], 3);
     assert_eq!(status["steps"][0]["externalProcess"]["exitCode"], 3);
-    assert_eq!(status["processTerminal"]["state"], "observed");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     let failing = env.run(&["run", "--wait", "--", "false"]);
     assert_eq!(failing.status.code(), Some(1));
 }
@@ -103,7 +103,7 @@ fn a_missing_command_fails_the_run() {
             .contains("failed to start command"),
         "{status}"
     );
-    assert_eq!(status["processTerminal"]["state"], "observed");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     assert_eq!(
         status["steps"][0]["processTerminal"]["state"],
         "not-started"
@@ -143,7 +143,7 @@ fn timeout_kills_the_whole_process_group() {
         !alive(grandchild),
         "the grandchild {grandchild} survived the timeout"
     );
-    assert_eq!(status["processTerminal"]["state"], "observed");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn stop_ends_runner_and_children_and_keeps_the_reason() {
     assert_eq!(status["error"], "no longer needed");
     assert_eq!(status["stopReason"], "no longer needed");
     assert_eq!(status["steps"][0]["status"], "stopped");
-    assert_eq!(status["processTerminal"]["state"], "observed");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     let grandchild: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
@@ -194,7 +194,7 @@ fn a_runner_killed_with_sigkill_ends_failed_and_its_command_dies() {
             .contains("exited with signal SIGKILL"),
         "{status}"
     );
-    assert_eq!(status["processTerminal"]["state"], "observed");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     assert_eq!(
         status["processTerminal"]["instances"][0]["signal"],
         "SIGKILL"
@@ -535,7 +535,7 @@ fn capacity_refuses_over_the_limit_and_frees_the_slot_only_after_the_proof() {
     assert_eq!(capacity["slots"][0]["release"]["state"], "retained");
     release(&fifo_a);
     let status = env.settled(&a);
-    assert_eq!(status["processTerminal"]["state"], "observed");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     let admitted = env.ok(&[
         "run",
         "--session",

@@ -131,8 +131,19 @@ pub struct RunArgs {
     /// Block until the run is over and exit with its result.
     #[arg(long)]
     pub wait: bool,
+    /// A composite run from a JSON spec file (see README: parallel, chain).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["agent", "task", "task_file"])]
+    pub spec: Option<PathBuf>,
+    /// Run fan-out budget of a new root run (else $SUBAGENTS_MAX_SPAWNS_PER_RUN, else 64).
+    #[arg(long, value_name = "N")]
+    pub fanout_limit: Option<u64>,
     /// The command and its arguments; `{task_file}` is replaced by the task file path.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "spec",
+        conflicts_with = "spec",
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 

@@ -1,5 +1,5 @@
 //! The launch config the launcher hands to the monitor and the monitor to the
-//! runner, over stdin: never a file, and never the task text (only its path).
+//! runner, over stdin: never a file, and never task text (only task paths).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,7 +9,42 @@ use serde::{Deserialize, Serialize};
 /// Environment variable naming the inherited ready-pipe descriptor.
 pub const READY_FD_ENV: &str = "SUBAGENTS_READY_FD";
 
-/// Everything a runner needs to run one single-step run.
+/// One flat step: a command the runner starts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepConfig {
+    /// Agent label.
+    pub agent: String,
+    /// COMMAND and its arguments, placeholders not yet replaced.
+    pub command: Vec<String>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// The step's task file, when it has a task.
+    pub task_file: Option<PathBuf>,
+    /// The step's own wall-clock limit.
+    pub timeout_ms: Option<u64>,
+    /// Fan-out claim label handed to the child (`tasks[j]`, `chain[i]`, ...).
+    pub fanout_label: Option<String>,
+}
+
+/// A run of consecutive flat steps executed together: one sequential chain
+/// step, or a parallel group.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupConfig {
+    /// First flat step index.
+    pub start: usize,
+    /// Number of steps.
+    pub count: usize,
+    /// At most this many children at once.
+    pub concurrency: usize,
+    /// Stop the siblings when one fails.
+    pub fail_fast: bool,
+    /// A parallel group (listed in `parallelGroups`).
+    pub parallel: bool,
+}
+
+/// Everything a runner needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LaunchConfig {
@@ -21,19 +56,35 @@ pub struct LaunchConfig {
     pub run_dir: PathBuf,
     /// Runner instance id (UUID v4).
     pub runner_process_instance_id: String,
-    /// Agent label.
-    pub agent: String,
-    /// COMMAND and its arguments, placeholders not yet replaced.
-    pub command: Vec<String>,
-    /// Working directory of COMMAND.
-    pub cwd: PathBuf,
-    /// `task.md`, when there is a task.
-    pub task_file: Option<PathBuf>,
-    /// Wall-clock limit; `None` for none.
+    /// `single`, `parallel` or `chain`.
+    pub mode: String,
+    /// Flat steps.
+    pub steps: Vec<StepConfig>,
+    /// Execution order: groups run one after another.
+    pub groups: Vec<GroupConfig>,
+    /// Run-level wall-clock limit.
     pub timeout_ms: Option<u64>,
     /// Owner session.
     pub session_id: Option<String>,
-    /// Extra environment for COMMAND.
+    /// The run's fan-out budget descriptor (JSON), handed to children.
+    #[serde(default)]
+    pub fanout_descriptor: Option<serde_json::Value>,
+    /// Extra environment for every COMMAND.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+}
+
+impl LaunchConfig {
+    /// Number of logical steps (a parallel group counts as one).
+    pub fn chain_step_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The logical step index of a flat step.
+    pub fn logical_index(&self, flat: usize) -> usize {
+        self.groups
+            .iter()
+            .position(|g| flat >= g.start && flat < g.start + g.count)
+            .unwrap_or(0)
+    }
 }

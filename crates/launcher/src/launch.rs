@@ -11,10 +11,10 @@
 //!       └─ COMMAND         own process group; stdin = task, logs to files
 //! ```
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -22,19 +22,16 @@ use std::time::Duration;
 
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use process_identity::ProcessIdentity;
 use serde::{Deserialize, Serialize};
 use status::layout::files;
-use status::{Layout, PROMPT_REDACTED, RunState, RunStatus, Step, index};
+use status::{Layout, RunState};
 
 use crate::admission::{self, Spawned};
 use crate::cli::RunArgs;
 use crate::config::{LaunchConfig, READY_FD_ENV};
 use crate::error::{CliError, CliResult, Exit};
-use crate::root::parse_duration;
+use crate::prepare;
 
-/// Default wall-clock limit of a run, as in the reference.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How long the launcher waits for the runner's ready message.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -55,7 +52,7 @@ pub struct Launched {
 /// Runs `subagents run`.
 pub fn run(layout: &Layout, args: &RunArgs) -> CliResult<Launched> {
     let session = admission::session_id(args.session.as_deref());
-    let (config, slot) = prepare(layout, args, &session)?;
+    let (config, slot) = prepare::prepare(layout, args, &session)?;
     match spawn(&config) {
         Ok(launched) => {
             let spawned = Spawned {
@@ -97,167 +94,6 @@ fn settle_failed_start(config: &LaunchConfig, slot: Option<capacity::SlotHandle>
         termination_observed: gone,
     };
     admission::settle(slot, &spawned)
-}
-
-type Prepared = (LaunchConfig, Option<capacity::SlotHandle>);
-
-fn prepare(layout: &Layout, args: &RunArgs, session: &str) -> CliResult<Prepared> {
-    let program = args.command.first().filter(|c| !c.is_empty());
-    let program =
-        program.ok_or_else(|| CliError::failed("failed to launch run: COMMAND is empty"))?;
-    let cwd = resolve_cwd(args.cwd.as_deref())?;
-    let timeout_ms = timeout_ms(args.timeout.as_deref())?;
-    let task = read_task(args)?;
-    atomic_file::ensure_private_dir(&layout.runs_dir())?;
-    let (run_id, slot) = admit_run(layout, args.id.as_deref(), session, args.max_active)?;
-    let run_dir = layout.run_dir(&run_id);
-    let task_file = match &task {
-        Some(text) => {
-            let path = run_dir.join(files::TASK);
-            atomic_file::write_private(&path, text.as_bytes())?;
-            Some(path)
-        }
-        None => None,
-    };
-    let agent = args.agent.clone().unwrap_or_else(|| file_name(program));
-    let config = LaunchConfig {
-        run_id,
-        root: layout.root().to_path_buf(),
-        run_dir,
-        runner_process_instance_id: uuid::Uuid::new_v4().to_string(),
-        agent,
-        command: args.command.clone(),
-        cwd,
-        task_file,
-        timeout_ms,
-        session_id: Some(session.to_owned()),
-        env: Default::default(),
-    };
-    write_queued(&config, task.is_some())?;
-    // The marker exists before any process does, so an active listing can
-    // never miss a run whose runner may exist.
-    index::create_marker(&config.run_dir)?;
-    Ok((config, slot))
-}
-
-fn resolve_cwd(cwd: Option<&Path>) -> CliResult<PathBuf> {
-    let dir = match cwd {
-        Some(dir) => dir.to_path_buf(),
-        None => std::env::current_dir()
-            .map_err(|e| CliError::failed(format!("failed to read current directory: {e}")))?,
-    };
-    let real = dir.canonicalize().map_err(|e| {
-        CliError::failed(format!(
-            "failed to launch run: cwd '{}': {e}",
-            dir.display()
-        ))
-    })?;
-    if !real.is_dir() {
-        return Err(CliError::failed(format!(
-            "failed to launch run: cwd is not a directory: {}",
-            dir.display()
-        )));
-    }
-    Ok(real)
-}
-
-fn timeout_ms(text: Option<&str>) -> CliResult<Option<u64>> {
-    let duration = match text {
-        Some(text) => parse_duration(text)
-            .map_err(|e| CliError::failed(format!("failed to parse --timeout: {e}")))?,
-        None => DEFAULT_TIMEOUT,
-    };
-    Ok((!duration.is_zero()).then_some(duration.as_millis() as u64))
-}
-
-fn read_task(args: &RunArgs) -> CliResult<Option<String>> {
-    if let Some(path) = &args.task_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            CliError::failed(format!(
-                "failed to read task file '{}': {e}",
-                path.display()
-            ))
-        })?;
-        return Ok(Some(text));
-    }
-    Ok(args.task.clone())
-}
-
-fn file_name(program: &str) -> String {
-    Path::new(program)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| program.to_owned())
-}
-
-/// Picks the run id, takes a capacity slot for it (before any run artifact
-/// exists, as in the reference), then creates the run directory exclusively.
-/// An explicit id that exists is refused; a generated one is retried.
-fn admit_run(
-    layout: &Layout,
-    explicit: Option<&str>,
-    session: &str,
-    limit: Option<u32>,
-) -> CliResult<(String, Option<capacity::SlotHandle>)> {
-    if let Some(id) = explicit
-        && !status::layout::is_safe_run_id(id)
-    {
-        return Err(CliError::failed(format!(
-            "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
-        )));
-    }
-    let exists =
-        |id: &str| CliError::failed(format!("failed to launch run: run '{id}' already exists"));
-    loop {
-        let id = explicit
-            .map(str::to_owned)
-            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()[..10].to_owned());
-        let dir = layout.run_dir(&id);
-        if dir.symlink_metadata().is_ok() {
-            match explicit {
-                Some(_) => return Err(exists(&id)),
-                None => continue,
-            }
-        }
-        let mut slot = admission::acquire(layout, session, limit, &id, &dir)?;
-        let created = DirBuilder::new().mode(atomic_file::DIR_MODE).create(&dir);
-        let Err(e) = created else {
-            return Ok((id, slot));
-        };
-        if let Some(handle) = slot.as_mut() {
-            let _ = handle.rollback();
-        }
-        match e.kind() {
-            std::io::ErrorKind::AlreadyExists if explicit.is_none() => continue,
-            std::io::ErrorKind::AlreadyExists => return Err(exists(&id)),
-            _ => {
-                return Err(CliError::failed(format!(
-                    "failed to create run directory '{}': {e}",
-                    dir.display()
-                )));
-            }
-        }
-    }
-}
-
-fn write_queued(config: &LaunchConfig, has_task: bool) -> CliResult {
-    let now = status::now_ms();
-    let mut queued = RunStatus::new(&config.run_id, RunState::Queued);
-    queued.session_id = config.session_id.clone();
-    queued.mode = Some("single".into());
-    queued.last_update = Some(now);
-    queued.cwd = Some(config.cwd.display().to_string());
-    queued.timeout_ms = config.timeout_ms;
-    queued.launcher_identity = ProcessIdentity::current().ok();
-    queued.runner_process_instance_id = Some(config.runner_process_instance_id.clone());
-    queued.steps = Some(vec![Step {
-        agent: config.agent.clone(),
-        status: "pending".into(),
-        description: has_task.then(|| PROMPT_REDACTED.to_owned()),
-        ..Step::default()
-    }]);
-    status::model::write_status(&config.run_dir, &queued)?;
-    Ok(())
 }
 
 fn spawn(config: &LaunchConfig) -> std::io::Result<Launched> {

@@ -11,11 +11,14 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod fanout;
 pub mod launch;
 pub mod monitor;
+pub mod prepare;
 pub mod procs;
 pub mod root;
 pub mod runner;
+pub mod spec;
 pub mod wait;
 
 use clap::Parser;

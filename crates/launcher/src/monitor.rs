@@ -143,28 +143,27 @@ fn repair_if_unfinished(
     let Ok(Some(current)) = status::model::read_status(dir) else {
         return;
     };
-    let runner_finished = proof::read_candidate(dir).ok().flatten().is_some();
-    if !current.state.is_active() && runner_finished {
+    if proof::read_candidate(dir).ok().flatten().is_some() {
         return;
     }
-    let child = current
-        .steps()
-        .first()
-        .and_then(|s| s.external_process.as_ref())
-        .and_then(|p| p.pid);
-    let (alive, more) = empty_group(
-        signals,
-        child,
-        Duration::from_secs(2),
-        Duration::from_secs(1),
+    // Every step's COMMAND group must be gone before anything is claimed.
+    let mut all = reaped.clone();
+    let mut gone = BTreeMap::new();
+    for (i, pid) in step_groups(&current) {
+        let (alive, more) = empty_group(
+            signals,
+            Some(pid),
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        );
+        all.extend(more);
+        gone.insert(i, alive.is_empty());
+    }
+    let message = format!(
+        "Async runner process exited with {} before writing a final status.",
+        ended.describe()
     );
-    let message = reconcile::with_stderr_tail(
-        dir,
-        format!(
-            "Async runner process exited with {} before writing a final status.",
-            ended.describe()
-        ),
-    );
+    let message = reconcile::with_stderr_tail(dir, message);
     let now = now_ms();
     let repaired = update_status(dir, |s| {
         let s = s?;
@@ -175,71 +174,72 @@ fn repair_if_unfinished(
         })
     });
     if let Ok(Some(status)) = &repaired {
+        let fields = json!({"pid": status.pid, "message": message});
         let _ = events::append(
             dir,
             "subagent.run.repaired_stale",
             &config.run_id,
             now,
-            json!({"pid": status.pid, "message": message}),
+            fields,
         );
     }
-    if proof::read_candidate(dir).ok().flatten().is_none() {
-        let mut all = reaped.clone();
-        all.extend(more);
-        let status = repaired.ok().flatten().unwrap_or(current);
-        let _ = proof::write_candidate(
-            dir,
-            &witnessed_candidate(config, &status, child, &all, alive.is_empty()),
-        );
-    }
+    let status = repaired.ok().flatten().unwrap_or(current);
+    let _ = proof::write_candidate(dir, &witnessed_candidate(config, &status, &all, &gone));
+}
+
+/// (step index, COMMAND pid = process group) of every started step.
+fn step_groups(status: &RunStatus) -> Vec<(usize, u32)> {
+    let steps = status.steps().iter().enumerate();
+    steps
+        .filter_map(|(i, s)| Some((i, s.external_process.as_ref()?.pid?)))
+        .collect()
 }
 
 /// The candidate the runner could not write, from what the monitor itself
-/// witnessed: the child it reaped and the group it verified empty.
+/// witnessed: the children it reaped and the groups it verified empty.
 fn witnessed_candidate(
     config: &LaunchConfig,
     status: &RunStatus,
-    child: Option<u32>,
     reaped: &BTreeMap<u32, Ended>,
-    group_gone: bool,
+    gone: &BTreeMap<usize, bool>,
 ) -> Candidate {
     let mut writers = BTreeMap::new();
-    if let Some(pid) = child {
+    let mut expected: BTreeMap<String, u64> = (0..status.steps().len())
+        .map(|i| (i.to_string(), 0))
+        .collect();
+    for (i, pid) in step_groups(status) {
         let ended = reaped.get(&pid).copied();
-        let tree = if group_gone {
+        let tree = if gone.get(&i).copied().unwrap_or(false) {
             ProcessTree::Observed {
                 mechanism: "posix-process-group".into(),
                 process_group_id: pid,
                 verified_at: now_ms(),
             }
         } else {
+            let diagnostic = Some("group not empty after SIGKILL".into());
             ProcessTree::Unknown {
                 reason: "verification-failed".into(),
-                diagnostic: Some("group not empty after SIGKILL".into()),
+                diagnostic,
             }
         };
-        writers.insert(
-            "0".to_owned(),
-            vec![WriterRecord {
-                process_instance_id: format!("{}-writer-0", config.runner_process_instance_id),
-                kind: "pi-writer".into(),
-                attempt: 0,
-                close_observed_at: status.ended_at.unwrap_or_else(now_ms),
-                exit_code: ended.and_then(Ended::code),
-                signal: ended.and_then(Ended::signal),
-                process_tree: tree,
-            }],
-        );
+        let record = WriterRecord {
+            process_instance_id: format!("{}-writer-{i}", config.runner_process_instance_id),
+            kind: "pi-writer".into(),
+            attempt: 0,
+            close_observed_at: status.ended_at.unwrap_or_else(now_ms),
+            exit_code: ended.and_then(Ended::code),
+            signal: ended.and_then(Ended::signal),
+            process_tree: tree,
+        };
+        writers.insert(i.to_string(), vec![record]);
+        expected.insert(i.to_string(), 1);
     }
     Candidate {
         version: 1,
         run_id: config.run_id.clone(),
         runner_process_instance_id: config.runner_process_instance_id.clone(),
         writers,
-        expected_writers: Some(BTreeMap::from([(
-            "0".to_owned(),
-            u64::from(child.is_some()),
-        )])),
+        expected_writers: Some(expected),
         session_file: None,
         revival_lease_token: None,
         revival_lease_release_acknowledged: None,

@@ -145,19 +145,19 @@ pub fn signal_group(pgid: u32, sig: Signal) {
     let _ = killpg(Pid::from_raw(pgid as i32), sig);
 }
 
-/// Live processes that must be gone before a step counts as over: members of
-/// `pgid` and (when we are a subreaper) orphans reparented to us.
+/// Live processes that must be gone: members of `pgid`, or (with `None`)
+/// every child of ours, which as a subreaper includes reparented orphans.
 pub fn leftovers(pgid: Option<u32>) -> Vec<u32> {
-    let mut pids = pgid
-        .map(|g| process_identity::group_members(g).unwrap_or_default())
-        .unwrap_or_default();
-    pids.extend(process_identity::children_of(std::process::id()).unwrap_or_default());
+    let mut pids = match pgid {
+        Some(g) => process_identity::group_members(g).unwrap_or_default(),
+        None => process_identity::children_of(std::process::id()).unwrap_or_default(),
+    };
     pids.sort_unstable();
     pids.dedup();
     pids
 }
 
-/// Terminates `pgid` and our orphans: SIGTERM, wait up to `term_wait`,
+/// Terminates `pgid` (or, with `None`, all our children): SIGTERM, wait up to `term_wait`,
 /// SIGKILL, wait up to `kill_wait`. Returns the pids still alive (empty =
 /// verified gone) and everything reaped on the way.
 pub fn empty_group(

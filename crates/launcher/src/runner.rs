@@ -1,12 +1,14 @@
-//! `subagents __runner`: runs COMMAND for one run and owns its status.
+//! `subagents __runner`: runs the steps of one run and owns its status.
 //!
 //! The runner blocks its signals and waits on a signalfd, so one `poll`
-//! covers child exit, stop requests and the run's deadline. It is a child
-//! subreaper, so orphans of COMMAND come back to it and are terminated with
-//! the run; at the end it writes the process-terminal candidate and exits,
-//! and its parent (the monitor) turns that into the proof.
+//! covers child exits, stop requests and every deadline (run, step, kill
+//! grace). It is a child subreaper, so orphans of a COMMAND come back to it
+//! and are terminated with the run. Groups of steps (one chain step, or a
+//! parallel group) run one after another; inside a group up to `concurrency`
+//! children run at once. At the end it writes the process-terminal
+//! candidate and exits; its parent (the monitor) turns that into the proof.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::FromRawFd;
@@ -16,6 +18,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use process_identity::ProcessIdentity;
 use serde_json::json;
 use status::model::{ExternalProcess, update_status};
@@ -26,18 +29,20 @@ use status::{
     LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, RunStatus, events, index, now_ms,
 };
 
-use crate::config::{LaunchConfig, READY_FD_ENV};
+use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV};
 use crate::launch::Launched;
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
 
-/// How long COMMAND's group gets between SIGTERM and SIGKILL.
+/// How long a COMMAND's group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
 
-/// Why the run ended early.
+/// Why a step or the run ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Interruption {
     Stopped,
     TimedOut,
+    /// A sibling failed in a fail-fast group.
+    FailFast,
 }
 
 /// The runner's entry point; returns the process exit code.
@@ -59,17 +64,24 @@ pub fn main() -> i32 {
 }
 
 fn run(config: &LaunchConfig) -> anyhow::Result<()> {
-    let mut signals = Signals::block()?;
+    let signals = Signals::block()?;
     become_subreaper();
     let started_at = now_ms();
     let identity = ProcessIdentity::current()?;
     write_running(config, &identity, started_at)?;
     send_ready(config, identity.pid);
-    let outcome = execute(config, &mut signals, started_at);
-    finish(config, outcome, started_at)
+    let mut execution = Execution::new(config, signals, started_at);
+    for (index, group) in config.groups.iter().enumerate() {
+        let ok = execution.run_group(index, group);
+        if !ok || execution.interruption.is_some() {
+            break;
+        }
+    }
+    execution.clean_up_orphans();
+    execution.finish()
 }
 
-/// Orphaned descendants of COMMAND are reparented to us instead of init.
+/// Orphaned descendants of our children are reparented to us instead of init.
 pub fn become_subreaper() {
     // SAFETY: prctl with integer arguments has no memory effects.
     unsafe {
@@ -88,7 +100,7 @@ fn write_running(
         let mut s = current.unwrap_or_else(|| RunStatus::new(&config.run_id, RunState::Running));
         s.lifecycle_artifact_version = Some(LIFECYCLE_ARTIFACT_VERSION);
         s.state = RunState::Running;
-        s.mode = Some("single".into());
+        s.mode = Some(config.mode.clone());
         s.pid = Some(identity.pid);
         s.runner_identity = Some(identity.clone());
         s.runner_process_instance_id = Some(config.runner_process_instance_id.clone());
@@ -97,9 +109,11 @@ fn write_running(
         s.last_update = Some(now);
         s.last_activity_at = Some(now);
         s.current_step = Some(0);
-        s.chain_step_count = Some(1);
+        s.chain_step_count = Some(config.chain_step_count());
         s.deadline_at = config.timeout_ms.map(|t| now + t);
-        s.output_file = Some(output_path(config).display().to_string());
+        s.output_file = Some(output_path(config, 0).display().to_string());
+        s.extra
+            .insert("parallelGroups".into(), json!(parallel_groups(config)));
         let pending = ProcessTerminal::new(
             ProofState::Pending,
             &config.run_id,
@@ -110,17 +124,23 @@ fn write_running(
     })?;
     let mut fields = json!({
         "lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION,
-        "mode": "single",
-        "cwd": config.cwd,
+        "mode": config.mode,
+        "cwd": config.steps.first().map(|s| s.cwd.clone()),
         "pid": identity.pid,
-        "agent": config.agent,
     });
-    if config.task_file.is_some() {
+    if config.steps.first().is_some_and(|s| s.task_file.is_some()) {
         fields["task"] = json!(PROMPT_REDACTED);
         fields["goal"] = json!(PROMPT_REDACTED);
     }
     let _ = events::append(dir, "subagent.run.started", &config.run_id, now, fields);
     Ok(())
+}
+
+fn parallel_groups(config: &LaunchConfig) -> Vec<serde_json::Value> {
+    let groups = config.groups.iter().enumerate().filter(|(_, g)| g.parallel);
+    groups
+        .map(|(i, g)| json!({"start": g.start, "count": g.count, "stepIndex": i}))
+        .collect()
 }
 
 /// Tells the launcher we are running, then closes the pipe.
@@ -146,362 +166,595 @@ fn send_ready(config: &LaunchConfig, pid: u32) {
     );
 }
 
-fn output_path(config: &LaunchConfig) -> PathBuf {
-    config.run_dir.join("output-0.log")
+/// `output-<i>.log`: what step `i` wrote to `$SUBAGENTS_OUTPUT_FILE`, else its stdout.
+pub fn output_path(config: &LaunchConfig, step: usize) -> PathBuf {
+    config.run_dir.join(format!("output-{step}.log"))
 }
 
-/// What happened to COMMAND.
-struct Outcome {
-    spawn_error: Option<String>,
+fn log_path(config: &LaunchConfig, step: usize, stream: &str) -> PathBuf {
+    config.run_dir.join(format!("external-{step}.{stream}.log"))
+}
+
+/// What happened to one step's COMMAND.
+#[derive(Debug, Default)]
+struct StepRun {
     pid: Option<u32>,
-    child_started_at: u64,
+    started_at: Option<u64>,
     ended: Option<Ended>,
+    closed_at: u64,
     interruption: Option<Interruption>,
     tree: Option<ProcessTree>,
-    closed_at: u64,
+    spawn_error: Option<String>,
+    deadline: Option<Instant>,
+    kill_at: Option<Instant>,
 }
 
-fn execute(config: &LaunchConfig, signals: &mut Signals, started_at: u64) -> Outcome {
-    let child_started_at = now_ms();
-    let mut outcome = Outcome {
-        spawn_error: None,
-        pid: None,
-        child_started_at,
-        ended: None,
-        interruption: None,
-        tree: None,
-        closed_at: child_started_at,
-    };
-    let pid = match spawn_command(config) {
-        Ok(pid) => pid,
-        Err(e) => {
-            outcome.spawn_error = Some(format!(
-                "failed to start command '{}': {e}",
-                config.command[0]
-            ));
-            return outcome;
+impl StepRun {
+    fn succeeded(&self) -> bool {
+        self.interruption.is_none()
+            && self.spawn_error.is_none()
+            && self.ended == Some(Ended::Exited(0))
+    }
+}
+
+struct Execution<'a> {
+    config: &'a LaunchConfig,
+    signals: Signals,
+    started_at: u64,
+    steps: Vec<StepRun>,
+    run_deadline: Option<Instant>,
+    interruption: Option<Interruption>,
+    /// Exits reaped while waiting for something else.
+    exits: BTreeMap<u32, Ended>,
+    previous_output: Option<PathBuf>,
+}
+
+impl<'a> Execution<'a> {
+    fn new(config: &'a LaunchConfig, signals: Signals, started_at: u64) -> Self {
+        let elapsed = Duration::from_millis(now_ms().saturating_sub(started_at));
+        let run_deadline = config
+            .timeout_ms
+            .map(|t| Instant::now() + Duration::from_millis(t).saturating_sub(elapsed));
+        Self {
+            config,
+            signals,
+            started_at,
+            steps: config.steps.iter().map(|_| StepRun::default()).collect(),
+            run_deadline,
+            interruption: None,
+            exits: BTreeMap::new(),
+            previous_output: None,
         }
-    };
-    outcome.pid = Some(pid);
-    mark_step_started(config, pid, child_started_at);
-    let deadline = config.timeout_ms.map(|t| {
-        let elapsed = now_ms().saturating_sub(started_at);
-        Instant::now() + Duration::from_millis(t.saturating_sub(elapsed))
-    });
-    let (ended, interruption) = wait_for_child(signals, pid, deadline);
-    outcome.ended = Some(ended);
-    outcome.interruption = interruption;
-    outcome.closed_at = now_ms();
-    outcome.tree = Some(verify_group_gone(signals, pid));
-    outcome
+    }
+
+    /// Runs one group to its end; true when every step of it succeeded.
+    fn run_group(&mut self, index: usize, group: &GroupConfig) -> bool {
+        let members: Vec<usize> = (group.start..group.start + group.count).collect();
+        if group.parallel {
+            let agents: Vec<&str> = members
+                .iter()
+                .map(|i| self.config.steps[*i].agent.as_str())
+                .collect();
+            self.event(
+                "subagent.parallel.started",
+                json!({"stepIndex": index, "agents": agents, "count": group.count}),
+            );
+        }
+        let mut queue: VecDeque<usize> = members.iter().copied().collect();
+        let mut active: Vec<usize> = Vec::new();
+        let mut tripped = false;
+        loop {
+            while self.interruption.is_none() && !tripped && active.len() < group.concurrency.max(1)
+            {
+                let Some(step) = queue.pop_front() else { break };
+                if self.start_step(step, index) {
+                    active.push(step);
+                } else if group.fail_fast {
+                    tripped = true;
+                }
+            }
+            if active.is_empty() {
+                break;
+            }
+            for step in self.wait_and_collect(&mut active) {
+                if !self.steps[step].succeeded() && group.fail_fast && !tripped {
+                    tripped = true;
+                    self.interrupt(&active, Interruption::FailFast);
+                }
+            }
+        }
+        self.skip_unstarted(&queue, tripped);
+        let ok = members.iter().all(|i| self.steps[*i].succeeded());
+        if group.parallel {
+            self.event(
+                "subagent.parallel.completed",
+                json!({"stepIndex": index, "success": ok}),
+            );
+        }
+        self.previous_output = self.group_output(index, group);
+        ok
+    }
+
+    /// Waits for the next wake-up; handles deadlines and stop requests;
+    /// returns the steps that ended (removed from `active`).
+    fn wait_and_collect(&mut self, active: &mut Vec<usize>) -> Vec<usize> {
+        let wake = self
+            .signals
+            .wait(self.next_deadline(active))
+            .unwrap_or(Wake::Child);
+        match wake {
+            Wake::Stop => {
+                self.interruption.get_or_insert(Interruption::Stopped);
+                self.interrupt(active, Interruption::Stopped);
+            }
+            Wake::Deadline => self.handle_deadlines(active),
+            Wake::Child => {}
+        }
+        self.exits.extend(reap_all());
+        let ended: Vec<usize> = active
+            .iter()
+            .copied()
+            .filter(|i| {
+                self.steps[*i]
+                    .pid
+                    .is_some_and(|pid| self.exits.contains_key(&pid))
+            })
+            .collect();
+        active.retain(|i| !ended.contains(i));
+        for step in &ended {
+            let pid = self.steps[*step].pid.unwrap_or_default();
+            let exit = self.exits.remove(&pid).unwrap_or(Ended::Exited(-1));
+            self.end_step(*step, exit);
+        }
+        ended
+    }
+
+    fn next_deadline(&self, active: &[usize]) -> Option<Instant> {
+        let step_times = active
+            .iter()
+            .flat_map(|i| [self.steps[*i].deadline, self.steps[*i].kill_at]);
+        let run = if self.interruption.is_none() {
+            self.run_deadline
+        } else {
+            None
+        };
+        step_times.chain([run]).flatten().min()
+    }
+
+    fn handle_deadlines(&mut self, active: &[usize]) {
+        let now = Instant::now();
+        if self.interruption.is_none() && self.run_deadline.is_some_and(|d| d <= now) {
+            self.interruption = Some(Interruption::TimedOut);
+            self.interrupt(active, Interruption::TimedOut);
+        }
+        for i in active {
+            let step = &mut self.steps[*i];
+            if step.kill_at.is_some_and(|k| k <= now) {
+                step.kill_at = None;
+                signal_group(step.pid.unwrap_or_default(), Signal::SIGKILL);
+            } else if step.interruption.is_none() && step.deadline.is_some_and(|d| d <= now) {
+                self.interrupt(&[*i], Interruption::TimedOut);
+            }
+        }
+    }
+
+    /// SIGTERM to each step's group; SIGKILL follows after [`KILL_GRACE`].
+    fn interrupt(&mut self, steps: &[usize], why: Interruption) {
+        for i in steps {
+            let step = &mut self.steps[*i];
+            if step.interruption.is_some() {
+                continue;
+            }
+            step.interruption = Some(why);
+            step.deadline = None;
+            step.kill_at = Some(Instant::now() + KILL_GRACE);
+            signal_group(step.pid.unwrap_or_default(), Signal::SIGTERM);
+        }
+    }
+
+    /// Starts step `i`; false when its command could not be started.
+    fn start_step(&mut self, i: usize, group_index: usize) -> bool {
+        let now = now_ms();
+        self.steps[i].started_at = Some(now);
+        match spawn_command(self.config, i, self.previous_output.as_deref()) {
+            Ok(pid) => {
+                let timeout = self.config.steps[i].timeout_ms;
+                self.steps[i].pid = Some(pid);
+                self.steps[i].deadline = timeout.map(|t| Instant::now() + Duration::from_millis(t));
+                self.write_step_started(i, pid, now);
+                let agent = &self.config.steps[i].agent;
+                let _ = group_index;
+                self.event(
+                    "subagent.step.started",
+                    json!({"stepIndex": i, "agent": agent}),
+                );
+                true
+            }
+            Err(e) => {
+                let program = self.config.steps[i]
+                    .command
+                    .first()
+                    .cloned()
+                    .unwrap_or_default();
+                self.steps[i].spawn_error =
+                    Some(format!("failed to start command '{program}': {e}"));
+                self.steps[i].closed_at = now;
+                self.write_step_end(i);
+                false
+            }
+        }
+    }
+
+    fn write_step_started(&self, i: usize, pid: u32, now: u64) {
+        let config = self.config;
+        let _ = update_status(&config.run_dir, |s| {
+            let mut s = s?;
+            s.last_update = Some(now);
+            s.last_activity_at = Some(now);
+            s.current_step = Some(i);
+            s.output_file = Some(output_path(config, i).display().to_string());
+            if let Some(step) = s.steps.get_or_insert_with(Vec::new).get_mut(i) {
+                step.status = "running".into();
+                step.started_at = Some(now);
+                step.external_process = Some(ExternalProcess {
+                    pid: Some(pid),
+                    started_at: now,
+                    stdout_path: log_path(config, i, "stdout").display().to_string(),
+                    stderr_path: log_path(config, i, "stderr").display().to_string(),
+                    ..ExternalProcess::default()
+                });
+            }
+            Some(s)
+        });
+    }
+
+    /// Records a step's end: proves its group is gone, fills its output,
+    /// writes its status and event.
+    fn end_step(&mut self, i: usize, exit: Ended) {
+        self.steps[i].ended = Some(exit);
+        self.steps[i].closed_at = now_ms();
+        let pgid = self.steps[i].pid.unwrap_or_default();
+        self.steps[i].tree = Some(self.verify_group_gone(pgid));
+        let output = output_path(self.config, i);
+        if !output.exists() {
+            let _ = std::fs::copy(log_path(self.config, i, "stdout"), &output);
+        }
+        self.write_step_end(i);
+    }
+
+    fn verify_group_gone(&mut self, pgid: u32) -> ProcessTree {
+        let (alive, reaped) = empty_group(
+            &mut self.signals,
+            Some(pgid),
+            Duration::from_secs(3),
+            Duration::from_secs(1),
+        );
+        self.exits.extend(reaped);
+        if alive.is_empty() {
+            ProcessTree::Observed {
+                mechanism: "posix-process-group".into(),
+                process_group_id: pgid,
+                verified_at: now_ms(),
+            }
+        } else {
+            let diagnostic = format!("processes still alive after SIGKILL: {alive:?}");
+            ProcessTree::Unknown {
+                reason: "verification-failed".into(),
+                diagnostic: Some(diagnostic),
+            }
+        }
+    }
+
+    fn write_step_end(&self, i: usize) {
+        let (status, error, exit_code) = step_verdict(self.config, i, &self.steps[i]);
+        let run = &self.steps[i];
+        let now = now_ms();
+        let _ = update_status(&self.config.run_dir, |s| {
+            let mut s = s?;
+            s.last_update = Some(now);
+            if let Some(step) = s.steps.get_or_insert_with(Vec::new).get_mut(i) {
+                step.status = status.into();
+                step.ended_at = Some(run.closed_at);
+                step.duration_ms = run.started_at.map(|t| run.closed_at.saturating_sub(t));
+                step.exit_code = Some(exit_code);
+                step.error = error.clone();
+                step.timed_out = (run.interruption == Some(Interruption::TimedOut)).then_some(true);
+                step.stopped = (status == "stopped").then_some(true);
+                step.extra
+                    .insert("outputFile".into(), json!(output_path(self.config, i)));
+                if let (Some(process), Some(ended)) = (step.external_process.as_mut(), run.ended) {
+                    process.ended_at = Some(run.closed_at);
+                    process.duration_ms = Some(run.closed_at.saturating_sub(process.started_at));
+                    process.exit_code = ended.code();
+                    process.process_signal = ended.signal();
+                }
+            }
+            Some(s)
+        });
+        let fields = json!({"stepIndex": i, "agent": self.config.steps[i].agent, "exitCode": run.ended.and_then(Ended::code),
+            "durationMs": run.started_at.map(|t| run.closed_at.saturating_sub(t)), "tokens": null});
+        let kind = if status == "complete" {
+            "completed"
+        } else {
+            status
+        };
+        self.event(&format!("subagent.step.{kind}"), fields);
+    }
+
+    /// Steps a group never started: skipped after a fail-fast trip, stopped
+    /// or timed out with the run; otherwise they stay `pending`.
+    fn skip_unstarted(&mut self, queue: &VecDeque<usize>, tripped: bool) {
+        let why = match (self.interruption, tripped) {
+            (Some(why), _) => why,
+            (None, true) => Interruption::FailFast,
+            (None, false) => return,
+        };
+        for i in queue {
+            self.steps[*i].interruption = Some(why);
+            self.steps[*i].closed_at = now_ms();
+            self.write_step_end(*i);
+        }
+    }
+
+    /// What the next chain step receives as `$SUBAGENTS_PREVIOUS_OUTPUT`.
+    fn group_output(&self, index: usize, group: &GroupConfig) -> Option<PathBuf> {
+        if group.count == 1 {
+            return Some(output_path(self.config, group.start));
+        }
+        let combined = self
+            .config
+            .run_dir
+            .join(format!("output-group-{index}.log"));
+        let mut text = Vec::new();
+        for i in group.start..group.start + group.count {
+            text.extend(
+                format!("=== {} (step {}) ===\n", self.config.steps[i].agent, i + 1).bytes(),
+            );
+            text.extend(std::fs::read(output_path(self.config, i)).unwrap_or_default());
+        }
+        atomic_file::write_private(&combined, &text)
+            .ok()
+            .map(|()| combined)
+    }
+
+    /// Terminates anything that escaped its group and was reparented to us.
+    fn clean_up_orphans(&mut self) {
+        let (_, reaped) = empty_group(
+            &mut self.signals,
+            None,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        );
+        self.exits.extend(reaped);
+    }
+
+    fn event(&self, kind: &str, fields: serde_json::Value) {
+        let _ = events::append(
+            &self.config.run_dir,
+            kind,
+            &self.config.run_id,
+            now_ms(),
+            fields,
+        );
+    }
+
+    fn finish(&self) -> anyhow::Result<()> {
+        let config = self.config;
+        let now = now_ms();
+        let stop_reason = status::model::read_status(&config.run_dir)?.and_then(|s| s.stop_reason);
+        let (state, error) = self.run_verdict(stop_reason);
+        update_status(&config.run_dir, |s| {
+            let mut s = s?;
+            s.state = state;
+            s.error = error.clone();
+            s.ended_at = Some(now);
+            s.last_update = Some(now);
+            s.timed_out = (self.interruption == Some(Interruption::TimedOut)).then_some(true);
+            s.stopped = (state == RunState::Stopped).then_some(true);
+            if state == RunState::Stopped {
+                s.error = Some(stop_message(s.stop_reason.as_deref()));
+            }
+            Some(s)
+        })?;
+        self.append_end_events(state, error.as_deref(), now);
+        write_candidate(&config.run_dir, &self.candidate())?;
+        Ok(())
+    }
+
+    fn run_verdict(&self, stop_reason: Option<String>) -> (RunState, Option<String>) {
+        match self.interruption {
+            Some(Interruption::Stopped) => {
+                return (
+                    RunState::Stopped,
+                    Some(stop_message(stop_reason.as_deref())),
+                );
+            }
+            Some(Interruption::TimedOut) => {
+                let message = format!(
+                    "Subagent timed out after {}ms.",
+                    self.config.timeout_ms.unwrap_or(0)
+                );
+                return (RunState::Failed, Some(message));
+            }
+            _ => {}
+        }
+        let failed = self
+            .steps
+            .iter()
+            .zip(&self.config.steps)
+            .find(|(run, _)| run.started_at.is_some() && !run.succeeded());
+        match failed {
+            None if self.steps.iter().all(StepRun::succeeded) => (RunState::Complete, None),
+            None => (
+                RunState::Failed,
+                Some("Run ended before every step ran.".into()),
+            ),
+            Some((run, step)) => match &run.spawn_error {
+                Some(error) if self.config.steps.len() == 1 => {
+                    (RunState::Failed, Some(error.clone()))
+                }
+                _ => (
+                    RunState::Failed,
+                    Some(format!("Step failed: {}", step.agent)),
+                ),
+            },
+        }
+    }
+
+    fn append_end_events(&self, state: RunState, error: Option<&str>, now: u64) {
+        match self.interruption {
+            Some(Interruption::Stopped) => {
+                self.event("subagent.run.stopped", json!({"message": error}))
+            }
+            Some(Interruption::TimedOut) => {
+                let deadline = self.config.timeout_ms.map(|t| self.started_at + t);
+                let fields = json!({"timeoutMs": self.config.timeout_ms, "deadlineAt": deadline, "message": error});
+                self.event("subagent.run.timed_out", fields);
+            }
+            _ => {}
+        }
+        let fields = json!({"lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION, "status": state.as_str(),
+            "durationMs": now.saturating_sub(self.started_at)});
+        self.event("subagent.run.completed", fields);
+    }
+
+    fn candidate(&self) -> Candidate {
+        let mut writers = BTreeMap::new();
+        let mut expected = BTreeMap::new();
+        for (i, run) in self.steps.iter().enumerate() {
+            expected.insert(i.to_string(), u64::from(run.pid.is_some()));
+            if let (Some(ended), Some(tree)) = (run.ended, &run.tree) {
+                let record = WriterRecord {
+                    process_instance_id: format!(
+                        "{}-writer-{i}",
+                        self.config.runner_process_instance_id
+                    ),
+                    kind: "pi-writer".into(),
+                    attempt: 0,
+                    close_observed_at: run.closed_at,
+                    exit_code: ended.code(),
+                    signal: ended.signal(),
+                    process_tree: tree.clone(),
+                };
+                writers.insert(i.to_string(), vec![record]);
+            }
+        }
+        Candidate {
+            version: 1,
+            run_id: self.config.run_id.clone(),
+            runner_process_instance_id: self.config.runner_process_instance_id.clone(),
+            writers,
+            expected_writers: Some(expected),
+            session_file: None,
+            revival_lease_token: None,
+            revival_lease_release_acknowledged: None,
+        }
+    }
 }
 
-fn spawn_command(config: &LaunchConfig) -> std::io::Result<u32> {
-    let task = config
+fn stop_message(reason: Option<&str>) -> String {
+    reason.unwrap_or("Subagent stopped by user.").to_owned()
+}
+
+/// A step's final status, error and exit code.
+fn step_verdict(
+    config: &LaunchConfig,
+    i: usize,
+    run: &StepRun,
+) -> (&'static str, Option<String>, i64) {
+    if let Some(error) = &run.spawn_error {
+        return ("failed", Some(error.clone()), 1);
+    }
+    match (run.interruption, run.ended) {
+        (Some(Interruption::Stopped), _) => {
+            ("stopped", Some("Subagent stopped by user.".into()), 1)
+        }
+        (Some(Interruption::TimedOut), _) => {
+            let ms = config.steps[i]
+                .timeout_ms
+                .or(config.timeout_ms)
+                .unwrap_or(0);
+            (
+                "failed",
+                Some(format!("Subagent timed out after {ms}ms.")),
+                1,
+            )
+        }
+        (Some(Interruption::FailFast), None) => (
+            "failed",
+            Some("skipped: a sibling failed (failFast)".into()),
+            1,
+        ),
+        (Some(Interruption::FailFast), Some(_)) => (
+            "failed",
+            Some("stopped: a sibling failed (failFast)".into()),
+            1,
+        ),
+        (None, Some(Ended::Exited(0))) => ("complete", None, 0),
+        (None, Some(ended)) => (
+            "failed",
+            Some(format!("command ended with {}", ended.describe())),
+            ended.code().map_or(1, i64::from),
+        ),
+        (None, None) => ("pending", None, 1),
+    }
+}
+
+fn spawn_command(
+    config: &LaunchConfig,
+    i: usize,
+    previous: Option<&std::path::Path>,
+) -> std::io::Result<u32> {
+    let step = &config.steps[i];
+    let (program, rest) = step
+        .command
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let task = step
         .task_file
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let args: Vec<String> = config.command[1..]
-        .iter()
-        .map(|a| a.replace("{task_file}", &task))
-        .collect();
-    let log = |name: &str| {
+    let log = |stream: &str| {
         OpenOptions::new()
             .append(true)
             .create(true)
             .mode(atomic_file::FILE_MODE)
-            .open(config.run_dir.join(name))
+            .open(log_path(config, i, stream))
     };
-    let stdin = match &config.task_file {
+    let stdin = match &step.task_file {
         Some(path) => Stdio::from(File::open(path)?),
         None => Stdio::null(),
     };
-    let mut command = Command::new(&config.command[0]);
+    let mut command = Command::new(program);
     command
-        .args(args)
-        .current_dir(&config.cwd)
+        .args(rest.iter().map(|a| a.replace("{task_file}", &task)))
+        .current_dir(&step.cwd)
         .stdin(stdin)
-        .stdout(log("external-0.stdout.log")?)
-        .stderr(log("external-0.stderr.log")?)
+        .stdout(log("stdout")?)
+        .stderr(log("stderr")?)
         .env_remove(READY_FD_ENV)
         .env("SUBAGENTS_RUN_ID", &config.run_id)
         .env("SUBAGENTS_ROOT", &config.root)
         .env("SUBAGENTS_RUN_DIR", &config.run_dir)
-        .env("SUBAGENTS_OUTPUT_FILE", output_path(config))
+        .env("SUBAGENTS_STEP_INDEX", i.to_string())
+        .env("SUBAGENTS_OUTPUT_FILE", output_path(config, i))
         .envs(&config.env)
         .process_group(0);
-    if config.task_file.is_some() {
+    if step.task_file.is_some() {
         command.env("SUBAGENTS_TASK_FILE", &task);
+    }
+    if let Some(previous) = previous {
+        command.env("SUBAGENTS_PREVIOUS_OUTPUT", previous);
+    }
+    if let Some(descriptor) = crate::fanout::child_env(config, i) {
+        command
+            .env(fanout_budget::BUDGET_ENV, descriptor)
+            .env_remove(fanout_budget::BUDGET_ENV_ALIAS);
     }
     // SAFETY: only resets the signal mask (async-signal-safe) between fork and exec.
     unsafe {
         command.pre_exec(crate::procs::unblock_all_in_child);
     }
     Ok(command.spawn()?.id())
-}
-
-fn mark_step_started(config: &LaunchConfig, pid: u32, now: u64) {
-    let dir = &config.run_dir;
-    let _ = update_status(dir, |s| {
-        let mut s = s?;
-        s.last_update = Some(now);
-        if let Some(step) = s.steps.get_or_insert_with(Vec::new).first_mut() {
-            step.status = "running".into();
-            step.started_at = Some(now);
-            step.external_process = Some(ExternalProcess {
-                pid: Some(pid),
-                started_at: now,
-                stdout_path: dir.join("external-0.stdout.log").display().to_string(),
-                stderr_path: dir.join("external-0.stderr.log").display().to_string(),
-                ..ExternalProcess::default()
-            });
-        }
-        Some(s)
-    });
-    let _ = events::append(
-        dir,
-        "subagent.step.started",
-        &config.run_id,
-        now,
-        json!({"stepIndex": 0, "agent": config.agent}),
-    );
-}
-
-/// Waits until COMMAND (pid = pgid) exits; a stop request or the deadline
-/// terminates its group, SIGKILL following after [`KILL_GRACE`].
-fn wait_for_child(
-    signals: &mut Signals,
-    pid: u32,
-    deadline: Option<Instant>,
-) -> (Ended, Option<Interruption>) {
-    let mut interruption = None;
-    let mut kill_at: Option<Instant> = None;
-    loop {
-        if let Some(ended) = reap_all().get(&pid) {
-            return (*ended, interruption);
-        }
-        let next = match (kill_at, interruption) {
-            (Some(k), _) => Some(k),
-            (None, None) => deadline,
-            (None, Some(_)) => None,
-        };
-        let wake = signals.wait(next).unwrap_or(Wake::Child);
-        let cause = match wake {
-            Wake::Child => continue,
-            Wake::Stop => Interruption::Stopped,
-            Wake::Deadline if kill_at.is_some() => {
-                signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-                kill_at = None;
-                continue;
-            }
-            Wake::Deadline => Interruption::TimedOut,
-        };
-        if interruption.is_none() {
-            interruption = Some(cause);
-            signal_group(pid, nix::sys::signal::Signal::SIGTERM);
-            kill_at = Some(Instant::now() + KILL_GRACE);
-        }
-    }
-}
-
-/// Proves COMMAND's process group (and any orphan of it) is gone.
-fn verify_group_gone(signals: &mut Signals, pgid: u32) -> ProcessTree {
-    let (alive, _) = empty_group(
-        signals,
-        Some(pgid),
-        Duration::from_secs(3),
-        Duration::from_secs(1),
-    );
-    if alive.is_empty() {
-        ProcessTree::Observed {
-            mechanism: "posix-process-group".into(),
-            process_group_id: pgid,
-            verified_at: now_ms(),
-        }
-    } else {
-        ProcessTree::Unknown {
-            reason: "verification-failed".into(),
-            diagnostic: Some(format!("processes still alive after SIGKILL: {alive:?}")),
-        }
-    }
-}
-
-fn finish(config: &LaunchConfig, outcome: Outcome, started_at: u64) -> anyhow::Result<()> {
-    let now = now_ms();
-    fill_output(config);
-    let stop_reason = status::model::read_status(&config.run_dir)?.and_then(|s| s.stop_reason);
-    let (state, error, step_error) = verdict(config, &outcome, stop_reason);
-    let step_status = match state {
-        RunState::Complete => "complete",
-        RunState::Stopped => "stopped",
-        _ => "failed",
-    };
-    update_status(&config.run_dir, |s| {
-        let mut s = s?;
-        s.state = state;
-        s.error = error.clone();
-        s.ended_at = Some(now);
-        s.last_update = Some(now);
-        s.timed_out = (outcome.interruption == Some(Interruption::TimedOut)).then_some(true);
-        s.stopped = (state == RunState::Stopped).then_some(true);
-        if let Some(step) = s.steps.get_or_insert_with(Vec::new).first_mut() {
-            finish_step(step, &outcome, step_status, step_error.clone(), now);
-        }
-        Some(s)
-    })?;
-    append_end_events(
-        config,
-        &outcome,
-        state,
-        step_status,
-        error.as_deref(),
-        started_at,
-        now,
-    );
-    write_candidate(&config.run_dir, &candidate(config, &outcome))?;
-    Ok(())
-}
-
-fn verdict(
-    config: &LaunchConfig,
-    outcome: &Outcome,
-    stop_reason: Option<String>,
-) -> (RunState, Option<String>, Option<String>) {
-    if let Some(error) = &outcome.spawn_error {
-        return (RunState::Failed, Some(error.clone()), Some(error.clone()));
-    }
-    let ended = outcome.ended.map(Ended::describe).unwrap_or_default();
-    match (outcome.interruption, outcome.ended) {
-        (Some(Interruption::Stopped), _) => {
-            let reason = stop_reason.unwrap_or_else(|| "Subagent stopped by user.".into());
-            (RunState::Stopped, Some(reason.clone()), Some(reason))
-        }
-        (Some(Interruption::TimedOut), _) => {
-            let message = format!(
-                "Subagent timed out after {}ms.",
-                config.timeout_ms.unwrap_or(0)
-            );
-            (RunState::Failed, Some(message.clone()), Some(message))
-        }
-        (None, Some(Ended::Exited(0))) => (RunState::Complete, None, None),
-        _ => (
-            RunState::Failed,
-            Some(format!("Step failed: {}", config.agent)),
-            Some(format!("command ended with {ended}")),
-        ),
-    }
-}
-
-fn finish_step(
-    step: &mut status::Step,
-    outcome: &Outcome,
-    state: &str,
-    error: Option<String>,
-    now: u64,
-) {
-    step.status = state.into();
-    step.ended_at = Some(now);
-    step.duration_ms = step.started_at.map(|s| now.saturating_sub(s));
-    step.error = error;
-    step.exit_code = Some(match (state, outcome.ended) {
-        ("complete", _) => 0,
-        ("failed", Some(Ended::Exited(code))) if outcome.interruption.is_none() => i64::from(code),
-        _ => 1,
-    });
-    step.timed_out = (outcome.interruption == Some(Interruption::TimedOut)).then_some(true);
-    step.stopped = (state == "stopped").then_some(true);
-    if let (Some(process), Some(ended)) = (step.external_process.as_mut(), outcome.ended) {
-        process.ended_at = Some(outcome.closed_at);
-        process.duration_ms = Some(outcome.closed_at.saturating_sub(outcome.child_started_at));
-        process.exit_code = ended.code();
-        process.process_signal = ended.signal();
-    }
-}
-
-fn append_end_events(
-    config: &LaunchConfig,
-    outcome: &Outcome,
-    state: RunState,
-    step_status: &str,
-    error: Option<&str>,
-    started_at: u64,
-    now: u64,
-) {
-    let dir = &config.run_dir;
-    let id = &config.run_id;
-    let exit_code = outcome.ended.and_then(Ended::code);
-    let step = json!({"stepIndex": 0, "agent": config.agent, "exitCode": exit_code,
-        "durationMs": now.saturating_sub(outcome.child_started_at), "tokens": null});
-    let _ = events::append(
-        dir,
-        &format!("subagent.step.{}", step_event(step_status)),
-        id,
-        now,
-        step,
-    );
-    match outcome.interruption {
-        Some(Interruption::Stopped) => {
-            let _ = events::append(
-                dir,
-                "subagent.run.stopped",
-                id,
-                now,
-                json!({"message": error}),
-            );
-        }
-        Some(Interruption::TimedOut) => {
-            let fields = json!({"timeoutMs": config.timeout_ms, "deadlineAt": config.timeout_ms.map(|t| started_at + t), "message": error});
-            let _ = events::append(dir, "subagent.run.timed_out", id, now, fields);
-        }
-        None => {}
-    }
-    let fields = json!({"lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION, "status": state.as_str(),
-        "durationMs": now.saturating_sub(started_at)});
-    let _ = events::append(dir, "subagent.run.completed", id, now, fields);
-}
-
-fn step_event(step_status: &str) -> &str {
-    match step_status {
-        "complete" => "completed",
-        other => other,
-    }
-}
-
-/// The output file is what COMMAND wrote to `$SUBAGENTS_OUTPUT_FILE`, or else its stdout.
-fn fill_output(config: &LaunchConfig) {
-    let output = output_path(config);
-    if !output.exists() {
-        let _ = std::fs::copy(config.run_dir.join("external-0.stdout.log"), &output);
-    }
-}
-
-fn candidate(config: &LaunchConfig, outcome: &Outcome) -> Candidate {
-    let records: Vec<WriterRecord> = match (outcome.ended, &outcome.tree) {
-        (Some(ended), Some(tree)) => vec![WriterRecord {
-            process_instance_id: format!("{}-writer-0", config.runner_process_instance_id),
-            kind: "pi-writer".into(),
-            attempt: 0,
-            close_observed_at: outcome.closed_at,
-            exit_code: ended.code(),
-            signal: ended.signal(),
-            process_tree: tree.clone(),
-        }],
-        _ => Vec::new(),
-    };
-    let expected = u64::from(outcome.pid.is_some());
-    Candidate {
-        version: 1,
-        run_id: config.run_id.clone(),
-        runner_process_instance_id: config.runner_process_instance_id.clone(),
-        writers: if records.is_empty() {
-            BTreeMap::new()
-        } else {
-            BTreeMap::from([("0".to_owned(), records)])
-        },
-        expected_writers: Some(BTreeMap::from([("0".to_owned(), expected)])),
-        session_file: None,
-        revival_lease_token: None,
-        revival_lease_release_acknowledged: None,
-    }
 }

@@ -118,21 +118,15 @@ pub fn wait_for_runs(
     }
 }
 
-/// Over, and (while its monitor lives) with the proof finalized, so that
-/// `status` right after `wait` shows the final proof.
+/// Over, and its monitor (when it has one) has exited, so the proof, the
+/// status overlay and the events are all written when `wait` returns.
 pub fn is_settled(run: &RunSummary) -> bool {
-    if run.status.state.is_active() {
-        return false;
-    }
-    let pending = run
-        .proof()
-        .is_some_and(|p| p.state == status::proof::ProofState::Pending);
     let monitor_alive = run
         .status
         .monitor_identity
         .as_ref()
         .is_some_and(|m| m.liveness() == process_identity::Liveness::Alive);
-    !(pending && monitor_alive)
+    !run.status.state.is_active() && !monitor_alive
 }
 
 fn load_all(layout: &Layout, ids: &[String]) -> CliResult<Vec<RunSummary>> {

@@ -1,0 +1,310 @@
+//! Everything `run` does before a process exists, in the reference's order:
+//! plan the steps, pick the run id, take the capacity slot, admit the
+//! fan-out batch, and only then create the run directory, task files, the
+//! queued status and the active marker.
+
+use std::fs::DirBuilder;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use capacity::SlotHandle;
+use fanout_budget::{Descriptor, OpenBudget};
+use process_identity::ProcessIdentity;
+use serde_json::json;
+use status::layout::files;
+use status::{Layout, PROMPT_REDACTED, RunState, RunStatus, Step, index};
+
+use crate::admission;
+use crate::cli::RunArgs;
+use crate::config::{GroupConfig, LaunchConfig, StepConfig};
+use crate::error::{CliError, CliResult, Exit};
+use crate::root::parse_duration;
+use crate::spec::{Plan, PlannedStep, StepSpec};
+
+/// Default wall-clock limit of a run, as in the reference.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+
+/// A prepared run: its config and the capacity slot it holds.
+pub type Prepared = (LaunchConfig, Option<SlotHandle>);
+
+/// Plans and admits a run, then writes its first files.
+pub fn prepare(layout: &Layout, args: &RunArgs, session: &str) -> CliResult<Prepared> {
+    let plan = plan(args)?;
+    let cwd = resolve_cwd(args.cwd.as_deref())?;
+    let timeout_ms = run_timeout(args.timeout.as_deref())?;
+    let tasks = read_tasks(args, &plan)?;
+    atomic_file::ensure_private_dir(&layout.runs_dir())?;
+    let run_id = pick_id(layout, args.id.as_deref())?;
+    let run_dir = layout.run_dir(&run_id);
+    let mut slot = admission::acquire(layout, session, args.max_active, &run_id, &run_dir)?;
+    let admitted = admit_fanout(layout, &run_id, &plan, args.fanout_limit).and_then(|budget| {
+        create_run_dir(&run_dir, &run_id)?;
+        Ok(budget)
+    });
+    let budget = match admitted {
+        Ok(budget) => budget,
+        Err(e) => {
+            if let Some(handle) = slot.as_mut() {
+                let _ = handle.rollback();
+            }
+            return Err(e);
+        }
+    };
+    let descriptor =
+        fanout_budget::write_persisted(&run_dir, &layout.fanout_budgets_dir(), budget.descriptor())
+            .map_err(|e| {
+                CliError::failed(format!(
+                    "failed to create async run directory '{}': {e}",
+                    run_dir.display()
+                ))
+            })?;
+    let steps = step_configs(&plan, &run_dir, &cwd, &tasks)?;
+    let config = LaunchConfig {
+        run_id,
+        root: layout.root().to_path_buf(),
+        run_dir,
+        runner_process_instance_id: uuid::Uuid::new_v4().to_string(),
+        mode: plan.mode.clone(),
+        steps,
+        groups: plan.groups.clone(),
+        timeout_ms,
+        session_id: Some(session.to_owned()),
+        fanout_descriptor: serde_json::to_value(descriptor.descriptor()).ok(),
+        env: Default::default(),
+    };
+    write_queued(&config, budget.snapshot().ok())?;
+    // The marker exists before any process does, so an active listing can
+    // never miss a run whose runner may exist.
+    index::create_marker(&config.run_dir)?;
+    Ok((config, slot))
+}
+
+/// The plan of a plain `run -- COMMAND` or of `run --spec FILE`.
+fn plan(args: &RunArgs) -> CliResult<Plan> {
+    if let Some(path) = &args.spec {
+        return crate::spec::read_plan(path).map_err(CliError::failed);
+    }
+    let program = args.command.first().filter(|c| !c.is_empty());
+    let program =
+        program.ok_or_else(|| CliError::failed("failed to launch run: COMMAND is empty"))?;
+    let agent = args.agent.clone().unwrap_or_else(|| file_name(program));
+    let spec = StepSpec {
+        agent,
+        command: args.command.clone(),
+        task: None,
+        cwd: None,
+        timeout: None,
+    };
+    Ok(Plan {
+        mode: "single".into(),
+        steps: vec![PlannedStep {
+            spec,
+            timeout_ms: None,
+            claim_path: "single".into(),
+        }],
+        groups: vec![GroupConfig {
+            start: 0,
+            count: 1,
+            concurrency: 1,
+            fail_fast: false,
+            parallel: false,
+        }],
+    })
+}
+
+fn file_name(program: &str) -> String {
+    Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| program.to_owned())
+}
+
+fn resolve_cwd(cwd: Option<&Path>) -> CliResult<PathBuf> {
+    let dir = match cwd {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir()
+            .map_err(|e| CliError::failed(format!("failed to read current directory: {e}")))?,
+    };
+    let real = dir.canonicalize().map_err(|e| {
+        CliError::failed(format!(
+            "failed to launch run: cwd '{}': {e}",
+            dir.display()
+        ))
+    })?;
+    if !real.is_dir() {
+        return Err(CliError::failed(format!(
+            "failed to launch run: cwd is not a directory: {}",
+            dir.display()
+        )));
+    }
+    Ok(real)
+}
+
+fn run_timeout(text: Option<&str>) -> CliResult<Option<u64>> {
+    let ms = match text {
+        Some(text) => {
+            let d = parse_duration(text)
+                .map_err(|e| CliError::failed(format!("failed to parse --timeout: {e}")))?;
+            d.as_millis() as u64
+        }
+        None => DEFAULT_TIMEOUT_MS,
+    };
+    Ok((ms > 0).then_some(ms))
+}
+
+/// Task text per step: `--task`/`--task-file` for a single run, the spec's
+/// `task` fields otherwise.
+fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
+    if args.spec.is_some() {
+        return Ok(plan.steps.iter().map(|s| s.spec.task.clone()).collect());
+    }
+    if let Some(path) = &args.task_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::failed(format!(
+                "failed to read task file '{}': {e}",
+                path.display()
+            ))
+        })?;
+        return Ok(vec![Some(text)]);
+    }
+    Ok(vec![args.task.clone()])
+}
+
+/// An explicit id (refused when unsafe or taken) or a fresh 10-hex-digit one.
+fn pick_id(layout: &Layout, explicit: Option<&str>) -> CliResult<String> {
+    if let Some(id) = explicit {
+        if !status::layout::is_safe_run_id(id) {
+            return Err(CliError::failed(format!(
+                "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
+            )));
+        }
+        if layout.run_dir(id).symlink_metadata().is_ok() {
+            return Err(CliError::failed(format!(
+                "failed to launch run: run '{id}' already exists"
+            )));
+        }
+        return Ok(id.to_owned());
+    }
+    loop {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
+        if layout.run_dir(&id).symlink_metadata().is_err() {
+            return Ok(id);
+        }
+    }
+}
+
+fn create_run_dir(dir: &Path, id: &str) -> CliResult {
+    DirBuilder::new()
+        .mode(atomic_file::DIR_MODE)
+        .create(dir)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => {
+                CliError::failed(format!("failed to launch run: run '{id}' already exists"))
+            }
+            _ => CliError::failed(format!(
+                "failed to create run directory '{}': {e}",
+                dir.display()
+            )),
+        })
+}
+
+/// Inherits the budget from the environment (nested launch: `parentPath`
+/// extended by this run's id) or creates the root run's budget, then claims
+/// the launch's static batch all-or-nothing. Over the limit: exit 3.
+fn admit_fanout(
+    layout: &Layout,
+    run_id: &str,
+    plan: &Plan,
+    limit: Option<u64>,
+) -> CliResult<OpenBudget> {
+    let root = layout.fanout_budgets_dir();
+    atomic_file::ensure_private_dir(&root)?;
+    let fail =
+        |e: fanout_budget::Error| CliError::failed(format!("failed to admit run fan-out: {e}"));
+    let budget = match fanout_budget::inherited_from_env(&root).map_err(fail)? {
+        Some(inherited) => {
+            let nested: Descriptor = inherited.descriptor().child(run_id);
+            OpenBudget::open(&root, &nested).map_err(fail)?
+        }
+        None => {
+            let env = fanout_budget::limit_env_value();
+            let limit =
+                limit.unwrap_or_else(|| fanout_budget::resolve_limit(env.as_deref(), None).limit);
+            fanout_budget::create_budget(&root, run_id, limit).map_err(fail)?
+        }
+    };
+    let paths: Vec<&str> = plan.steps.iter().map(|s| s.claim_path.as_str()).collect();
+    match budget.claim(&paths) {
+        Ok(_) => Ok(budget),
+        Err(e) => match e.rejection() {
+            Some(rejection) => Err(CliError {
+                detail: Some(Box::new(
+                    json!({"runFanoutRejection": rejection, "runFanoutBudget": rejection.snapshot}),
+                )),
+                ..CliError::new(Exit::Limit, format!("failed to launch run: {rejection}"))
+            }),
+            None => Err(fail(e)),
+        },
+    }
+}
+
+fn step_configs(
+    plan: &Plan,
+    run_dir: &Path,
+    cwd: &Path,
+    tasks: &[Option<String>],
+) -> CliResult<Vec<StepConfig>> {
+    let single = plan.steps.len() == 1 && plan.mode == "single";
+    let mut steps = Vec::new();
+    for (i, (planned, task)) in plan.steps.iter().zip(tasks).enumerate() {
+        let task_file = match task {
+            Some(text) => {
+                let name = if single {
+                    files::TASK.to_owned()
+                } else {
+                    format!("task-{i}.md")
+                };
+                let path = run_dir.join(name);
+                atomic_file::write_private(&path, text.as_bytes())?;
+                Some(path)
+            }
+            None => None,
+        };
+        let step_cwd = match &planned.spec.cwd {
+            Some(dir) => resolve_cwd(Some(&cwd.join(dir)))?,
+            None => cwd.to_path_buf(),
+        };
+        steps.push(StepConfig {
+            agent: planned.spec.agent.clone(),
+            command: planned.spec.command.clone(),
+            cwd: step_cwd,
+            task_file,
+            timeout_ms: planned.timeout_ms,
+            fanout_label: (!single).then(|| planned.claim_path.clone()),
+        });
+    }
+    Ok(steps)
+}
+
+fn write_queued(config: &LaunchConfig, fanout: Option<fanout_budget::Snapshot>) -> CliResult {
+    let now = status::now_ms();
+    let mut queued = RunStatus::new(&config.run_id, RunState::Queued);
+    queued.session_id = config.session_id.clone();
+    queued.mode = Some(config.mode.clone());
+    queued.last_update = Some(now);
+    queued.cwd = config.steps.first().map(|s| s.cwd.display().to_string());
+    queued.timeout_ms = config.timeout_ms;
+    queued.chain_step_count = Some(config.chain_step_count());
+    queued.launcher_identity = ProcessIdentity::current().ok();
+    queued.runner_process_instance_id = Some(config.runner_process_instance_id.clone());
+    queued.run_fanout_budget = fanout.and_then(|s| serde_json::to_value(s).ok());
+    let steps = config.steps.iter().map(|s| Step {
+        agent: s.agent.clone(),
+        status: "pending".into(),
+        description: s.task_file.as_ref().map(|_| PROMPT_REDACTED.to_owned()),
+        ..Step::default()
+    });
+    queued.steps = Some(steps.collect());
+    status::model::write_status(&config.run_dir, &queued)?;
+    Ok(())
+}

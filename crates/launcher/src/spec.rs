@@ -1,0 +1,303 @@
+//! `subagents run --spec FILE`: the composite-run spec file.
+//!
+//! ```json
+//! {"mode": "parallel", "tasks": [STEP, ...], "concurrency": 2, "failFast": true}
+//! {"mode": "chain", "steps": [STEP | {"parallel": [STEP, ...], "concurrency": 2, "failFast": false}, ...]}
+//! STEP = {"agent": "name", "command": ["argv", ...], "task": "text", "cwd": "dir", "timeout": "10m"}
+//! ```
+//!
+//! Parsing is strict: unknown fields, wrong types and empty lists are
+//! refused with the file and the JSON path of the offending field.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::config::GroupConfig;
+use crate::root::parse_duration;
+
+/// Parallel groups run this many children at once unless the spec says otherwise.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+
+/// One step as written in a spec file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StepSpec {
+    /// Agent label.
+    pub agent: String,
+    /// argv.
+    pub command: Vec<String>,
+    /// Task text.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// Working directory (relative to the spec file's directory).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Step timeout (`30m`, `90s`).
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// A step ready to launch.
+#[derive(Debug, Clone)]
+pub struct PlannedStep {
+    /// The spec step.
+    pub spec: StepSpec,
+    /// Step timeout in ms.
+    pub timeout_ms: Option<u64>,
+    /// Fan-out claim path (`tasks[j]`, `chain[i]`, `chain[i].parallel[j]`).
+    pub claim_path: String,
+}
+
+/// A parsed spec: mode, flat steps, groups.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// `parallel` or `chain`.
+    pub mode: String,
+    /// Flat steps.
+    pub steps: Vec<PlannedStep>,
+    /// Execution groups.
+    pub groups: Vec<GroupConfig>,
+}
+
+/// Reads and validates a spec file.
+pub fn read_plan(path: &Path) -> Result<Plan, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("failed to read spec file '{}': {e}", path.display()))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("invalid spec file '{}': {e}", path.display()))?;
+    parse_plan(&value).map_err(|e| format!("invalid spec file '{}': {e}", path.display()))
+}
+
+/// Validates a spec value.
+pub fn parse_plan(value: &Value) -> Result<Plan, String> {
+    let obj = value.as_object().ok_or("the spec must be a JSON object")?;
+    match obj.get("mode").and_then(Value::as_str) {
+        Some("parallel") => parse_parallel(obj),
+        Some("chain") => parse_chain(obj),
+        Some(other) => Err(format!(
+            "mode: expected \"parallel\" or \"chain\", found \"{other}\""
+        )),
+        None => Err("mode: expected \"parallel\" or \"chain\"".into()),
+    }
+}
+
+fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
+    only_keys(obj, &["mode", "tasks", "concurrency", "failFast"], "")?;
+    let tasks = non_empty_array(obj.get("tasks"), "tasks")?;
+    let mut plan = Plan {
+        mode: "parallel".into(),
+        steps: Vec::new(),
+        groups: Vec::new(),
+    };
+    for (j, task) in tasks.iter().enumerate() {
+        plan.steps.push(step(task, &format!("tasks[{j}]"))?);
+    }
+    plan.groups.push(group(obj, 0, tasks.len(), "")?);
+    Ok(plan)
+}
+
+fn parse_chain(obj: &Map<String, Value>) -> Result<Plan, String> {
+    only_keys(obj, &["mode", "steps"], "")?;
+    let items = non_empty_array(obj.get("steps"), "steps")?;
+    let mut plan = Plan {
+        mode: "chain".into(),
+        steps: Vec::new(),
+        groups: Vec::new(),
+    };
+    for (i, item) in items.iter().enumerate() {
+        let start = plan.steps.len();
+        let at = format!("steps[{i}]");
+        match item.as_object().filter(|o| o.contains_key("parallel")) {
+            Some(inner) => {
+                only_keys(inner, &["parallel", "concurrency", "failFast"], &at)?;
+                let tasks = non_empty_array(inner.get("parallel"), &format!("{at}.parallel"))?;
+                for (j, task) in tasks.iter().enumerate() {
+                    let mut planned = step(task, &format!("{at}.parallel[{j}]"))?;
+                    planned.claim_path = format!("chain[{i}].parallel[{j}]");
+                    plan.steps.push(planned);
+                }
+                plan.groups.push(group(inner, start, tasks.len(), &at)?);
+            }
+            None => {
+                let mut planned = step(item, &at)?;
+                planned.claim_path = format!("chain[{i}]");
+                plan.steps.push(planned);
+                plan.groups.push(GroupConfig {
+                    start,
+                    count: 1,
+                    concurrency: 1,
+                    fail_fast: false,
+                    parallel: false,
+                });
+            }
+        }
+    }
+    Ok(plan)
+}
+
+fn step(value: &Value, at: &str) -> Result<PlannedStep, String> {
+    let spec: StepSpec = serde_json::from_value(value.clone()).map_err(|e| format!("{at}: {e}"))?;
+    if spec.agent.trim().is_empty() {
+        return Err(format!("{at}.agent: must not be empty"));
+    }
+    if spec.command.first().is_none_or(|c| c.is_empty()) {
+        return Err(format!(
+            "{at}.command: expected a non-empty array of strings"
+        ));
+    }
+    let timeout_ms = match &spec.timeout {
+        Some(t) => {
+            let d = parse_duration(t).map_err(|e| format!("{at}.timeout: {e}"))?;
+            (!d.is_zero()).then_some(d.as_millis() as u64)
+        }
+        None => None,
+    };
+    Ok(PlannedStep {
+        spec,
+        timeout_ms,
+        claim_path: at.to_owned(),
+    })
+}
+
+fn group(
+    obj: &Map<String, Value>,
+    start: usize,
+    count: usize,
+    at: &str,
+) -> Result<GroupConfig, String> {
+    let field = |name: &str| {
+        if at.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{at}.{name}")
+        }
+    };
+    let concurrency = match obj.get("concurrency") {
+        None => DEFAULT_CONCURRENCY,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("{}: expected a positive integer", field("concurrency")))?
+            as usize,
+    };
+    let fail_fast = match obj.get("failFast") {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| format!("{}: expected a boolean", field("failFast")))?,
+    };
+    Ok(GroupConfig {
+        start,
+        count,
+        concurrency,
+        fail_fast,
+        parallel: true,
+    })
+}
+
+fn non_empty_array<'a>(value: Option<&'a Value>, at: &str) -> Result<&'a Vec<Value>, String> {
+    value
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| format!("{at}: expected a non-empty array"))
+}
+
+fn only_keys(obj: &Map<String, Value>, allowed: &[&str], at: &str) -> Result<(), String> {
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(key) if at.is_empty() => Err(format!("{key}: unknown field")),
+        Some(key) => Err(format!("{at}.{key}: unknown field")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn s(agent: &str) -> Value {
+        json!({"agent": agent, "command": ["true"]})
+    }
+
+    #[test]
+    fn parallel_plan_has_one_group_and_task_paths() {
+        let plan = parse_plan(&json!({"mode": "parallel", "tasks": [s("a"), s("b")], "concurrency": 1, "failFast": true})).unwrap();
+        assert_eq!(
+            plan.steps
+                .iter()
+                .map(|s| s.claim_path.as_str())
+                .collect::<Vec<_>>(),
+            ["tasks[0]", "tasks[1]"]
+        );
+        let g = plan.groups[0];
+        assert_eq!(
+            (g.start, g.count, g.concurrency, g.fail_fast, g.parallel),
+            (0, 2, 1, true, true)
+        );
+    }
+
+    #[test]
+    fn chain_plan_flattens_parallel_groups() {
+        let spec =
+            json!({"mode": "chain", "steps": [s("a"), {"parallel": [s("b"), s("c")]}, s("d")]});
+        let plan = parse_plan(&spec).unwrap();
+        let paths: Vec<_> = plan.steps.iter().map(|s| s.claim_path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "chain[0]",
+                "chain[1].parallel[0]",
+                "chain[1].parallel[1]",
+                "chain[2]"
+            ]
+        );
+        assert_eq!(plan.groups.len(), 3);
+        assert_eq!((plan.groups[1].start, plan.groups[1].count), (1, 2));
+        assert_eq!(plan.groups[2].start, 3);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (json!({"mode": "serial"}), "mode: expected"),
+            (
+                json!({"mode": "parallel", "tasks": []}),
+                "tasks: expected a non-empty array",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [s("a")], "extra": 1}),
+                "extra: unknown field",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [{"agent": "a", "command": "true"}]}),
+                "tasks[0]: invalid type",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [{"agent": "a", "command": []}]}),
+                "tasks[0].command",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [{"agent": "a", "command": ["x"], "bogus": 1}]}),
+                "tasks[0]: unknown field `bogus`",
+            ),
+            (
+                json!({"mode": "chain", "steps": [{"parallel": [s("a")], "concurrency": 0}]}),
+                "steps[0].concurrency",
+            ),
+            (
+                json!({"mode": "chain", "steps": [{"parallel": [s("a")], "failFast": "yes"}]}),
+                "steps[0].failFast",
+            ),
+            (
+                json!({"mode": "chain", "steps": [{"agent": "a", "command": ["x"], "timeout": "5y"}]}),
+                "steps[0].timeout",
+            ),
+        ];
+        for (spec, expected) in cases {
+            let err = parse_plan(&spec).unwrap_err();
+            assert!(err.starts_with(expected), "{err} !~ {expected}");
+        }
+    }
+}
