@@ -73,6 +73,12 @@ pub enum Command {
         /// Run id or unique prefix.
         run: String,
     },
+    /// Run fan-out budget plumbing.
+    Budget {
+        /// What to do.
+        #[command(subcommand)]
+        action: BudgetAction,
+    },
     /// Show the active-run capacity of a session.
     Capacity {
         /// The session (else $SUBAGENTS_SESSION_ID, else the terminal).
@@ -162,4 +168,39 @@ pub struct ListArgs {
     /// Print an array of run summaries as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `subagents budget ...`.
+#[derive(Debug, Subcommand)]
+pub enum BudgetAction {
+    /// Create a budget; prints its descriptor JSON.
+    Create {
+        /// Root run id recorded in the manifest.
+        #[arg(long)]
+        root_run_id: String,
+        /// The limit (else $SUBAGENTS_MAX_SPAWNS_PER_RUN, else 64).
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Show {used, limit, remaining} of a run's budget or of a descriptor file.
+    Show {
+        /// Run id or unique prefix.
+        #[arg(required_unless_present = "descriptor", conflicts_with = "descriptor")]
+        run: Option<String>,
+        /// A descriptor JSON file.
+        #[arg(long, value_name = "FILE")]
+        descriptor: Option<PathBuf>,
+    },
+    /// Claim slots all-or-nothing; exit 3 over the limit.
+    Claim {
+        /// A descriptor JSON file (else the inherited $SUBAGENTS_RUN_FANOUT_BUDGET).
+        #[arg(long, value_name = "FILE")]
+        descriptor: Option<PathBuf>,
+        /// Claim path (repeat for a batch).
+        #[arg(long = "path", value_name = "LABEL", required = true)]
+        paths: Vec<String>,
+        /// Print the snapshot or the rejection as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }

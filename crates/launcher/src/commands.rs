@@ -54,7 +54,9 @@ pub fn resolve(layout: &Layout, id: &str) -> CliResult<String> {
 /// Loads a run (reconciling it), exit 4 when it has no status.
 pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
     let id = resolve(layout, id)?;
-    status::list::load(layout, &id, true, now_ms(), None)?
+    let budgets = layout.fanout_budgets_dir();
+    let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
+    status::list::load(layout, &id, true, now_ms(), Some(&fanout))?
         .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))
 }
 
@@ -103,13 +105,14 @@ pub fn describe(run: &RunSummary) -> String {
 
 /// `subagents list`.
 pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
+    let budgets = layout.fanout_budgets_dir();
     let options = ListOptions {
         all: args.all,
         session: args.session.clone(),
         limit: args.limit,
         reconcile: true,
         now: now_ms(),
-        fanout: None,
+        fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
     };
     let runs = status::list::list(layout, &options)?;
     admission::release_finished(

@@ -29,6 +29,14 @@ use crate::error::CliResult;
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Monitor | Command::Runner) {
+        // `subagents list | head` should end quietly, like any Unix filter.
+        // (Runners keep ignoring SIGPIPE: a vanished launcher must not kill them.)
+        // SAFETY: restoring a default signal disposition has no memory effects.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let json = wants_json(&cli.command);
     match dispatch(cli) {
         Ok(()) => 0,
@@ -55,7 +63,10 @@ fn wants_json(command: &Command) -> bool {
         | Command::Wait { json, .. }
         | Command::Stop { json, .. }
         | Command::Reconcile { json }
-        | Command::Capacity { json, .. } => *json,
+        | Command::Capacity { json, .. }
+        | Command::Budget {
+            action: cli::BudgetAction::Claim { json, .. },
+        } => *json,
         _ => false,
     }
 }
@@ -75,6 +86,7 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Logs { run, follow } => commands::logs(&layout, &run, follow),
         Command::Reconcile { json } => commands::reconcile(&layout, json),
         Command::Dismiss { run } => commands::dismiss(&layout, &run),
+        Command::Budget { action } => fanout::budget_command(&layout, action),
         Command::Capacity {
             session,
             limit,

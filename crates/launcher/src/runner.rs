@@ -578,11 +578,13 @@ impl<'a> Execution<'a> {
             }
             _ => {}
         }
-        let failed = self
-            .steps
-            .iter()
-            .zip(&self.config.steps)
-            .find(|(run, _)| run.started_at.is_some() && !run.succeeded());
+        // The step that really failed comes first; fail-fast casualties after.
+        let started = |run: &&StepRun| run.started_at.is_some() && !run.succeeded();
+        let real = |run: &&StepRun| run.interruption != Some(Interruption::FailFast);
+        let pairs = || self.steps.iter().zip(&self.config.steps);
+        let failed = pairs()
+            .find(|(run, _)| started(run) && real(run))
+            .or_else(|| pairs().find(|(run, _)| started(run)));
         match failed {
             None if self.steps.iter().all(StepRun::succeeded) => (RunState::Complete, None),
             None => (

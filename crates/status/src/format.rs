@@ -216,17 +216,76 @@ fn progress_label(run: &RunSummary) -> String {
     let status = &run.status;
     let steps = status.steps();
     let count = steps.len().max(1);
-    if status.mode.as_deref() == Some("parallel") {
-        return outcome(steps, status.state.as_str(), count);
+    let chain_steps = status.chain_step_count.unwrap_or(count);
+    let groups = parallel_groups(status.extra.get("parallelGroups"), steps.len(), chain_steps);
+    let state = status.state.as_str();
+    let current = status.current_step;
+    if let Some(group) = current.and_then(|c| {
+        groups
+            .iter()
+            .find(|g| c >= g.start && c < g.start + g.count)
+    }) {
+        let members = &steps[group.start..group.start + group.count];
+        let outcome = outcome(members, state, group.count);
+        if status.mode.as_deref() == Some("parallel") {
+            return outcome;
+        }
+        return format!(
+            "step {}/{chain_steps} · parallel group: {outcome}",
+            group.step_index + 1
+        );
     }
-    match status.current_step {
-        Some(current) => format!(
-            "step {}/{}",
-            current + 1,
-            status.chain_step_count.unwrap_or(count)
-        ),
+    if status.mode.as_deref() == Some("parallel") {
+        return outcome(steps, state, count);
+    }
+    match current {
+        Some(flat) if status.mode.as_deref() == Some("chain") && !groups.is_empty() => {
+            let folded: usize = groups
+                .iter()
+                .filter(|g| g.start + g.count <= flat)
+                .map(|g| g.count - 1)
+                .sum();
+            format!("step {}/{chain_steps}", flat - folded + 1)
+        }
+        Some(flat) => format!("step {}/{count}", flat + 1),
         None => format!("steps {count}"),
     }
+}
+
+/// A validated `parallelGroups` entry (5.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParallelGroup {
+    /// First flat index.
+    pub start: usize,
+    /// Number of steps.
+    pub count: usize,
+    /// Logical step index.
+    pub step_index: usize,
+}
+
+/// Keeps the groups whose integers are in range, sorted by step index then start.
+pub fn parallel_groups(
+    value: Option<&Value>,
+    step_count: usize,
+    chain_steps: usize,
+) -> Vec<ParallelGroup> {
+    let Some(entries) = value.and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let field = |e: &Value, k: &str| e.get(k).and_then(Value::as_u64).map(|n| n as usize);
+    let mut groups: Vec<ParallelGroup> = entries
+        .iter()
+        .filter_map(|e| {
+            Some(ParallelGroup {
+                start: field(e, "start")?,
+                count: field(e, "count")?,
+                step_index: field(e, "stepIndex")?,
+            })
+        })
+        .filter(|g| g.count > 0 && g.step_index < chain_steps && g.start + g.count <= step_count)
+        .collect();
+    groups.sort_by_key(|g| (g.step_index, g.start));
+    groups
 }
 
 /// `[<n> agent(s) running · ]<done>/<total> done[ · <f> failed]...`
