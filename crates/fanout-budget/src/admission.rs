@@ -1,0 +1,206 @@
+//! Admission: all-or-nothing batch claims under the budget's file lock.
+
+use std::collections::BTreeSet;
+use std::fs::{File, TryLockError};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{Mode, fstatat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+use serde_json::json;
+
+use crate::budget::{fd_path, now_ms, slot_name};
+use crate::{
+    CommitError, Error, LOCK_FILE, LOCK_TIMEOUT, OpenBudget, Result, RunFanoutLimitError, Snapshot,
+};
+
+/// Longest pause between two attempts at a held lock.
+const MAX_POLL: Duration = Duration::from_millis(20);
+
+impl OpenBudget {
+    /// Claims one slot per local path (qualified with `parentPath`) as one
+    /// all-or-nothing batch; returns the snapshot after the claim.
+    ///
+    /// Over the limit the error is [`Error::LimitReached`] and nothing is claimed.
+    pub fn claim<S: AsRef<str>>(&self, paths: &[S]) -> Result<Snapshot> {
+        self.claim_with_commit(paths, |after| Ok(*after))
+    }
+
+    /// Like [`OpenBudget::claim`], then runs `commit` with the snapshot after
+    /// the claim while still holding the lock; if `commit` fails the batch's
+    /// slot files are removed and its error is returned as [`Error::Commit`].
+    ///
+    /// An empty batch takes no lock and claims nothing: `commit` gets the
+    /// current snapshot.
+    pub fn claim_with_commit<S, T, F>(&self, paths: &[S], commit: F) -> Result<T>
+    where
+        S: AsRef<str>,
+        F: FnOnce(&Snapshot) -> Result<T, CommitError>,
+    {
+        if paths.is_empty() {
+            return commit(&self.snapshot()?).map_err(Error::Commit);
+        }
+        let qualified: Vec<String> = paths
+            .iter()
+            .map(|p| self.descriptor.qualify(p.as_ref()))
+            .collect();
+        let _lock = AdmissionLock::acquire(self)?;
+        let claims = self.open_claims()?;
+        let mut taken = self.taken_slots(&claims)?;
+        let before = Snapshot::new(taken.len() as u64, self.descriptor.limit);
+        if qualified.len() as u64 > before.remaining {
+            return Err(RunFanoutLimitError::new(&qualified, before).into());
+        }
+        let mut created = Vec::with_capacity(qualified.len());
+        let result = self
+            .place_all(&claims, &qualified, &mut taken, &mut created)
+            .and_then(|()| {
+                let after = Snapshot::new(before.used + created.len() as u64, before.limit);
+                commit(&after).map_err(Error::Commit)
+            });
+        if result.is_err() {
+            roll_back(&claims, &created);
+        }
+        result
+    }
+
+    fn place_all(
+        &self,
+        claims: &OwnedFd,
+        qualified: &[String],
+        taken: &mut BTreeSet<u32>,
+        created: &mut Vec<u32>,
+    ) -> Result<()> {
+        let mut next = 0;
+        for path in qualified {
+            let slot = self.place(claims, path, taken, next, created)?;
+            next = slot + 1;
+        }
+        Ok(())
+    }
+
+    /// Creates the first free slot file at or after `from`; the exclusive
+    /// create is a second barrier behind the lock.
+    fn place(
+        &self,
+        claims: &OwnedFd,
+        path: &str,
+        taken: &mut BTreeSet<u32>,
+        from: u32,
+        created: &mut Vec<u32>,
+    ) -> Result<u32> {
+        let limit = u32::try_from(self.descriptor.limit).unwrap_or(u32::MAX);
+        let record = json!({
+            "version": 1,
+            "claimId": uuid::Uuid::new_v4().to_string(),
+            "path": path,
+            "claimedAt": now_ms(),
+        });
+        let bytes = format!("{record}\n");
+        for slot in (from..limit).filter(|s| !taken.contains(s)) {
+            let name = slot_name(slot);
+            match atomic_file::create_new_private(&fd_path(claims).join(&name), bytes.as_bytes()) {
+                Ok(()) => {
+                    taken.insert(slot);
+                    created.push(slot);
+                    return Ok(slot);
+                }
+                Err(e) if e.is_already_exists() => continue,
+                Err(e) => {
+                    // Only a failed directory sync leaves the new file behind.
+                    if e.op == "sync directory" {
+                        created.push(slot);
+                    }
+                    let file = self.claims_path().join(&name);
+                    return Err(Error::io("create claim slot", file, e.source));
+                }
+            }
+        }
+        Err(Error::NoFreeSlot {
+            path: path.to_string(),
+            limit: self.descriptor.limit,
+        })
+    }
+}
+
+fn roll_back(claims: &OwnedFd, created: &[u32]) {
+    for slot in created {
+        // Best effort, as in the reference: the original error is what matters.
+        let _ = unlinkat(
+            claims,
+            slot_name(*slot).as_str(),
+            UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    let _ = atomic_file::sync_dir(&fd_path(claims));
+}
+
+/// The admission lock: an exclusive `flock` on `<budget dir>/admission.lock`.
+///
+/// The kernel drops it when the holder exits or dies, so there is no
+/// staleness guess. Closing the file (drop) releases it.
+struct AdmissionLock {
+    _file: File,
+}
+
+impl AdmissionLock {
+    /// Polls for the lock until [`LOCK_TIMEOUT`] has passed.
+    fn acquire(budget: &OpenBudget) -> Result<Self> {
+        let deadline = Instant::now() + LOCK_TIMEOUT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if let Some(lock) = Self::try_acquire(budget)? {
+                return Ok(lock);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::LockTimeout {
+                    dir: budget.descriptor.directory.clone(),
+                });
+            }
+            thread::sleep(pause);
+            pause = (pause * 2).min(MAX_POLL);
+        }
+    }
+
+    fn try_acquire(budget: &OpenBudget) -> Result<Option<Self>> {
+        let path = || budget.descriptor.directory.join(LOCK_FILE);
+        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = match openat(
+            &budget.dir,
+            LOCK_FILE,
+            flags,
+            Mode::from_bits_truncate(0o600),
+        ) {
+            Ok(fd) => fd,
+            // A pi-subagents 0.49 process holds its mkdir lock of the same name.
+            Err(Errno::EISDIR) => return Ok(None),
+            Err(e) => return Err(Error::io("open admission lock", path(), e.into())),
+        };
+        let file = File::from(fd);
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::Error(e)) => return Err(Error::io("lock admission lock", path(), e)),
+        }
+        if !still_named(budget, &file) {
+            return Ok(None);
+        }
+        // A fresh mtime keeps a 0.49 process from judging the name stale.
+        let _ = file.set_modified(SystemTime::now());
+        Ok(Some(Self { _file: file }))
+    }
+}
+
+/// True when `admission.lock` still names the locked file (a 0.49 process
+/// may have moved a stale-looking lock aside between our open and lock).
+fn still_named(budget: &OpenBudget, file: &File) -> bool {
+    let Ok(named) = fstatat(&budget.dir, LOCK_FILE, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+        return false;
+    };
+    file.metadata()
+        .is_ok_and(|m| m.dev() == named.st_dev && m.ino() == named.st_ino)
+}

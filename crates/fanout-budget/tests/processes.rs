@@ -1,0 +1,190 @@
+//! Admission across real processes: this test binary re-executes itself as
+//! claim workers that inherit the budget through `SUBAGENTS_RUN_FANOUT_BUDGET`.
+
+use std::collections::BTreeSet;
+use std::env;
+use std::fs::{self, File, TryLockError};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use fanout_budget::{
+    BUDGET_ENV, BUDGET_ENV_ALIAS, BUDGET_ROOT_DIR, CLAIMS_DIR, Descriptor, LOCK_FILE, Snapshot,
+    create_budget, inherited_from_env,
+};
+use serde_json::Value;
+
+const ROLE: &str = "FANOUT_BUDGET_TEST_ROLE";
+const ROOT: &str = "FANOUT_BUDGET_TEST_ROOT";
+/// Line a holder prints once it is inside the lock.
+const HOLDING: &str = "holding-the-admission-lock";
+/// Exit code of a worker whose claim was rejected by the limit.
+const REJECTED: i32 = 3;
+
+/// When this process was started as a worker, act and exit; else return.
+fn act_as_worker_if_asked() {
+    let Ok(role) = env::var(ROLE) else { return };
+    let root = PathBuf::from(env::var(ROOT).unwrap_or_default());
+    let code = act(&role, &root).unwrap_or_else(|e| {
+        eprintln!("worker failed: {e:#}");
+        1
+    });
+    std::process::exit(code);
+}
+
+fn act(role: &str, root: &Path) -> Result<i32> {
+    let budget = inherited_from_env(root)?.context("no inherited budget")?;
+    match role.split_once(':') {
+        Some(("claim", path)) => {
+            // Start line: the parent closes stdin once every worker exists.
+            std::io::stdin().read_to_end(&mut Vec::new())?;
+            match budget.claim(&[path]) {
+                Ok(_) => Ok(0),
+                Err(e) if e.rejection().is_some() => Ok(REJECTED),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Some(("hold", path)) => {
+            budget.claim_with_commit(&[path], |_| -> Result<(), _> {
+                println!("{HOLDING}");
+                std::io::stdout().flush()?;
+                loop {
+                    std::thread::park();
+                }
+            })?;
+            bail!("the holder returned")
+        }
+        _ => bail!("unknown role {role}"),
+    }
+}
+
+fn worker(test: &str, role: &str, root: &Path, descriptor: &Descriptor) -> Result<Command> {
+    let mut cmd = Command::new(env::current_exe()?);
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .env(ROOT, root)
+        .env(BUDGET_ENV, descriptor.to_env_value())
+        .env_remove(BUDGET_ENV_ALIAS);
+    Ok(cmd)
+}
+
+#[test]
+fn a_child_inheriting_through_the_reference_env_name_claims_from_the_same_budget() -> Result<()> {
+    act_as_worker_if_asked();
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path().join(BUDGET_ROOT_DIR);
+    let budget = create_budget(&root, "alias", 2)?;
+    let child = budget.descriptor().child("tasks[0]");
+    let test = "a_child_inheriting_through_the_reference_env_name_claims_from_the_same_budget";
+    let out = worker(test, "claim:single", &root, &child)?
+        .env_remove(BUDGET_ENV)
+        .env(BUDGET_ENV_ALIAS, child.to_env_value())
+        .stdin(Stdio::null())
+        .output()?;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let paths = claim_paths(&budget.descriptor().directory)?;
+    assert_eq!(paths, BTreeSet::from(["tasks[0]/single".to_string()]));
+    Ok(())
+}
+
+fn claim_paths(dir: &Path) -> Result<BTreeSet<String>> {
+    let mut paths = BTreeSet::new();
+    for entry in fs::read_dir(dir.join(CLAIMS_DIR))? {
+        let record: Value = serde_json::from_str(&fs::read_to_string(entry?.path())?)?;
+        paths.insert(record["path"].as_str().context("path")?.to_string());
+    }
+    Ok(paths)
+}
+
+#[test]
+fn thirty_two_processes_race_for_twenty_slots() -> Result<()> {
+    act_as_worker_if_asked();
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path().join(BUDGET_ROOT_DIR);
+    let budget = create_budget(&root, "race", 20)?;
+    let test = "thirty_two_processes_race_for_twenty_slots";
+    let mut children = Vec::new();
+    for i in 0..32 {
+        let mut cmd = worker(
+            test,
+            &format!("claim:tasks[{i}]"),
+            &root,
+            budget.descriptor(),
+        )?;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        children.push(cmd.spawn()?);
+    }
+    for child in &mut children {
+        drop(child.stdin.take());
+    }
+    let (mut admitted, mut rejected) = (0, 0);
+    for child in children {
+        let out = child.wait_with_output()?;
+        match out.status.code() {
+            Some(0) => admitted += 1,
+            Some(REJECTED) => rejected += 1,
+            _ => bail!(
+                "worker {:?}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+    assert_eq!((admitted, rejected), (20, 12));
+    assert_eq!(budget.snapshot()?, Snapshot::new(20, 20));
+    let names: Vec<_> = fs::read_dir(budget.descriptor().directory.join(CLAIMS_DIR))?.collect();
+    assert_eq!(names.len(), 20, "exactly 20 slot files, nothing else");
+    assert_eq!(
+        claim_paths(&budget.descriptor().directory)?.len(),
+        20,
+        "distinct paths"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_lock_holder_killed_by_sigkill_does_not_block_the_next_claimer() -> Result<()> {
+    act_as_worker_if_asked();
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path().join(BUDGET_ROOT_DIR);
+    let budget = create_budget(&root, "kill", 3)?;
+    let test = "a_lock_holder_killed_by_sigkill_does_not_block_the_next_claimer";
+    let mut holder = worker(test, "hold:held", &root, budget.descriptor())?
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut lines = BufReader::new(holder.stdout.take().context("stdout")?).lines();
+    loop {
+        match lines.next().transpose()? {
+            // libtest prints "test <name> ... " before the marker on the same line.
+            Some(line) if line.ends_with(HOLDING) => break,
+            Some(_) => continue,
+            None => bail!("holder exited before taking the lock: {:?}", holder.wait()?),
+        }
+    }
+    let lock_path = budget.descriptor().directory.join(LOCK_FILE);
+    let probe = File::open(&lock_path)?;
+    assert!(
+        matches!(probe.try_lock(), Err(TryLockError::WouldBlock)),
+        "holder has the lock"
+    );
+
+    holder.kill()?;
+    holder.wait()?;
+    // The holder's slot survives (its rollback never ran); the lock does not.
+    assert_eq!(budget.claim(&["next"])?, Snapshot::new(2, 3));
+    let paths = claim_paths(&budget.descriptor().directory)?;
+    assert_eq!(
+        paths,
+        BTreeSet::from(["held".to_string(), "next".to_string()])
+    );
+    Ok(())
+}
