@@ -1,6 +1,37 @@
-//! The recovery descriptor (schema version 1) and the session revival lease.
+//! Recovery of async runs: the version-1 recovery descriptor, the launch
+//! contract it points to, and the session revival lease.
 //!
-//! This crate will own `recovery-descriptor.json`, its strict reader, and the
-//! launch contract it refers to, as specified in `shared/spec/recovery.md`.
-//! It is filled by the recovery/resume issue.
+//! * [`RecoveryDescriptor`] is `recovery-descriptor.json` of a run directory
+//!   (`shared/spec/recovery.md`). [`read_descriptor`] / [`validate_descriptor_file`]
+//!   apply every structural rule of the reference in its order, with its
+//!   messages; [`check_fanout_budget`] adds the live fan-out budget check
+//!   through a caller-supplied [`FanoutBudgetCheck`]. [`write_descriptor`]
+//!   never stores what its own reader refuses.
+//! * [`LaunchContract`] (`launch-contract.json`, our extension) holds what the
+//!   launcher needs to re-launch a run; its SHA-256 is the descriptor's
+//!   `launchContractDigest`. Neither file ever holds the task text.
+//! * [`lease`] is the session revival lease (`shared/spec/session-lease.md`):
+//!   at most one revival appends to a child session file at a time, and a
+//!   dead holder is reclaimed only with proof (pid + start time).
 #![warn(missing_docs)]
+
+mod acceptance;
+mod ceiling;
+mod contract;
+mod descriptor;
+mod json;
+pub mod lease;
+mod types;
+mod validate;
+
+pub use contract::{
+    ContractError, LAUNCH_CONTRACT_FILE, LaunchContract, PersistedRecovery, Recovery,
+    launch_contract_path, load_recovery, parse_launch_contract, persist_recovery,
+    read_launch_contract, sha256_hex,
+};
+pub use descriptor::{
+    DescriptorError, FanoutBudgetCheck, check_fanout_budget, descriptor_path, encode_descriptor,
+    parse_descriptor, read_descriptor, validate_descriptor_file, write_descriptor,
+};
+pub use types::*;
+pub use validate::ALLOWED_FIELDS;

@@ -1,0 +1,320 @@
+//! The launch contract (`launch-contract.json`, our extension): what the
+//! launcher needs to start a run again, bound to the descriptor by the
+//! descriptor's `launchContractDigest` (SHA-256 of the file's exact bytes).
+//!
+//! Neither the contract nor the descriptor holds the task text: the command
+//! keeps its `{task_file}` placeholder and `task.md` stays the only copy.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::descriptor::{
+    DescriptorError, FanoutBudgetCheck, check_fanout_budget, descriptor_path, encode_descriptor,
+    read_descriptor,
+};
+use crate::json::{integer, non_empty_str};
+use crate::types::RecoveryDescriptor;
+
+/// File name of the launch contract inside a run directory.
+pub const LAUNCH_CONTRACT_FILE: &str = "launch-contract.json";
+
+const FIELDS: [&str; 8] = [
+    "version",
+    "runId",
+    "agent",
+    "cwd",
+    "command",
+    "env",
+    "timeoutMs",
+    "sessionId",
+];
+
+/// Task texts shorter than this are only matched as whole values: a short
+/// phrase such as "fix" may legitimately occur inside a path or a name.
+const MIN_TASK_SUBSTRING: usize = 16;
+
+/// What is needed to re-launch a run; stored next to its descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LaunchContract {
+    /// Schema version, always 1.
+    pub version: u32,
+    /// Run id the contract was written for.
+    pub run_id: String,
+    /// Agent label.
+    pub agent: String,
+    /// Working directory of the command.
+    pub cwd: String,
+    /// Command and arguments, placeholders (`{task_file}`) unexpanded.
+    pub command: Vec<String>,
+    /// Environment variables passed explicitly at launch.
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock timeout of the run, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Owner session of the run (active-run capacity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// Why a launch contract could not be read, verified or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ContractError {
+    /// The file could not be read.
+    #[error("failed to read launch contract '{}': {source}", path.display())]
+    Read {
+        /// The contract file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not JSON or breaks a rule.
+    #[error("Invalid launch contract '{}': {detail}", path.display())]
+    Invalid {
+        /// The contract file.
+        path: PathBuf,
+        /// The offending field (empty for the whole value).
+        field: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The descriptor names no contract digest.
+    #[error("failed to verify launch contract '{}': the recovery descriptor has no launchContractDigest", path.display())]
+    DigestMissing {
+        /// The contract file.
+        path: PathBuf,
+    },
+    /// The bytes on disk are not the ones the descriptor was written for.
+    #[error("failed to verify launch contract '{}': its sha256 {actual} does not match launchContractDigest {expected}", path.display())]
+    DigestMismatch {
+        /// The contract file.
+        path: PathBuf,
+        /// Digest recorded in the descriptor.
+        expected: String,
+        /// Digest of the file.
+        actual: String,
+    },
+    /// Writing would have stored the task text.
+    #[error("failed to write '{}': it would contain the task text", path.display())]
+    TaskText {
+        /// The file that was not written.
+        path: PathBuf,
+    },
+    /// The descriptor was refused or could not be written.
+    #[error(transparent)]
+    Descriptor(#[from] DescriptorError),
+    /// The contract could not be stored.
+    #[error("failed to write launch contract: {0}")]
+    Write(#[from] atomic_file::Error),
+}
+
+/// Path of the contract inside `run_dir`.
+pub fn launch_contract_path(run_dir: &Path) -> PathBuf {
+    run_dir.join(LAUNCH_CONTRACT_FILE)
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Parses contract bytes strictly: unknown fields, wrong JSON types and
+/// empty required strings are refused, naming the field.
+pub fn parse_launch_contract(bytes: &[u8], path: &Path) -> Result<LaunchContract, ContractError> {
+    let invalid = |field: &str, detail: String| ContractError::Invalid {
+        path: path.to_path_buf(),
+        field: field.into(),
+        detail,
+    };
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| invalid("", e.to_string()))?;
+    let Value::Object(map) = value else {
+        return Err(invalid("", "expected an object.".into()));
+    };
+    check_fields(&map).map_err(|(field, detail)| invalid(field, detail))?;
+    serde_json::from_value(Value::Object(map)).map_err(|e| invalid("", format!("{e}.")))
+}
+
+fn check_fields(map: &Map<String, Value>) -> Result<(), (&str, String)> {
+    if let Some(key) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err((key, format!("unknown field '{key}'.")));
+    }
+    if map.get("version").and_then(integer) != Some(1) {
+        return Err(("version", "version must be 1.".into()));
+    }
+    for field in ["runId", "agent", "cwd"] {
+        if map.get(field).and_then(non_empty_str).is_none() {
+            return Err((field, format!("{field} must be a non-empty string.")));
+        }
+    }
+    let command_ok = map
+        .get("command")
+        .and_then(Value::as_array)
+        .is_some_and(|argv| {
+            argv.first().and_then(non_empty_str).is_some() && argv.iter().all(Value::is_string)
+        });
+    if !command_ok {
+        return Err((
+            "command",
+            "command must be an array of strings with a non-empty program.".into(),
+        ));
+    }
+    let env_ok = map
+        .get("env")
+        .and_then(Value::as_object)
+        .is_some_and(|env| {
+            env.iter()
+                .all(|(k, v)| !k.is_empty() && !k.contains(['=', '\0']) && v.is_string())
+        });
+    if !env_ok {
+        return Err((
+            "env",
+            "env must map variable names (no '=') to strings.".into(),
+        ));
+    }
+    if map
+        .get("timeoutMs")
+        .is_some_and(|t| integer(t).is_none_or(|t| t < 1))
+    {
+        return Err(("timeoutMs", "timeoutMs must be a positive integer.".into()));
+    }
+    if map
+        .get("sessionId")
+        .is_some_and(|s| non_empty_str(s).is_none())
+    {
+        return Err(("sessionId", "sessionId must be a non-empty string.".into()));
+    }
+    Ok(())
+}
+
+/// Reads `<run_dir>/launch-contract.json` and checks that its bytes hash to
+/// the descriptor's `launchContractDigest`; a tampered file is refused.
+pub fn read_launch_contract(
+    run_dir: &Path,
+    descriptor: &RecoveryDescriptor,
+) -> Result<LaunchContract, ContractError> {
+    let path = launch_contract_path(run_dir);
+    let Some(expected) = descriptor.launch_contract_digest.as_deref() else {
+        return Err(ContractError::DigestMissing { path });
+    };
+    let bytes = std::fs::read(&path).map_err(|source| ContractError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let actual = sha256_hex(&bytes);
+    if actual != expected {
+        return Err(ContractError::DigestMismatch {
+            path,
+            expected: expected.to_owned(),
+            actual,
+        });
+    }
+    parse_launch_contract(&bytes, &path)
+}
+
+/// A run's recovery files, read and verified together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recovery {
+    /// The validated descriptor (budget normalised when a check was given).
+    pub descriptor: RecoveryDescriptor,
+    /// The launch contract whose digest the descriptor records.
+    pub contract: LaunchContract,
+}
+
+/// Everything `subagents resume` needs from a run directory: the descriptor
+/// (structural rules, then the live fan-out check when `budget` is given)
+/// and the digest-verified launch contract. `Ok(None)` when the run has no
+/// descriptor, i.e. is not revivable.
+pub fn load_recovery(
+    run_dir: &Path,
+    budget: Option<&dyn FanoutBudgetCheck>,
+) -> Result<Option<Recovery>, ContractError> {
+    let Some(mut descriptor) = read_descriptor(run_dir)? else {
+        return Ok(None);
+    };
+    if let Some(check) = budget {
+        check_fanout_budget(&mut descriptor, &descriptor_path(run_dir), check)?;
+    }
+    let contract = read_launch_contract(run_dir, &descriptor)?;
+    Ok(Some(Recovery {
+        descriptor,
+        contract,
+    }))
+}
+
+/// Files written by [`persist_recovery`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersistedRecovery {
+    /// `<run_dir>/launch-contract.json`.
+    pub contract_path: PathBuf,
+    /// `<run_dir>/recovery-descriptor.json`.
+    pub descriptor_path: PathBuf,
+    /// SHA-256 of the contract, now the descriptor's `launchContractDigest`.
+    pub digest: String,
+}
+
+/// Writes the launch contract, then the descriptor bound to it by digest
+/// (both atomic, 0600). `descriptor.launch_contract_digest` is set here.
+///
+/// Nothing is written if either file would be refused by its reader or
+/// would contain `task_text`. The contract goes first: a crash in between
+/// leaves a contract without a descriptor, which makes nothing revivable.
+pub fn persist_recovery(
+    run_dir: &Path,
+    contract: &LaunchContract,
+    descriptor: &mut RecoveryDescriptor,
+    task_text: &str,
+) -> Result<PersistedRecovery, ContractError> {
+    let contract_path = launch_contract_path(run_dir);
+    let contract_bytes = atomic_file::to_pretty_json(contract);
+    parse_launch_contract(&contract_bytes, &contract_path)?;
+    refuse_task_text(&contract_bytes, task_text, &contract_path)?;
+    let digest = sha256_hex(&contract_bytes);
+    descriptor.launch_contract_digest = Some(digest.clone());
+    let descriptor_path = descriptor_path(run_dir);
+    let descriptor_bytes = encode_descriptor(descriptor, &descriptor_path)?;
+    refuse_task_text(&descriptor_bytes, task_text, &descriptor_path)?;
+    atomic_file::write_private(&contract_path, &contract_bytes)?;
+    atomic_file::write_private(&descriptor_path, &descriptor_bytes)
+        .map_err(DescriptorError::from)?;
+    Ok(PersistedRecovery {
+        contract_path,
+        descriptor_path,
+        digest,
+    })
+}
+
+/// Refuses JSON whose keys or string values carry the task text. Values are
+/// compared decoded, so escaping in the JSON text cannot hide a match.
+fn refuse_task_text(json: &[u8], task_text: &str, path: &Path) -> Result<(), ContractError> {
+    let task = task_text.trim();
+    if task.is_empty() {
+        return Ok(());
+    }
+    let value: Value = serde_json::from_slice(json).unwrap_or(Value::Null);
+    if holds_text(&value, task) {
+        return Err(ContractError::TaskText {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+fn holds_text(value: &Value, task: &str) -> bool {
+    let matches =
+        |s: &str| s.trim() == task || (task.len() >= MIN_TASK_SUBSTRING && s.contains(task));
+    match value {
+        Value::String(s) => matches(s),
+        Value::Array(items) => items.iter().any(|v| holds_text(v, task)),
+        Value::Object(map) => map.iter().any(|(k, v)| matches(k) || holds_text(v, task)),
+        _ => false,
+    }
+}

@@ -1,0 +1,420 @@
+//! The session revival lease with real files, real processes and SIGKILL.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use recovery::lease::{
+    LeaseRequest, LeaseState, OWNER_FILE, OwnerRecord, WRITER_TOKEN_ENV, Writer, WriterState,
+    acquire_lease, canonical_session, inspect_lease, release_lease,
+};
+
+const WORKER_ENV: &str = "RECOVERY_LEASE_WORKER";
+/// Prefix of the worker's reports on its stdout.
+const MARKER: &str = "@@lease-worker@@ ";
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    session: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("child.jsonl");
+    fs::write(&session, "{}\n").unwrap();
+    fs::create_dir_all(tmp.path().join("state")).unwrap();
+    Fixture {
+        root: tmp.path().join("state/session-leases"),
+        session,
+        _tmp: tmp,
+    }
+}
+
+fn request(session: &Path, run: &str) -> LeaseRequest {
+    LeaseRequest {
+        session_file: session.to_path_buf(),
+        run_id: run.into(),
+        source_run_id: "source-1".into(),
+        parent_session_id: Some("parent-a".into()),
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// A change to a planted owner record.
+type Edit = Box<dyn Fn(&mut OwnerRecord)>;
+
+/// Takes the lease, then rewrites its owner record as `edit` says: a holder
+/// in whatever state a test needs, with this machine's host name.
+fn plant(f: &Fixture, edit: impl FnOnce(&mut OwnerRecord)) -> OwnerRecord {
+    let lease = acquire_lease(&f.root, &request(&f.session, "planted")).unwrap();
+    let mut owner = lease.owner().clone();
+    edit(&mut owner);
+    fs::write(
+        lease.lease_dir().join(OWNER_FILE),
+        serde_json::to_vec_pretty(&owner).unwrap(),
+    )
+    .unwrap();
+    owner
+}
+
+fn stale_tombstone(f: &Fixture, token: &str) -> PathBuf {
+    let id = canonical_session(&f.session).unwrap().id;
+    f.root.join(format!("{id}.stale-{token}"))
+}
+
+#[test]
+fn one_owner_at_a_time_with_private_files() {
+    let f = fixture();
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    assert_eq!(mode(&f.root), 0o700);
+    assert_eq!(mode(&lease.lease_dir()), 0o700);
+    assert_eq!(mode(&lease.lease_dir().join(OWNER_FILE)), 0o600);
+    assert_eq!(lease.owner().writer_state, WriterState::None);
+    assert_eq!(lease.owner().pid, std::process::id());
+
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    let conflict = err.conflict().expect("a conflict");
+    assert_eq!(conflict.holder.as_ref().unwrap().run_id, "run-1");
+    let canonical = fs::canonicalize(&f.session).unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Direct revival of session '{}' is already owned by run 'run-1' (source run 'source-1', parent session 'parent-a', pid {} on {}). Wait for that revival to finish or start a separate continuation without reusing this session file.",
+            canonical.display(),
+            std::process::id(),
+            lease.owner().hostname
+        )
+    );
+
+    let dir = lease.lease_dir();
+    assert!(lease.release().unwrap());
+    assert!(!dir.exists());
+    let again = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap();
+    assert_eq!(again.owner().run_id, "run-2");
+}
+
+#[test]
+fn a_symlink_alias_shares_the_lease_and_other_files_do_not() {
+    let f = fixture();
+    let alias = f.session.with_file_name("alias.jsonl");
+    std::os::unix::fs::symlink(&f.session, &alias).unwrap();
+    let other = f.session.with_file_name("other.jsonl");
+    fs::write(&other, "").unwrap();
+
+    let held = acquire_lease(&f.root, &request(&alias, "run-1")).unwrap();
+    assert!(
+        acquire_lease(&f.root, &request(&f.session, "run-2"))
+            .unwrap_err()
+            .conflict()
+            .is_some()
+    );
+    let second = acquire_lease(&f.root, &request(&other, "run-3")).unwrap();
+    assert_ne!(held.lease_dir(), second.lease_dir());
+    assert!(
+        acquire_lease(
+            &f.root,
+            &request(&f.session.with_file_name("missing.jsonl"), "x")
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn inspect_reports_free_owned_and_unreadable() {
+    let f = fixture();
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Free
+    );
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    match inspect_lease(&f.root, &f.session).unwrap().state {
+        LeaseState::Owned(owner) => assert_eq!(owner.token, lease.token()),
+        other => panic!("expected owned, got {other:?}"),
+    }
+    fs::write(lease.lease_dir().join(OWNER_FILE), "{\"version\": 2}").unwrap();
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Unreadable
+    );
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    assert!(err.to_string().ends_with("is blocked by an existing lease with unreadable owner metadata. Refusing to reclaim it without proof that the owner is stale."), "{err}");
+}
+
+#[test]
+fn release_by_a_non_owner_token_is_refused() {
+    let f = fixture();
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    assert!(!release_lease(&f.root, &f.session, "not-the-token").unwrap());
+    assert!(matches!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Owned(_)
+    ));
+    assert!(release_lease(&f.root, &f.session, lease.token()).unwrap());
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Free
+    );
+    // The handle's own release now finds the lease gone and touches nothing.
+    assert!(!lease.release().unwrap());
+}
+
+#[test]
+fn writer_updates_are_recorded_and_detect_lost_ownership() {
+    let f = fixture();
+    let mut lease = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    let mut writer = Command::new("sleep").arg("60").spawn().unwrap();
+    lease.update_writer(Writer::Spawning).unwrap();
+    lease.update_writer(Writer::Running(writer.id())).unwrap();
+    let on_disk: OwnerRecord =
+        serde_json::from_slice(&fs::read(lease.lease_dir().join(OWNER_FILE)).unwrap()).unwrap();
+    assert_eq!(&on_disk, lease.owner());
+    assert_eq!(on_disk.writer_state, WriterState::Running);
+    assert_eq!(on_disk.writer_pid, Some(writer.id()));
+    assert!(
+        on_disk
+            .writer_process_start_identity
+            .unwrap()
+            .starts_with("linux:")
+    );
+    assert_eq!(mode(&lease.lease_dir().join(OWNER_FILE)), 0o600);
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    lease.update_writer(Writer::None).unwrap();
+    assert_eq!(lease.owner().writer_pid, None);
+
+    let mut foreign = lease.owner().clone();
+    foreign.token = "someone-else".into();
+    fs::write(
+        lease.lease_dir().join(OWNER_FILE),
+        serde_json::to_vec(&foreign).unwrap(),
+    )
+    .unwrap();
+    let err = lease.update_writer(Writer::Spawning).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Session revival lease ownership changed for run 'run-1'."
+    );
+}
+
+#[test]
+fn a_recycled_pid_counts_as_dead() {
+    let f = fixture();
+    // Our own live pid, but a start time that is not ours: the recorded
+    // process is gone and the pid now names somebody else.
+    let holder = plant(&f, |o| o.process_start_identity = Some("linux:1".into()));
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap();
+    assert_eq!(lease.owner().run_id, "run-2");
+    assert!(stale_tombstone(&f, &holder.token).join(OWNER_FILE).exists());
+}
+
+#[test]
+fn a_live_holder_or_live_writer_is_never_reclaimed() {
+    let f = fixture();
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let mut writer = Command::new("sleep").arg("60").spawn().unwrap();
+    let writer_pid = writer.id();
+    let writer_identity = process_identity::read_stat(writer_pid).unwrap().start_time;
+
+    let cases: Vec<(&str, Edit)> = vec![
+        ("live holder", Box::new(|_| {})),
+        (
+            "other host",
+            Box::new(move |o| {
+                o.pid = dead_pid;
+                o.hostname = "elsewhere".into();
+            }),
+        ),
+        (
+            "spawning writer of a record without bootId",
+            Box::new(move |o| {
+                o.pid = dead_pid;
+                o.boot_id = None;
+                o.writer_state = WriterState::Spawning;
+            }),
+        ),
+        (
+            "running writer",
+            Box::new(move |o| {
+                o.pid = dead_pid;
+                o.writer_state = WriterState::Running;
+                o.writer_pid = Some(writer_pid);
+                o.writer_process_start_identity = Some(format!("linux:{writer_identity}"));
+            }),
+        ),
+        (
+            "other identity scheme",
+            Box::new(|o| o.process_start_identity = Some("runtime:12345".into())),
+        ),
+    ];
+    for (name, edit) in cases {
+        let g = fixture();
+        plant(&g, edit);
+        let err = acquire_lease(&g.root, &request(&g.session, "run-2")).unwrap_err();
+        assert!(err.conflict().is_some(), "{name}: {err}");
+    }
+
+    // Once the orphaned writer is gone the lease is reclaimable.
+    plant(&f, |o| {
+        o.pid = dead_pid;
+        o.writer_state = WriterState::Running;
+        o.writer_pid = Some(writer_pid);
+        o.writer_process_start_identity = Some(format!("linux:{writer_identity}"));
+    });
+    assert!(acquire_lease(&f.root, &request(&f.session, "run-2")).is_err());
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap();
+}
+
+#[test]
+fn a_dead_spawning_holder_is_reclaimed_only_when_no_writer_carries_its_token() {
+    let f = fixture();
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let holder = plant(&f, |o| {
+        o.pid = dead_pid;
+        o.writer_state = WriterState::Spawning;
+    });
+    let mut writer = Command::new("sleep")
+        .arg("60")
+        .env(WRITER_TOKEN_ENV, &holder.token)
+        .spawn()
+        .unwrap();
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    assert!(err.conflict().is_some(), "{err}");
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap();
+    assert_eq!(lease.writer_env(), (WRITER_TOKEN_ENV, lease.token()));
+}
+
+/// Entry point of the worker processes the tests below start; a no-op
+/// unless `RECOVERY_LEASE_WORKER` is set.
+#[test]
+fn lease_worker() {
+    let Ok(go_file) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let root = PathBuf::from(std::env::var("RECOVERY_LEASE_ROOT").unwrap());
+    let session = PathBuf::from(std::env::var("RECOVERY_LEASE_SESSION").unwrap());
+    let run = std::env::var("RECOVERY_LEASE_RUN").unwrap();
+    wait_for(|| Path::new(&go_file).exists(), "the go file");
+    let mut out = std::io::stdout();
+    match acquire_lease(&root, &request(&session, &run)) {
+        Ok(lease) => {
+            writeln!(out, "{MARKER}acquired {}", lease.token()).unwrap();
+            out.flush().unwrap();
+            // Hold until the parent closes our stdin (or kills us).
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            writeln!(out, "{MARKER}released {}", lease.release().unwrap()).unwrap();
+        }
+        Err(e) => writeln!(out, "{MARKER}conflict {e}").unwrap(),
+    }
+    out.flush().unwrap();
+}
+
+fn wait_for(mut done: impl FnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+struct Worker {
+    child: Child,
+    lines: BufReader<ChildStdout>,
+}
+
+impl Worker {
+    fn spawn(f: &Fixture, run: &str, go_file: &Path) -> Worker {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "lease_worker", "--nocapture", "--test-threads=1"])
+            .env(WORKER_ENV, go_file)
+            .env("RECOVERY_LEASE_ROOT", &f.root)
+            .env("RECOVERY_LEASE_SESSION", &f.session)
+            .env("RECOVERY_LEASE_RUN", run)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap());
+        Worker { child, lines }
+    }
+
+    /// The next worker report, without its marker.
+    fn report(&mut self) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.lines.read_line(&mut line).unwrap() > 0,
+                "worker ended without a report"
+            );
+            // libtest may print "test lease_worker ... " on the same line.
+            if let Some((_, report)) = line.trim_end().split_once(MARKER) {
+                return report.to_owned();
+            }
+        }
+    }
+}
+
+#[test]
+fn two_processes_race_and_exactly_one_wins() {
+    let f = fixture();
+    let go = f.root.with_file_name("go");
+    let mut a = Worker::spawn(&f, "run-a", &go);
+    let mut b = Worker::spawn(&f, "run-b", &go);
+    fs::write(&go, "").unwrap();
+    let (ra, rb) = (a.report(), b.report());
+    let (mut winner, winner_run, loser_report) =
+        match (ra.starts_with("acquired"), rb.starts_with("acquired")) {
+            (true, false) => (a, "run-a", rb),
+            (false, true) => (b, "run-b", ra),
+            _ => panic!("expected exactly one winner: {ra:?} / {rb:?}"),
+        };
+    assert!(
+        loser_report.contains(&format!("already owned by run '{winner_run}'")),
+        "{loser_report}"
+    );
+    drop(winner.child.stdin.take());
+    assert_eq!(winner.report(), "released true");
+    assert!(winner.child.wait().unwrap().success());
+    acquire_lease(&f.root, &request(&f.session, "run-c")).unwrap();
+}
+
+#[test]
+fn a_sigkilled_holder_is_reclaimed_by_the_next_acquirer() {
+    let f = fixture();
+    let go = f.root.with_file_name("go");
+    fs::write(&go, "").unwrap();
+    let mut holder = Worker::spawn(&f, "run-killed", &go);
+    let report = holder.report();
+    let token = report
+        .strip_prefix("acquired ")
+        .expect("holder acquired")
+        .to_owned();
+    assert!(
+        acquire_lease(&f.root, &request(&f.session, "run-2"))
+            .unwrap_err()
+            .conflict()
+            .is_some()
+    );
+
+    holder.child.kill().unwrap(); // SIGKILL: nothing is released
+    holder.child.wait().unwrap();
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap();
+    assert_eq!(lease.owner().run_id, "run-2");
+    assert!(stale_tombstone(&f, &token).exists());
+    assert!(lease.release().unwrap());
+}
