@@ -215,7 +215,6 @@ fn reconcile_marks_a_run_failed_when_runner_and_monitor_are_gone() {
         .unwrap() as u32;
     kill(monitor, libc::SIGKILL);
     kill(runner, libc::SIGKILL);
-    kill_group(child, libc::SIGKILL);
     poll(Duration::from_secs(20), || {
         !alive(runner) && !alive(monitor)
     });
@@ -237,6 +236,7 @@ fn reconcile_marks_a_run_failed_when_runner_and_monitor_are_gone() {
         "only an observed proof releases the marker"
     );
     assert_eq!(env.ok(&["list"]).trim(), "No active async runs.");
+    poll(Duration::from_secs(20), || !alive(child));
 }
 
 #[test]
@@ -612,4 +612,98 @@ fn concurrent_launches_respect_the_limit_exactly() {
     let capacity: Value =
         serde_json::from_str(&env.ok(&["capacity", "--session", "race", "--json"])).unwrap();
     assert_eq!(capacity["used"], 0);
+}
+
+#[test]
+fn a_relative_root_works() {
+    let env = Env::new();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .current_dir(env.root())
+        .args(["--root", "rel", "run", "--wait", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(env.root().join("rel/async-subagent-runs").is_dir());
+}
+
+#[test]
+fn an_output_file_written_by_the_command_is_private() {
+    let env = Env::new();
+    let id = env
+        .ok(&[
+            "run",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo result > \"$SUBAGENTS_OUTPUT_FILE\"; echo noise",
+        ])
+        .trim()
+        .to_owned();
+    let output = env
+        .root()
+        .join("async-subagent-runs")
+        .join(&id)
+        .join("output-0.log");
+    assert_eq!(std::fs::read_to_string(&output).unwrap(), "result\n");
+    assert_eq!(
+        std::fs::metadata(&output).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(env.ok(&["logs", &id]), "result\n");
+}
+
+#[test]
+fn detached_processes_do_not_inherit_the_callers_descriptors() {
+    let env = Env::new();
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let id = env.ok(&["run", "--", "sleep", "30"]).trim().to_owned();
+    let status = env.wait_for_child_pid(&id);
+    let pipe_inode = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&write)
+    ))
+    .unwrap();
+    for pid in [
+        status["pid"].as_u64().unwrap(),
+        status["monitorIdentity"]["pid"].as_u64().unwrap(),
+        status["steps"][0]["externalProcess"]["pid"]
+            .as_u64()
+            .unwrap(),
+    ] {
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+            let target = std::fs::read_link(fd.unwrap().path()).unwrap_or_default();
+            assert_ne!(target, pipe_inode, "process {pid} holds the caller's pipe");
+        }
+    }
+    drop((read, write));
+    env.ok(&["stop", &id]);
+}
+
+#[test]
+fn a_command_killed_by_an_outside_signal_ends_stopped() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
+    let status = env.wait_for_child_pid(&id);
+    kill(
+        status["steps"][0]["externalProcess"]["pid"]
+            .as_u64()
+            .unwrap() as u32,
+        libc::SIGTERM,
+    );
+    let status = env.settled(&id);
+    assert_eq!(status["state"], "stopped", "{status}");
+    assert!(
+        status["error"].as_str().unwrap().contains("signal SIGTERM"),
+        "{status}"
+    );
+}
+
+#[test]
+fn an_active_listing_releases_the_marker_of_an_observed_run() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    std::fs::write(env.marker(&id), "").unwrap();
+    assert_eq!(env.ok(&["list"]).trim(), "No active async runs.");
+    assert!(!env.marker(&id).exists());
 }

@@ -105,7 +105,8 @@ pub fn poll(within: Duration, mut condition: impl FnMut() -> bool) {
             Instant::now() < deadline,
             "condition not met within {within:?}"
         );
-        std::thread::yield_now();
+        // Poll interval, not synchronisation: the deadline above decides.
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 use process_identity::Liveness;
 use serde_json::json;
 use status::layout::files;
-use status::list::{ListOptions, Resolved, RunSummary};
+use status::list::{Hooks, ListOptions, Resolved, RunSummary};
 use status::model::update_status;
 use status::reconcile::{self, Outcome};
 use status::{Layout, RunState, now_ms};
@@ -56,7 +56,11 @@ pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
     let id = resolve(layout, id)?;
     let budgets = layout.fanout_budgets_dir();
     let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
-    status::list::load(layout, &id, true, now_ms(), Some(&fanout))?
+    let hooks = Hooks {
+        fanout: Some(&fanout),
+        on_repaired: Some(&crate::procs::kill_step_groups),
+    };
+    status::list::load(layout, &id, true, now_ms(), &hooks)?
         .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))
 }
 
@@ -88,6 +92,13 @@ pub fn describe(run: &RunSummary) -> String {
             status::format::format_duration(elapsed)
         ));
     }
+    if s.error.is_none() {
+        for (i, step) in s.steps().iter().enumerate() {
+            if let Some(error) = &step.error {
+                lines.push(format!("  Step {} error: {error}", i + 1));
+            }
+        }
+    }
     if let Some(proof) = run.proof() {
         let mut line = format!("  Process terminal: {}", proof.state.as_str());
         if let Some(reason) = &proof.reason {
@@ -112,7 +123,10 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         limit: args.limit,
         reconcile: true,
         now: now_ms(),
-        fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
+        hooks: Hooks {
+            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
+            on_repaired: Some(&crate::procs::kill_step_groups),
+        },
     };
     let runs = status::list::list(layout, &options)?;
     admission::release_finished(
@@ -155,7 +169,7 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, json: bool) -> CliResult {
         // The runner needs its kill grace (2 s) to end COMMAND's group.
         let grace = crate::runner::KILL_GRACE + Duration::from_secs(3);
         if !wait_terminal(layout, &run.id, grace)? {
-            force_stop(&run, reason)?;
+            force_stop(&dir, reason)?;
         }
     }
     let final_run = load(layout, &run.id)?;
@@ -205,28 +219,32 @@ fn wait_terminal(layout: &Layout, id: &str, within: Duration) -> CliResult<bool>
     }
 }
 
-/// The runner did not end in time: kill its group and COMMAND's group, and
-/// record the stop ourselves if nobody else did.
-fn force_stop(run: &RunSummary, reason: &str) -> CliResult {
-    if let Some(identity) = &run.status.runner_identity
+/// The runner did not end in time: kill its group and every step's group,
+/// and record the stop ourselves unless the runner managed to.
+fn force_stop(dir: &Path, reason: &str) -> CliResult {
+    let Some(status) = status::model::read_status(dir)? else {
+        return Ok(());
+    };
+    if let Some(identity) = &status.runner_identity
         && identity.liveness() == Liveness::Alive
     {
         signal_group(identity.pid, Signal::SIGKILL);
     }
-    if let Some(pid) = run
-        .status
-        .steps()
-        .first()
-        .and_then(|s| s.external_process.as_ref())
-        .and_then(|p| p.pid)
-    {
-        signal_group(pid, Signal::SIGKILL);
-    }
+    crate::procs::kill_step_groups(&status);
+    let monitor_alive = status
+        .monitor_identity
+        .as_ref()
+        .is_some_and(|m| m.liveness() == Liveness::Alive);
     let now = now_ms();
-    update_status(&run.async_dir, |s| {
+    update_status(dir, |s| {
         let s = s?;
         s.state.is_active().then(|| {
-            let mut s = reconcile::repair(s, reason, now);
+            // A live monitor still writes the real proof; otherwise nobody will.
+            let mut s = if monitor_alive {
+                reconcile::fail_active(s, reason, now)
+            } else {
+                reconcile::repair(s, reason, now)
+            };
             s.state = RunState::Stopped;
             s.stopped = Some(true);
             s.error = Some(reason.to_owned());
@@ -336,7 +354,9 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
         if let Some(session) = outcome.status().and_then(|s| s.session_id.clone()) {
             sessions.push(session);
         }
-        if let Outcome::Repaired { message, .. } = outcome {
+        if let Outcome::Repaired { message, status } = outcome {
+            // Runner and monitor are gone: nobody else will end the commands.
+            crate::procs::kill_step_groups(&status);
             repaired.push(json!({"runId": id, "message": message}));
         }
     }

@@ -135,10 +135,22 @@ fn monitor_command(config: &LaunchConfig, ready_write: &OwnedFd) -> std::io::Res
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            inherit_as_fd3(fd)
+            inherit_as_fd3(fd)?;
+            close_inherited_fds();
+            Ok(())
         });
     }
     Ok(command)
+}
+
+/// Closes every descriptor above 3 that the caller let us inherit, so a
+/// detached run never holds a pipe of whoever started it (which would make
+/// `subagents run ... | cat` wait for the run).
+fn close_inherited_fds() {
+    // SAFETY: close_range(2) on descriptors this process owns; async-signal-safe.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
+    }
 }
 
 /// Makes `fd` available as descriptor 3 across exec (dup2 clears CLOEXEC).

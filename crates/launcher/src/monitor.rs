@@ -168,7 +168,7 @@ fn repair_if_unfinished(
     let repaired = update_status(dir, |s| {
         let s = s?;
         s.state.is_active().then(|| {
-            let mut s = reconcile::repair(s, &message, now);
+            let mut s = reconcile::fail_active(s, &message, now);
             s.error = Some(message.clone());
             s
         })

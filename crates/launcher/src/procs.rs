@@ -51,6 +51,7 @@ impl Ended {
 /// "a child changed state", "we were asked to stop" or a deadline.
 pub struct Signals {
     fd: SignalFd,
+    deferred_stop: bool,
 }
 
 /// What woke a wait.
@@ -79,11 +80,22 @@ impl Signals {
         }
         mask.thread_block()?;
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
-        Ok(Self { fd })
+        Ok(Self {
+            fd,
+            deferred_stop: false,
+        })
+    }
+
+    /// Keeps a stop request seen during a nested wait for the next [`Signals::wait`].
+    pub fn defer_stop(&mut self) {
+        self.deferred_stop = true;
     }
 
     /// Waits for the next signal or `deadline`.
     pub fn wait(&mut self, deadline: Option<Instant>) -> nix::Result<Wake> {
+        if std::mem::take(&mut self.deferred_stop) {
+            return Ok(Wake::Stop);
+        }
         loop {
             if let Some(wake) = self.pending()? {
                 return Ok(wake);
@@ -157,9 +169,11 @@ pub fn leftovers(pgid: Option<u32>) -> Vec<u32> {
     pids
 }
 
-/// Terminates `pgid` (or, with `None`, all our children): SIGTERM, wait up to `term_wait`,
-/// SIGKILL, wait up to `kill_wait`. Returns the pids still alive (empty =
-/// verified gone) and everything reaped on the way.
+/// Terminates `pgid` (or, with `None`, all our children): SIGTERM for up to
+/// `term_wait`, then SIGKILL for up to `kill_wait`. Every tick re-reads who
+/// is left and signals newcomers too (orphans reparented meanwhile). Returns
+/// the pids still alive (empty = verified gone) and everything reaped.
+/// A stop request that arrives meanwhile is kept for the next `wait`.
 pub fn empty_group(
     signals: &mut Signals,
     pgid: Option<u32>,
@@ -168,24 +182,51 @@ pub fn empty_group(
 ) -> (Vec<u32>, BTreeMap<u32, Ended>) {
     let mut reaped = reap_all();
     for (sig, wait) in [(Signal::SIGTERM, term_wait), (Signal::SIGKILL, kill_wait)] {
-        let alive = leftovers(pgid);
-        if alive.is_empty() {
-            return (alive, reaped);
-        }
-        if let Some(g) = pgid {
-            signal_group(g, sig);
-        }
-        for pid in &alive {
-            let _ = nix::sys::signal::kill(Pid::from_raw(*pid as i32), sig);
-        }
         let deadline = Instant::now() + wait;
-        while !leftovers(pgid).is_empty() && Instant::now() < deadline {
+        loop {
+            let alive = leftovers(pgid);
+            if alive.is_empty() {
+                return (alive, reaped);
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            if let Some(g) = pgid {
+                signal_group(g, sig);
+            }
+            for pid in &alive {
+                let _ = nix::sys::signal::kill(Pid::from_raw(*pid as i32), sig);
+            }
             // Grandchildren send no SIGCHLD to us while their parent lives, so
             // wake at least every 25 ms to look again.
             let tick = (Instant::now() + Duration::from_millis(25)).min(deadline);
-            let _ = signals.wait(Some(tick));
+            if signals.wait(Some(tick)) == Ok(Wake::Stop) {
+                signals.defer_stop();
+            }
             reaped.extend(reap_all());
         }
     }
     (leftovers(pgid), reaped)
+}
+
+/// SIGKILLs the process group of every step whose COMMAND is provably still
+/// the one the runner started (recorded identity alive), or whose leader is
+/// gone while members remain (a pgid cannot be reused while its group lives).
+pub fn kill_step_groups(status: &status::RunStatus) {
+    for process in status
+        .steps()
+        .iter()
+        .filter_map(|s| s.external_process.as_ref())
+    {
+        let Some(pgid) = process.pid else { continue };
+        let ours = process
+            .identity
+            .as_ref()
+            .is_some_and(|i| i.liveness() == process_identity::Liveness::Alive);
+        let leader_gone = process_identity::read_stat(pgid).is_err();
+        let members = process_identity::group_members(pgid).unwrap_or_default();
+        if ours || (leader_gone && !members.is_empty()) {
+            signal_group(pgid, Signal::SIGKILL);
+        }
+    }
 }

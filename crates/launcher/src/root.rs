@@ -11,10 +11,13 @@ pub fn state_root(flag: Option<PathBuf>) -> PathBuf {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    flag.or_else(|| env("SUBAGENTS_ROOT"))
+    let root = flag
+        .or_else(|| env("SUBAGENTS_ROOT"))
         .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("subagents")))
         .or_else(|| env("HOME").map(|h| h.join(".local/state/subagents")))
-        .unwrap_or_else(|| PathBuf::from(".subagents"))
+        .unwrap_or_else(|| PathBuf::from(".subagents"));
+    // The monitor and runner change directory; a relative root must not move with them.
+    std::path::absolute(&root).unwrap_or(root)
 }
 
 /// The home directory used to shorten paths in human output.

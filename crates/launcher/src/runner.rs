@@ -77,6 +77,7 @@ fn run(config: &LaunchConfig) -> anyhow::Result<()> {
             break;
         }
     }
+    execution.end_unstarted();
     execution.clean_up_orphans();
     execution.finish()
 }
@@ -207,6 +208,8 @@ struct Execution<'a> {
     /// Exits reaped while waiting for something else.
     exits: BTreeMap<u32, Ended>,
     previous_output: Option<PathBuf>,
+    /// Processes still alive after the final clean-up (none, normally).
+    survivors: Vec<u32>,
 }
 
 impl<'a> Execution<'a> {
@@ -215,7 +218,7 @@ impl<'a> Execution<'a> {
         let run_deadline = config
             .timeout_ms
             .map(|t| Instant::now() + Duration::from_millis(t).saturating_sub(elapsed));
-        Self {
+        Execution {
             config,
             signals,
             started_at,
@@ -224,7 +227,20 @@ impl<'a> Execution<'a> {
             interruption: None,
             exits: BTreeMap::new(),
             previous_output: None,
+            survivors: Vec::new(),
         }
+        .stopped_before_start()
+    }
+
+    /// A `stop` that arrived while the run was still queued wins: nothing starts.
+    fn stopped_before_start(mut self) -> Self {
+        let status = status::model::read_status(&self.config.run_dir)
+            .ok()
+            .flatten();
+        if status.is_some_and(|s| s.stop_reason.is_some()) {
+            self.interruption = Some(Interruption::Stopped);
+        }
+        self
     }
 
     /// Runs one group to its end; true when every step of it succeeded.
@@ -398,6 +414,7 @@ impl<'a> Execution<'a> {
                 step.started_at = Some(now);
                 step.external_process = Some(ExternalProcess {
                     pid: Some(pid),
+                    identity: ProcessIdentity::of(pid).ok(),
                     started_at: now,
                     stdout_path: log_path(config, i, "stdout").display().to_string(),
                     stderr_path: log_path(config, i, "stderr").display().to_string(),
@@ -416,8 +433,9 @@ impl<'a> Execution<'a> {
         let pgid = self.steps[i].pid.unwrap_or_default();
         self.steps[i].tree = Some(self.verify_group_gone(pgid));
         let output = output_path(self.config, i);
-        if !output.exists() {
-            let _ = std::fs::copy(log_path(self.config, i, "stdout"), &output);
+        if std::fs::metadata(&output).map_or(true, |m| m.len() == 0) {
+            let stdout = std::fs::read(log_path(self.config, i, "stdout")).unwrap_or_default();
+            let _ = atomic_file::write_private(&output, &stdout);
         }
         self.write_step_end(i);
     }
@@ -519,13 +537,14 @@ impl<'a> Execution<'a> {
 
     /// Terminates anything that escaped its group and was reparented to us.
     fn clean_up_orphans(&mut self) {
-        let (_, reaped) = empty_group(
+        let (alive, reaped) = empty_group(
             &mut self.signals,
             None,
             Duration::from_secs(2),
             Duration::from_secs(1),
         );
         self.exits.extend(reaped);
+        self.survivors = alive;
     }
 
     fn event(&self, kind: &str, fields: serde_json::Value) {
@@ -551,7 +570,7 @@ impl<'a> Execution<'a> {
             s.last_update = Some(now);
             s.timed_out = (self.interruption == Some(Interruption::TimedOut)).then_some(true);
             s.stopped = (state == RunState::Stopped).then_some(true);
-            if state == RunState::Stopped {
+            if self.interruption == Some(Interruption::Stopped) {
                 s.error = Some(stop_message(s.stop_reason.as_deref()));
             }
             Some(s)
@@ -585,6 +604,20 @@ impl<'a> Execution<'a> {
         let failed = pairs()
             .find(|(run, _)| started(run) && real(run))
             .or_else(|| pairs().find(|(run, _)| started(run)));
+        if let Some((run, step)) = failed
+            && run.interruption.is_none()
+            && let Some(ended @ Ended::Signaled(_)) = run.ended
+        {
+            // The reference: a child killed by a signal nobody here sent means stopped.
+            return (
+                RunState::Stopped,
+                Some(format!(
+                    "Step {} ended with {}.",
+                    step.agent,
+                    ended.describe()
+                )),
+            );
+        }
         match failed {
             None if self.steps.iter().all(StepRun::succeeded) => (RunState::Complete, None),
             None => (
@@ -636,7 +669,7 @@ impl<'a> Execution<'a> {
                     close_observed_at: run.closed_at,
                     exit_code: ended.code(),
                     signal: ended.signal(),
-                    process_tree: tree.clone(),
+                    process_tree: self.proven_tree(tree),
                 };
                 writers.insert(i.to_string(), vec![record]);
             }
@@ -650,6 +683,36 @@ impl<'a> Execution<'a> {
             session_file: None,
             revival_lease_token: None,
             revival_lease_release_acknowledged: None,
+        }
+    }
+}
+
+impl Execution<'_> {
+    /// A group verified empty is still not proof while an orphan survives.
+    fn proven_tree(&self, tree: &ProcessTree) -> ProcessTree {
+        if self.survivors.is_empty() {
+            return tree.clone();
+        }
+        let diagnostic = format!(
+            "processes outside the group survived SIGKILL: {:?}",
+            self.survivors
+        );
+        ProcessTree::Unknown {
+            reason: "verification-failed".into(),
+            diagnostic: Some(diagnostic),
+        }
+    }
+
+    /// Steps that never started when the run was stopped or timed out end
+    /// with the run (the reference marks pending steps stopped / failed).
+    fn end_unstarted(&mut self) {
+        let Some(why) = self.interruption else { return };
+        for i in 0..self.steps.len() {
+            if self.steps[i].started_at.is_none() && self.steps[i].interruption.is_none() {
+                self.steps[i].interruption = Some(why);
+                self.steps[i].closed_at = now_ms();
+                self.write_step_end(i);
+            }
         }
     }
 }
@@ -693,6 +756,11 @@ fn step_verdict(
             1,
         ),
         (None, Some(Ended::Exited(0))) => ("complete", None, 0),
+        (None, Some(ended @ Ended::Signaled(_))) => (
+            "stopped",
+            Some(format!("command ended with {}", ended.describe())),
+            1,
+        ),
         (None, Some(ended)) => (
             "failed",
             Some(format!("command ended with {}", ended.describe())),
@@ -728,6 +796,12 @@ fn spawn_command(
         Some(path) => Stdio::from(File::open(path)?),
         None => Stdio::null(),
     };
+    // Created here, 0600, so a COMMAND writing to it cannot leave it world-readable.
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(atomic_file::FILE_MODE)
+        .open(output_path(config, i))?;
     let mut command = Command::new(program);
     command
         .args(rest.iter().map(|a| a.replace("{task_file}", &task)))

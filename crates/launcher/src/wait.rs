@@ -130,9 +130,13 @@ pub fn is_settled(run: &RunSummary) -> bool {
 }
 
 fn load_all(layout: &Layout, ids: &[String]) -> CliResult<Vec<RunSummary>> {
+    let hooks = status::list::Hooks {
+        fanout: None,
+        on_repaired: Some(&crate::procs::kill_step_groups),
+    };
     ids.iter()
         .map(|id| {
-            status::list::load(layout, id, true, now_ms(), None)?.ok_or_else(|| {
+            status::list::load(layout, id, true, now_ms(), &hooks)?.ok_or_else(|| {
                 CliError::new(Exit::NotFound, format!("run '{id}' has no status.json"))
             })
         })

@@ -224,13 +224,12 @@ mod tests {
     #[test]
     fn a_zombie_is_dead_and_not_a_group_member() {
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new("true").process_group(0).spawn().unwrap();
+        let mut child = Command::new("sleep").arg("0.2").process_group(0).spawn().unwrap();
         let pid = child.id();
-        let id = ProcessIdentity {
-            pid,
-            start_time: 0,
-            boot_id: None,
-        };
+        // The real identity, taken while the child runs: only the zombie
+        // check can make it dead below.
+        let id = ProcessIdentity::of(pid).unwrap();
+        assert_eq!(id.liveness(), Liveness::Alive);
         // Wait until it has exited but is not reaped yet.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while read_stat(pid).map(|s| s.state != 'Z').unwrap_or(false) {

@@ -35,6 +35,7 @@ pub fn run_lines(run: &RunSummary, now: u64, home: Option<&Path>) -> Vec<String>
         status.last_activity_at,
         &status.extra,
         now,
+        home,
     ) {
         header.push(activity);
     }
@@ -52,7 +53,7 @@ pub fn run_lines(run: &RunSummary, now: u64, home: Option<&Path>) -> Vec<String>
     header.push(shorten(place, home));
     let mut lines = vec![header.join(" | ")];
     for (i, step) in status.steps().iter().enumerate() {
-        lines.push(step_line(i, step, now));
+        lines.push(step_line(i, step, now, home));
     }
     if let Some(line) = fanout_line(status.run_fanout_budget.as_ref()) {
         lines.push(format!("  {line}"));
@@ -83,7 +84,7 @@ pub fn fanout_line(snapshot: Option<&Value>) -> Option<String> {
     ))
 }
 
-fn step_line(i: usize, step: &Step, now: u64) -> String {
+fn step_line(i: usize, step: &Step, now: u64, home: Option<&Path>) -> String {
     let extra = &step.extra;
     let mut name = String::new();
     if let Some(phase) = extra.get("phase").and_then(Value::as_str) {
@@ -98,7 +99,7 @@ fn step_line(i: usize, step: &Step, now: u64) -> String {
     }
     let mut parts = vec![format!("  {}. {name}", i + 1), step.status.clone()];
     let last_activity = extra.get("lastActivityAt").and_then(Value::as_u64);
-    if let Some(activity) = activity(&step.status, last_activity, extra, now) {
+    if let Some(activity) = activity(&step.status, last_activity, extra, now, home) {
         parts.push(activity);
     }
     if let Some(model) = model_label(extra) {
@@ -122,15 +123,16 @@ fn activity(
     last: Option<u64>,
     extra: &serde_json::Map<String, Value>,
     now: u64,
+    home: Option<&Path>,
 ) -> Option<String> {
-    if state != "running" {
-        return None;
-    }
+    // Only a running run or step is "active"; finished ones keep their facts.
+    let last = last.filter(|_| state == "running");
     let attention = extra.get("activityState").and_then(Value::as_str);
     let mut facts = Vec::new();
     let label = match (last, attention) {
         (None, Some("needs_attention")) => Some("needs attention".to_owned()),
         (None, Some("active_long_running")) => Some("active but long-running".to_owned()),
+        _ if state != "running" => None,
         (None, _) => None,
         (Some(t), Some("needs_attention")) => Some(format!("no activity for {}", age(now, t))),
         (Some(t), Some("active_long_running")) => Some(match age(now, t).as_str() {
@@ -145,6 +147,9 @@ fn activity(
     facts.extend(label);
     if let Some(tool) = extra.get("currentTool").and_then(Value::as_str) {
         facts.push(format!("tool {tool}"));
+    }
+    if let Some(path) = extra.get("currentPath").and_then(Value::as_str) {
+        facts.push(shorten(Path::new(path), home));
     }
     if let Some(n) = extra.get("turnCount").and_then(Value::as_u64) {
         facts.push(format!("{n} turns"));
@@ -357,7 +362,7 @@ mod tests {
     fn renders_the_reference_example() {
         let now = 1_000_000;
         let text = format!(
-            r#"{{"lifecycleArtifactVersion":3,"runId":"k3f9a2","sessionId":"sess-1","mode":"chain","state":"running","steering":{{"requested":0,"scheduled":0,"pending":0,"delivered":0,"failed":0,"recovered":0,"recent":[]}},"lastActivityAt":{a},"startedAt":{s},"lastUpdate":{a},"pid":4242,"cwd":"/home/alice/proj","currentStep":1,"chainStepCount":2,"parallelGroups":[],"runFanoutBudget":{{"used":2,"limit":64,"remaining":62}},"steps":[{{"agent":"scout","description":"[prompt redacted]","status":"complete","durationMs":41200,"tokens":{{"input":9000,"output":3456,"total":12456}},"model":"anthropic/claude-haiku-4-5","thinking":"low","context":"fresh"}},{{"agent":"worker","description":"[prompt redacted]","status":"running","startedAt":{w},"lastActivityAt":{a},"currentTool":"edit","turnCount":3,"toolCount":5,"model":"openai/gpt-5:high","context":"fresh"}}],"outputFile":"/tmp/r/k3f9a2/output-1.log"}}"#,
+            r#"{{"lifecycleArtifactVersion":3,"runId":"k3f9a2","sessionId":"sess-1","mode":"chain","state":"running","steering":{{"requested":0,"scheduled":0,"pending":0,"delivered":0,"failed":0,"recovered":0,"recent":[]}},"lastActivityAt":{a},"startedAt":{s},"lastUpdate":{a},"pid":4242,"cwd":"/home/alice/proj","currentStep":1,"chainStepCount":2,"parallelGroups":[],"runFanoutBudget":{{"used":2,"limit":64,"remaining":62}},"steps":[{{"agent":"scout","description":"[prompt redacted]","status":"complete","durationMs":41200,"tokens":{{"input":9000,"output":3456,"total":12456}},"model":"anthropic/claude-haiku-4-5","thinking":"low","context":"fresh"}},{{"agent":"worker","description":"[prompt redacted]","status":"running","startedAt":{w},"lastActivityAt":{a},"currentTool":"edit","currentPath":"/home/alice/proj/src/lib.rs","turnCount":3,"toolCount":5,"model":"openai/gpt-5:high","context":"fresh"}}],"outputFile":"/tmp/r/k3f9a2/output-1.log"}}"#,
             a = now - 4000,
             s = now - 95_000,
             w = now - 50_000
@@ -374,7 +379,17 @@ mod tests {
             now,
             Some(Path::new("/home/alice")),
         );
-        let expected = "Active async runs: 1\n\n- k3f9a2 | running | active 4s ago | steering 0 scheduled, 0 pending, 0 delivered, 0 failed, 0 recovered | chain [fresh] | step 2/2 | ~/proj\n  1. scout [fresh] | complete | claude-haiku-4-5 · thinking low | 41.2s | 12k tok\n  2. worker [fresh] | running | active 4s ago | tool edit | 3 turns | 5 tools | gpt-5 · thinking high\n  Run fan-out: 2/64 used, 62 remaining\n  output: /tmp/r/k3f9a2/output-1.log";
+        let expected = "Active async runs: 1\n\n- k3f9a2 | running | active 4s ago | steering 0 scheduled, 0 pending, 0 delivered, 0 failed, 0 recovered | chain [fresh] | step 2/2 | ~/proj\n  1. scout [fresh] | complete | claude-haiku-4-5 · thinking low | 41.2s | 12k tok\n  2. worker [fresh] | running | active 4s ago | tool edit | ~/proj/src/lib.rs | 3 turns | 5 tools | gpt-5 · thinking high\n  Run fan-out: 2/64 used, 62 remaining\n  output: /tmp/r/k3f9a2/output-1.log";
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn renders_the_reference_failed_run() {
+        let text = r#"{"lifecycleArtifactVersion":3,"runId":"m7q1","mode":"single","state":"failed","steering":{"requested":0,"scheduled":0,"pending":0,"delivered":0,"failed":0,"recovered":0,"recent":[]},"startedAt":1,"lastUpdate":2,"cwd":"/home/alice/proj","currentStep":0,"error":"Step failed: reviewer","steps":[{"agent":"reviewer","status":"failed","durationMs":95000}],"sessionFile":"/home/alice/.pi/sessions/s.jsonl"}"#;
+        let status = parse_status(Path::new("s"), text).unwrap();
+        let run = RunSummary { id: "m7q1".into(), async_dir: "/tmp/r/m7q1".into(), status };
+        let out = format_run_list(&[run], "Async runs", 10, Some(Path::new("/home/alice")));
+        let expected = "Async runs: 1\n\n- m7q1 | failed | steering 0 scheduled, 0 pending, 0 delivered, 0 failed, 0 recovered | single | step 1/1 | ~/proj\n  1. reviewer | failed | 1m35s\n  Error: Step failed: reviewer\n  session: ~/.pi/sessions/s.jsonl";
         assert_eq!(out, expected);
     }
 

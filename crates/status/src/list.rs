@@ -41,6 +41,16 @@ impl RunSummary {
     }
 }
 
+/// Callbacks of the launcher that the listing calls on its way.
+#[derive(Default, Clone, Copy)]
+pub struct Hooks<'a> {
+    /// Live fan-out snapshots.
+    pub fanout: Option<FanoutSource<'a>>,
+    /// Called with every status the listing repaired as stale (e.g. to end
+    /// the commands a dead runner left behind).
+    pub on_repaired: Option<&'a dyn Fn(&RunStatus)>,
+}
+
 /// How to list.
 pub struct ListOptions<'a> {
     /// Every run (full scan) instead of the active index.
@@ -53,8 +63,8 @@ pub struct ListOptions<'a> {
     pub reconcile: bool,
     /// "Now" in ms.
     pub now: u64,
-    /// Live fan-out snapshots.
-    pub fanout: Option<FanoutSource<'a>>,
+    /// Launcher callbacks.
+    pub hooks: Hooks<'a>,
 }
 
 /// Result of resolving a run id or prefix.
@@ -121,24 +131,20 @@ pub fn run_names(layout: &Layout) -> Result<Vec<String>> {
 }
 
 /// Loads one run's summary, reconciling it first when asked.
-pub fn load(
-    layout: &Layout,
-    id: &str,
-    reconcile: bool,
-    now: u64,
-    fanout: Option<FanoutSource<'_>>,
-) -> Result<Option<RunSummary>> {
+pub fn load(layout: &Layout, id: &str, reconcile: bool, now: u64, hooks: &Hooks<'_>) -> Result<Option<RunSummary>> {
     let Some(dir) = exact_run_dir(layout, id) else {
         return Ok(None);
     };
     let status = if reconcile {
-        reconcile::reconcile_run(&dir, reconcile::Options::at(now))?
-            .status()
-            .cloned()
+        let outcome = reconcile::reconcile_run(&dir, reconcile::Options::at(now))?;
+        if let (reconcile::Outcome::Repaired { status, .. }, Some(hook)) = (&outcome, hooks.on_repaired) {
+            hook(status);
+        }
+        outcome.status().cloned()
     } else {
         read_status(&dir)?
     };
-    status.map(|s| summarize(&dir, id, s, fanout)).transpose()
+    status.map(|s| summarize(&dir, id, s, hooks.fanout)).transpose()
 }
 
 fn summarize(
@@ -147,13 +153,12 @@ fn summarize(
     mut status: RunStatus,
     fanout: Option<FanoutSource<'_>>,
 ) -> Result<RunSummary> {
-    let runner = status
-        .process_terminal
-        .as_ref()
-        .and_then(|p| p.get("runnerProcessInstanceId"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .or(status.runner_process_instance_id.clone());
+    // Our own record of the runner id first: a repaired status may carry the
+    // placeholder id `observer-unavailable` in its proof projection.
+    let runner = status.runner_process_instance_id.clone().or_else(|| {
+        let proof = status.process_terminal.as_ref()?;
+        proof.get("runnerProcessInstanceId")?.as_str().map(str::to_owned)
+    });
     let fallback = Fallback {
         run_id: Some(run_id_of(&status, id)),
         runner_process_instance_id: runner,
@@ -202,19 +207,19 @@ pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary
             }
             continue;
         };
-        let Some(summary) = load(
-            layout,
-            &name,
-            options.reconcile,
-            options.now,
-            options.fanout,
-        )?
+        let Some(summary) = load(layout, &name, options.reconcile, options.now, &options.hooks)?
         else {
             if !options.all {
                 index::release_marker(&dir)?;
             }
             continue;
         };
+        let observed = summary.proof().is_some_and(|p| p.state == crate::proof::ProofState::Observed);
+        if !options.all && !summary.status.state.is_active() && observed {
+            // A monitor that died between its proof and the release leaves
+            // the marker behind; the observed proof still releases it.
+            index::release_marker(&dir)?;
+        }
         if keep(&summary, options) {
             runs.push(summary);
         }
@@ -275,7 +280,7 @@ mod tests {
             limit: None,
             reconcile: false,
             now: 0,
-            fanout: None,
+            hooks: Hooks::default(),
         }
     }
 

@@ -83,6 +83,9 @@ pub struct ExternalProcess {
     /// Signal name, when a signal ended it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_signal: Option<String>,
+    /// Extension: the pid-reuse-safe identity of the child (its group leader).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<ProcessIdentity>,
     /// Its captured stdout.
     pub stdout_path: String,
     /// Its captured stderr.

@@ -655,8 +655,9 @@ fn ordered_writers(candidate: &Candidate) -> Vec<&WriterRecord> {
 }
 
 /// Finalizes the proof of a run whose runner close was observed (2.5, 2.6):
-/// idempotent; writes `process-terminal.json`, releases the marker when
-/// observed, overlays status, appends the event. Returns the durable proof.
+/// idempotent; writes `process-terminal.json`, overlays status, appends the
+/// event, and only then releases the marker (when observed). Returns the
+/// durable proof.
 pub fn finalize(
     run_dir: &Path,
     run_id: &str,
@@ -678,9 +679,6 @@ pub fn finalize(
         let message = "Failed to persist process-terminal proof.".to_owned();
         return unreadable_proof(run_id, &close.process_instance_id, message);
     }
-    if proof.state == ProofState::Observed && index::release_marker(run_dir).is_err() {
-        return proof;
-    }
     let candidate = read_candidate(run_dir).ok().flatten();
     let _ = update_status(run_dir, |status| {
         status.map(|s| overlay(s, &proof, candidate.as_ref(), now))
@@ -693,6 +691,10 @@ pub fn finalize(
         now,
         fields,
     );
+    // Only now, with the proof overlaid and recorded, may the run leave the index.
+    if proof.state == ProofState::Observed {
+        let _ = index::release_marker(run_dir);
+    }
     proof
 }
 

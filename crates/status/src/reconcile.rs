@@ -145,20 +145,29 @@ fn dead_message(pid: u32) -> String {
     )
 }
 
-/// Applies the failed repair of 4.4 to a status.
-pub fn repair(mut status: RunStatus, message: &str, now: u64) -> RunStatus {
+/// Applies the failed repair of 4.4 to a status, downgrading a pending
+/// lifecycle-3 proof to `unknown/stale-repair` (nobody is left to observe).
+pub fn repair(status: RunStatus, message: &str, now: u64) -> RunStatus {
+    let mut status = fail_active(status, message, now);
+    let pending = status
+        .process_terminal
+        .as_ref()
+        .is_none_or(|p| p.get("state").and_then(|s| s.as_str()) == Some("pending"));
+    if status.lifecycle_artifact_version == Some(LIFECYCLE_ARTIFACT_VERSION) && pending {
+        let proof = ProcessTerminal::unknown(&status.run_id, "observer-unavailable", "stale-repair", None);
+        status.process_terminal = Some(proof.to_value());
+    }
+    status
+}
+
+/// Marks the run and its running/pending steps failed with `message`, and
+/// leaves the proof alone: for an observer that is still going to write it.
+pub fn fail_active(mut status: RunStatus, message: &str, now: u64) -> RunStatus {
     let steps = status.steps.get_or_insert_with(Vec::new);
     if steps.is_empty() {
-        steps.push(crate::Step {
-            agent: "subagent".into(),
-            status: "running".into(),
-            ..Default::default()
-        });
+        steps.push(crate::Step { agent: "subagent".into(), status: "running".into(), ..Default::default() });
     }
-    for step in steps
-        .iter_mut()
-        .filter(|s| matches!(s.status.as_str(), "running" | "pending"))
-    {
+    for step in steps.iter_mut().filter(|s| matches!(s.status.as_str(), "running" | "pending")) {
         step.status = "failed".into();
         step.extra.remove("activityState");
         let ended = *step.ended_at.get_or_insert(now);
@@ -172,15 +181,6 @@ pub fn repair(mut status: RunStatus, message: &str, now: u64) -> RunStatus {
     status.extra.remove("activityState");
     status.last_update = Some(now);
     status.ended_at = Some(now);
-    let pending = status
-        .process_terminal
-        .as_ref()
-        .is_none_or(|p| p.get("state").and_then(|s| s.as_str()) == Some("pending"));
-    if status.lifecycle_artifact_version == Some(LIFECYCLE_ARTIFACT_VERSION) && pending {
-        let proof =
-            ProcessTerminal::unknown(&status.run_id, "observer-unavailable", "stale-repair", None);
-        status.process_terminal = Some(proof.to_value());
-    }
     status
 }
 
