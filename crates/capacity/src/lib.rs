@@ -231,11 +231,21 @@ fn system_now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+fn random_token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn current_process() -> Option<ProcessIdentity> {
+    ProcessIdentity::current().ok()
+}
+
 /// The capacity pools under one root directory.
 #[derive(Debug, Clone)]
 pub struct Capacity {
     root: PathBuf,
     clock: fn() -> u64,
+    reservation_token: fn() -> String,
+    reserving_process: fn() -> Option<ProcessIdentity>,
 }
 
 impl Capacity {
@@ -244,6 +254,8 @@ impl Capacity {
         Self {
             root: root.into(),
             clock: system_now_ms,
+            reservation_token: random_token,
+            reserving_process: current_process,
         }
     }
 
@@ -251,6 +263,22 @@ impl Capacity {
     /// `runnerStartedAt`.
     pub fn with_clock(mut self, clock: fn() -> u64) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Uses `token` for the `reservationToken` of new reservations (random
+    /// v4 UUIDs by default). Tokens tell reservations apart, so a source
+    /// that repeats itself is only fit for one reservation per pool.
+    pub fn with_reservation_tokens(mut self, token: fn() -> String) -> Self {
+        self.reservation_token = token;
+        self
+    }
+
+    /// Uses `process` for `reservedByProcess` (this process by default). The
+    /// record decides whether an unstarted slot's holder died, so only a
+    /// caller that owns every such decision (golden snapshots) changes it.
+    pub fn with_reserving_process(mut self, process: fn() -> Option<ProcessIdentity>) -> Self {
+        self.reserving_process = process;
         self
     }
 
@@ -281,7 +309,7 @@ impl Capacity {
         if snapshot.used >= limit as usize {
             return Err(CapacityError::Exhausted(snapshot));
         }
-        let token = uuid::Uuid::new_v4().to_string();
+        let token = (self.reservation_token)();
         for slot in 0..u64::from(limit) {
             let owner = self.new_owner(request, &token, slot);
             if pool::create_slot(pool, &owner)? {
@@ -309,7 +337,7 @@ impl Capacity {
             reserved_at: (self.clock)(),
             runner_process_instance_id: None,
             runner_started_at: None,
-            reserved_by_process: ProcessIdentity::current().ok(),
+            reserved_by_process: (self.reserving_process)(),
             extra: serde_json::Map::new(),
         }
     }
@@ -387,7 +415,7 @@ impl Capacity {
             reserved_at: (self.clock)(),
             runner_process_instance_id: None,
             runner_started_at: None,
-            reserved_by_process: ProcessIdentity::current().ok(),
+            reserved_by_process: (self.reserving_process)(),
             ..old.clone()
         }
     }

@@ -13,9 +13,10 @@ use nix::sys::stat::{Mode, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde_json::json;
 
-use crate::budget::{fd_path, now_ms, slot_name};
+use crate::budget::{fd_path, slot_name};
 use crate::{
     CommitError, Error, LOCK_FILE, LOCK_TIMEOUT, OpenBudget, Result, RunFanoutLimitError, Snapshot,
+    Sources,
 };
 
 /// Longest pause between two attempts at a held lock.
@@ -30,6 +31,16 @@ impl OpenBudget {
         self.claim_with_commit(paths, |after| Ok(*after))
     }
 
+    /// [`OpenBudget::claim`] taking each slot's `claimId` and `claimedAt`
+    /// from `sources` (golden snapshots pin them).
+    pub fn claim_using<S: AsRef<str>>(
+        &self,
+        paths: &[S],
+        sources: &Sources<'_>,
+    ) -> Result<Snapshot> {
+        self.claim_with_commit_using(paths, sources, |after| Ok(*after))
+    }
+
     /// Like [`OpenBudget::claim`], then runs `commit` with the snapshot after
     /// the claim while still holding the lock; if `commit` fails the batch's
     /// slot files are removed and its error is returned as [`Error::Commit`].
@@ -37,6 +48,21 @@ impl OpenBudget {
     /// An empty batch takes no lock and claims nothing: `commit` gets the
     /// current snapshot.
     pub fn claim_with_commit<S, T, F>(&self, paths: &[S], commit: F) -> Result<T>
+    where
+        S: AsRef<str>,
+        F: FnOnce(&Snapshot) -> Result<T, CommitError>,
+    {
+        self.claim_with_commit_using(paths, &Sources::system(), commit)
+    }
+
+    /// [`OpenBudget::claim_with_commit`] taking each slot's `claimId` and
+    /// `claimedAt` from `sources`.
+    pub fn claim_with_commit_using<S, T, F>(
+        &self,
+        paths: &[S],
+        sources: &Sources<'_>,
+        commit: F,
+    ) -> Result<T>
     where
         S: AsRef<str>,
         F: FnOnce(&Snapshot) -> Result<T, CommitError>,
@@ -57,7 +83,7 @@ impl OpenBudget {
         }
         let mut created = Vec::with_capacity(qualified.len());
         let result = self
-            .place_all(&claims, &qualified, &mut taken, &mut created)
+            .place_all(&claims, &qualified, sources, &mut taken, &mut created)
             .and_then(|()| {
                 let after = Snapshot::new(before.used + created.len() as u64, before.limit);
                 commit(&after).map_err(Error::Commit)
@@ -72,12 +98,13 @@ impl OpenBudget {
         &self,
         claims: &OwnedFd,
         qualified: &[String],
+        sources: &Sources<'_>,
         taken: &mut BTreeSet<u32>,
         created: &mut Vec<u32>,
     ) -> Result<()> {
         let mut next = 0;
         for path in qualified {
-            let slot = self.place(claims, path, taken, next, created)?;
+            let slot = self.place(claims, path, sources, taken, next, created)?;
             next = slot + 1;
         }
         Ok(())
@@ -89,6 +116,7 @@ impl OpenBudget {
         &self,
         claims: &OwnedFd,
         path: &str,
+        sources: &Sources<'_>,
         taken: &mut BTreeSet<u32>,
         from: u32,
         created: &mut Vec<u32>,
@@ -96,9 +124,9 @@ impl OpenBudget {
         let limit = u32::try_from(self.descriptor.limit).unwrap_or(u32::MAX);
         let record = json!({
             "version": 1,
-            "claimId": uuid::Uuid::new_v4().to_string(),
+            "claimId": (sources.uuid)(),
             "path": path,
-            "claimedAt": now_ms(),
+            "claimedAt": (sources.now_ms)(),
         });
         let bytes = format!("{record}\n");
         for slot in (from..limit).filter(|s| !taken.contains(s)) {

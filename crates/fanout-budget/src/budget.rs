@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::descriptor::json_limit;
-use crate::{CLAIMS_DIR, Descriptor, Error, MANIFEST_FILE, MAX_LIMIT, Result};
+use crate::{CLAIMS_DIR, Descriptor, Error, MANIFEST_FILE, MAX_LIMIT, Result, Sources};
 
 /// Usage of a budget: `{used, limit, remaining}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +73,41 @@ impl Manifest {
         })?;
         Self::from_value(&value).ok_or_else(|| Error::ManifestInvalid {
             dir: dir.to_path_buf(),
+            field: Self::first_bad_field(&value),
         })
+    }
+
+    /// The first field that breaks a manifest rule, for the error message.
+    fn first_bad_field(value: &Value) -> &'static str {
+        let Some(map) = value.as_object() else {
+            return "the manifest must be a JSON object";
+        };
+        let checks: [(&'static str, bool); 4] = [
+            (
+                "version must be 1",
+                map.get("version").and_then(Value::as_f64) == Some(1.0),
+            ),
+            (
+                "rootRunId must be a non-empty string",
+                map.get("rootRunId")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty()),
+            ),
+            (
+                "limit must be a positive integer",
+                map.get("limit").and_then(json_limit).is_some(),
+            ),
+            (
+                "createdAt must be a finite number",
+                map.get("createdAt")
+                    .and_then(Value::as_f64)
+                    .is_some_and(f64::is_finite),
+            ),
+        ];
+        checks
+            .into_iter()
+            .find(|(_, ok)| !ok)
+            .map_or("", |(field, _)| field)
     }
 
     fn from_value(value: &Value) -> Option<Self> {
@@ -195,6 +229,17 @@ impl OpenBudget {
 /// Creates a new budget under the managed `root` for `root_run_id` with
 /// `limit`, and returns it opened and validated.
 pub fn create_budget(root: &Path, root_run_id: &str, limit: u64) -> Result<OpenBudget> {
+    create_budget_with(root, root_run_id, limit, &Sources::system())
+}
+
+/// [`create_budget`] taking the manifest's `createdAt` and the directory's
+/// UUID from `sources` (golden snapshots pin them).
+pub fn create_budget_with(
+    root: &Path,
+    root_run_id: &str,
+    limit: u64,
+    sources: &Sources<'_>,
+) -> Result<OpenBudget> {
     if limit == 0 {
         return Err(Error::LimitNotPositive);
     }
@@ -205,8 +250,8 @@ pub fn create_budget(root: &Path, root_run_id: &str, limit: u64) -> Result<OpenB
         return Err(Error::EmptyRootRunId);
     }
     atomic_file::ensure_private_dir(root)?;
-    let dir = make_unique_dir(root, root_run_id)?;
-    if let Err(e) = fill_budget_dir(&dir, root_run_id, limit) {
+    let dir = make_unique_dir(root, root_run_id, sources)?;
+    if let Err(e) = fill_budget_dir(&dir, root_run_id, limit, sources) {
         // Nobody can know this directory yet; leave no half-made budget.
         let _ = fs::remove_dir_all(&dir);
         return Err(e);
@@ -222,7 +267,7 @@ pub fn create_budget(root: &Path, root_run_id: &str, limit: u64) -> Result<OpenB
     OpenBudget::open(root, &descriptor)
 }
 
-fn fill_budget_dir(dir: &Path, root_run_id: &str, limit: u64) -> Result<()> {
+fn fill_budget_dir(dir: &Path, root_run_id: &str, limit: u64, sources: &Sources<'_>) -> Result<()> {
     let claims = dir.join(CLAIMS_DIR);
     private_dir_builder()
         .create(&claims)
@@ -231,16 +276,16 @@ fn fill_budget_dir(dir: &Path, root_run_id: &str, limit: u64) -> Result<()> {
         "version": 1,
         "rootRunId": root_run_id,
         "limit": limit,
-        "createdAt": now_ms(),
+        "createdAt": (sources.now_ms)(),
     });
     let bytes = format!("{manifest}\n");
     atomic_file::create_new_private(&dir.join(MANIFEST_FILE), bytes.as_bytes())?;
     Ok(())
 }
 
-fn make_unique_dir(root: &Path, root_run_id: &str) -> Result<PathBuf> {
+fn make_unique_dir(root: &Path, root_run_id: &str, sources: &Sources<'_>) -> Result<PathBuf> {
     loop {
-        let dir = root.join(budget_dir_name(root_run_id));
+        let dir = root.join(budget_dir_name_with(root_run_id, sources.uuid));
         match private_dir_builder().create(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -258,6 +303,11 @@ fn private_dir_builder() -> DirBuilder {
 /// `<safeRootRunId>-<uuid>`: unsafe characters become `_` (one per UTF-16
 /// unit, as the reference's regex replaces), at most 120 of them.
 pub fn budget_dir_name(root_run_id: &str) -> String {
+    budget_dir_name_with(root_run_id, &random_uuid)
+}
+
+/// [`budget_dir_name`] with the UUIDs taken from `uuid`.
+pub fn budget_dir_name_with(root_run_id: &str, uuid: &dyn Fn() -> String) -> String {
     let safe: String = root_run_id
         .chars()
         .flat_map(|c| {
@@ -267,11 +317,11 @@ pub fn budget_dir_name(root_run_id: &str) -> String {
         })
         .take(120)
         .collect();
-    let uuid = uuid::Uuid::new_v4();
+    let id = uuid();
     if safe.is_empty() {
-        format!("{}-{uuid}", uuid::Uuid::new_v4())
+        format!("{}-{id}", uuid())
     } else {
-        format!("{safe}-{uuid}")
+        format!("{safe}-{id}")
     }
 }
 
@@ -306,6 +356,11 @@ fn read_manifest_at(dir: &OwnedFd, real_dir: &Path) -> Result<Manifest> {
 /// path-based helpers (`atomic-file`, `read_dir`) work relative to it.
 pub(crate) fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// A random (v4) UUID, the production source of budget and claim ids.
+pub(crate) fn random_uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -371,7 +426,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             invalid.to_string(),
-            "Run fan-out budget manifest is invalid at '/b'."
+            "Run fan-out budget manifest is invalid at '/b': rootRunId must be a non-empty string."
         );
         let unreadable = Manifest::parse("{", dir).unwrap_err();
         assert!(

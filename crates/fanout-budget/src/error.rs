@@ -37,10 +37,12 @@ pub enum Error {
         cause: String,
     },
     /// `manifest.json` is JSON but breaks a field rule.
-    #[error("Run fan-out budget manifest is invalid at '{}'.", dir.display())]
+    #[error("Run fan-out budget manifest is invalid at '{}': {field}.", dir.display())]
     ManifestInvalid {
         /// Real path of the budget directory.
         dir: PathBuf,
+        /// The rule that failed, naming the field.
+        field: &'static str,
     },
     /// The descriptor's rootRunId or limit differs from the manifest.
     #[error("Run fan-out budget descriptor does not match its manifest.")]

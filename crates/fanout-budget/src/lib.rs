@@ -21,16 +21,21 @@ mod budget;
 mod descriptor;
 mod error;
 mod limit;
+mod sources;
 
 use std::time::Duration;
 
-pub use budget::{Manifest, OpenBudget, Snapshot, budget_dir_name, create_budget, read_manifest};
+pub use budget::{
+    Manifest, OpenBudget, Snapshot, budget_dir_name, budget_dir_name_with, create_budget,
+    create_budget_with, read_manifest,
+};
 pub use descriptor::{Descriptor, decode_env, inherited_from_env, read_persisted, write_persisted};
 pub use error::{CommitError, Error, Rejection, RejectionCode, Result, RunFanoutLimitError};
 pub use limit::{
     LimitSource, ResolvedLimit, limit_env_value, normalize_limit, normalize_limit_str,
     resolve_limit,
 };
+pub use sources::Sources;
 
 /// Env var carrying the inherited descriptor (base64url JSON, no padding).
 pub const BUDGET_ENV: &str = "SUBAGENTS_RUN_FANOUT_BUDGET";

@@ -385,3 +385,33 @@ fn persisted_descriptor_round_trips_compact_with_newline() -> Result<()> {
     assert!(err.to_string().starts_with(&prefix), "{err}");
     Ok(())
 }
+
+#[test]
+fn injected_sources_pin_the_directory_manifest_and_claims() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let ids = std::cell::Cell::new(0);
+    let uuid = || {
+        ids.set(ids.get() + 1);
+        format!("id-{}", ids.get())
+    };
+    let sources = fanout_budget::Sources {
+        now_ms: &|| 1234,
+        uuid: &uuid,
+    };
+    // The first name is taken, so the next id is tried.
+    fs::create_dir_all(root.join("r-id-1"))?;
+    let budget = fanout_budget::create_budget_with(&root, "r", 2, &sources)?;
+    assert_eq!(budget.descriptor().directory.file_name().unwrap(), "r-id-2");
+    let manifest = fs::read_to_string(budget.descriptor().directory.join(MANIFEST_FILE))?;
+    assert_eq!(
+        manifest,
+        "{\"version\":1,\"rootRunId\":\"r\",\"limit\":2,\"createdAt\":1234}\n"
+    );
+    budget.claim_using(&["single"], &sources)?;
+    assert_eq!(
+        claim_record(&budget, "000000.json"),
+        serde_json::json!({"version": 1, "claimId": "id-3", "path": "single", "claimedAt": 1234})
+    );
+    Ok(())
+}

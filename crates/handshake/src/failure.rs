@@ -29,6 +29,18 @@ pub fn persist_pre_proceed_failure(
     session_id: Option<&str>,
     message: &str,
 ) -> Result<(), atomic_file::Error> {
+    persist_pre_proceed_failure_at(async_dir, binding, session_id, message, now_ms())
+}
+
+/// [`persist_pre_proceed_failure`] with `lastUpdate` = `now_ms` instead of
+/// the system clock (golden snapshots pin it).
+pub fn persist_pre_proceed_failure_at(
+    async_dir: &Path,
+    binding: &Binding,
+    session_id: Option<&str>,
+    message: &str,
+    now_ms: u64,
+) -> Result<(), atomic_file::Error> {
     let candidate = json!({
         "version": 1,
         "runId": binding.run_id,
@@ -38,7 +50,13 @@ pub fn persist_pre_proceed_failure(
     });
     let candidate_written = atomic_file::write_json(&async_dir.join(CANDIDATE_FILE), &candidate);
     let status_path = async_dir.join(STATUS_FILE);
-    let status = failed_status(read_object(&status_path), binding, session_id, message);
+    let status = failed_status(
+        read_object(&status_path),
+        binding,
+        session_id,
+        message,
+        now_ms,
+    );
     let status_written = atomic_file::write_json(&status_path, &status);
     candidate_written.and(status_written)
 }
@@ -48,13 +66,14 @@ fn failed_status(
     binding: &Binding,
     session_id: Option<&str>,
     message: &str,
+    now_ms: u64,
 ) -> Map<String, Value> {
     status.insert("runId".into(), json!(binding.run_id));
     if let Some(session_id) = session_id {
         status.insert("sessionId".into(), json!(session_id));
     }
     status.insert("state".into(), json!("failed"));
-    status.insert("lastUpdate".into(), json!(now_ms()));
+    status.insert("lastUpdate".into(), json!(now_ms));
     status.insert("error".into(), json!(message));
     status.insert(
         "processTerminal".into(),

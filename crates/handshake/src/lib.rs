@@ -35,12 +35,18 @@ mod wake;
 
 use std::path::{Path, PathBuf};
 
-pub use failure::{CANDIDATE_FILE, STATUS_FILE, persist_pre_proceed_failure};
+pub use failure::{
+    CANDIDATE_FILE, STATUS_FILE, persist_pre_proceed_failure, persist_pre_proceed_failure_at,
+};
 pub use launcher::{
     HandshakeError, LauncherTimeouts, Runner, Started, StartupFailure, remove_stale_files,
     run_launcher_side,
 };
-pub use runner::{RunnerHandshake, RunnerStartupError, RunnerTimeouts, report_startup_failure};
+pub use records::validate_record;
+pub use runner::{
+    RunnerHandshake, RunnerStartupError, RunnerTimeouts, report_startup_failure,
+    report_startup_failure_as,
+};
 
 /// File the runner writes its startup state to.
 pub const STARTUP_FILE: &str = "runner-startup.json";

@@ -99,3 +99,76 @@ pub(crate) fn contradicts(record: &Value, binding: &Binding, pid: u32) -> bool {
             .get("pid")
             .is_some_and(|v| v.as_u64() != Some(u64::from(pid)))
 }
+
+/// Checks a handshake file's record against the rules its readers apply:
+/// `runner-startup.json` (`ready` and `acknowledged` carry a string `token`
+/// and an integer `pid`; `error` carries a string `error`), or an ack/proceed
+/// control file (`action` `ack`/`proceed` with a string `token`). Binding
+/// fields, when present, are non-empty strings. The message names the field.
+pub fn validate_record(record: &Value) -> Result<(), String> {
+    let obj = record
+        .as_object()
+        .ok_or("the record must be a JSON object")?;
+    for key in ["runId", "runnerProcessInstanceId"] {
+        if obj
+            .get(key)
+            .is_some_and(|v| v.as_str().is_none_or(str::is_empty))
+        {
+            return Err(format!("{key} must be a non-empty string"));
+        }
+    }
+    let string = |key: &str| match obj.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(()),
+        _ => Err(format!("{key} must be a non-empty string")),
+    };
+    let pid = || match obj.get("pid").and_then(Value::as_u64) {
+        Some(p) if p > 0 => Ok(()),
+        _ => Err("pid must be a positive integer".to_owned()),
+    };
+    match (obj.get("state"), obj.get("action")) {
+        (Some(state), None) => match state.as_str() {
+            Some("ready" | "acknowledged") => string("token").and_then(|()| pid()),
+            Some("error") => string("error"),
+            _ => Err("state must be \"ready\", \"acknowledged\" or \"error\"".into()),
+        },
+        (None, Some(action)) => match action.as_str() {
+            Some("ack" | "proceed") => string("token"),
+            _ => Err("action must be \"ack\" or \"proceed\"".into()),
+        },
+        _ => Err("the record must have exactly one of state (runner-startup.json) or action (ack/proceed)".into()),
+    }
+}
+
+#[cfg(test)]
+mod validate_tests {
+    use super::*;
+
+    #[test]
+    fn records_written_here_validate_and_broken_ones_name_the_field() {
+        let binding = Binding {
+            run_id: "r".into(),
+            runner_process_instance_id: "i".into(),
+        };
+        for record in [
+            ready("t", 7, &json!({}), &binding),
+            acknowledged("t", 7, &binding),
+            error(7, "boom", &binding),
+            control("ack", "t", &binding),
+            control("proceed", "t", &binding),
+        ] {
+            validate_record(&record).unwrap();
+        }
+        let cases = [
+            (json!({"state": "ready", "pid": 1}), "token"),
+            (json!({"state": "ready", "token": "t", "pid": "1"}), "pid"),
+            (json!({"state": "error", "pid": 1}), "error"),
+            (json!({"state": "later"}), "state"),
+            (json!({"action": "go", "token": "t"}), "action"),
+            (json!({"action": "ack", "token": "t", "runId": 3}), "runId"),
+        ];
+        for (record, field) in cases {
+            let err = validate_record(&record).unwrap_err();
+            assert!(err.starts_with(field), "{err}");
+        }
+    }
+}

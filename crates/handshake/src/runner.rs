@@ -95,6 +95,14 @@ impl RunnerHandshake {
         }
     }
 
+    /// Announces `pid` in the startup records instead of this process's id:
+    /// for a runner that records on behalf of another process, and for golden
+    /// snapshots. The launcher checks the records against the pid it spawned.
+    pub fn with_pid(mut self, pid: u32) -> Self {
+        self.pid = pid;
+        self
+    }
+
     /// Runs the whole runner side: [`Self::announce_ready`] then
     /// [`Self::await_commit`]. On failure the `error` record is written (best
     /// effort) before the error is returned; `Ok` means the launcher committed.
@@ -104,7 +112,8 @@ impl RunnerHandshake {
             .and_then(|()| self.await_commit());
         if let Err(e) = &result {
             // The error is returned either way; a failed record only loses diagnosis.
-            let _ = report_startup_failure(&self.async_dir, &self.binding, &e.to_string());
+            let _ =
+                report_startup_failure_as(&self.async_dir, &self.binding, &e.to_string(), self.pid);
         }
         result
     }
@@ -187,6 +196,16 @@ pub fn report_startup_failure(
     binding: &Binding,
     message: &str,
 ) -> Result<(), atomic_file::Error> {
-    let record = records::error(std::process::id(), message, binding);
+    report_startup_failure_as(async_dir, binding, message, std::process::id())
+}
+
+/// [`report_startup_failure`] recording `pid` instead of this process's id.
+pub fn report_startup_failure_as(
+    async_dir: &Path,
+    binding: &Binding,
+    message: &str,
+    pid: u32,
+) -> Result<(), atomic_file::Error> {
+    let record = records::error(pid, message, binding);
     atomic_file::write_json(&HandshakePaths::new(async_dir).startup, &record)
 }

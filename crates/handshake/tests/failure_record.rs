@@ -96,3 +96,22 @@ fn the_candidate_is_written_even_when_the_status_cannot_be() {
         })
     );
 }
+
+#[test]
+fn the_injected_time_is_the_last_update() {
+    let tmp = tempfile::tempdir().unwrap();
+    handshake::persist_pre_proceed_failure_at(tmp.path(), &binding(), None, "boom", 1234).unwrap();
+    assert_eq!(read(&tmp.path().join(STATUS_FILE))["lastUpdate"], 1234);
+}
+
+#[test]
+fn the_error_record_carries_the_given_pid() {
+    let tmp = tempfile::tempdir().unwrap();
+    handshake::report_startup_failure_as(tmp.path(), &binding(), "lease conflict", 4242).unwrap();
+    let record = read(&tmp.path().join(handshake::STARTUP_FILE));
+    assert_eq!(
+        record,
+        json!({"state": "error", "pid": 4242, "error": "lease conflict",
+            "runId": "run1", "runnerProcessInstanceId": "rid-1"})
+    );
+}

@@ -53,6 +53,27 @@ pub fn acquire(
     pools(layout).acquire(&request).map_err(capacity_error)
 }
 
+/// Moves the slot of `source` to the revival `run_id` (or takes a new one
+/// when the source holds none and a limit is set).
+pub fn transfer(
+    layout: &Layout,
+    session: &str,
+    limit: Option<u32>,
+    source: &str,
+    run_id: &str,
+    run_dir: &Path,
+) -> CliResult<Option<SlotHandle>> {
+    let request = capacity::Transfer {
+        session_id: session,
+        limit,
+        source_run_id: source,
+        run_id,
+        async_dir: run_dir,
+        live_workflows: &HashSet::new(),
+    };
+    pools(layout).transfer(&request).map_err(capacity_error)
+}
+
 /// Maps a capacity error; exhaustion is exit 3 carrying the snapshot.
 pub fn capacity_error(e: CapacityError) -> CliError {
     match e {

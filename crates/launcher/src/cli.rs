@@ -73,6 +73,19 @@ pub enum Command {
         /// Run id or unique prefix.
         run: String,
     },
+    /// Revive a finished run with a follow-up task (same agent, same contract).
+    Resume(ResumeArgs),
+    /// Validate one on-disk artifact exactly as the readers do.
+    Validate {
+        /// The artifact kind.
+        #[arg(long, value_enum)]
+        kind: crate::validate::Kind,
+        /// The file.
+        file: PathBuf,
+        /// Print {"valid", "error"} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run fan-out budget plumbing.
     Budget {
         /// What to do.
@@ -203,4 +216,26 @@ pub enum BudgetAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `subagents resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to revive (id or unique prefix).
+    pub run: String,
+    /// The follow-up task.
+    #[arg(long, conflicts_with = "task_file")]
+    pub task: Option<String>,
+    /// Read the follow-up task from FILE.
+    #[arg(long, value_name = "FILE")]
+    pub task_file: Option<PathBuf>,
+    /// Wall-clock deadline of the revival (else the source's).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// At most N active background runs per session (0 = no limit).
+    #[arg(long, env = "SUBAGENTS_MAX_ACTIVE", value_name = "N")]
+    pub max_active: Option<u32>,
+    /// Print {runId, asyncDir, pid, runnerProcessInstanceId, sourceRunId} as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -72,6 +72,26 @@ pub struct LaunchConfig {
     /// Extra environment for every COMMAND.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Set for `resume`: the runner takes the session lease and runs the
+    /// startup handshake before it starts anything.
+    #[serde(default)]
+    pub revival: Option<RevivalConfig>,
+}
+
+/// What a revival's runner needs for the lease and the handshake.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevivalConfig {
+    /// The run being revived.
+    pub source_run_id: String,
+    /// The lineage's session file (leased).
+    pub session_file: PathBuf,
+    /// `<root>/session-leases`.
+    pub lease_root: PathBuf,
+    /// The handshake token.
+    pub token: String,
+    /// Handshake timeouts: (launcher waits, runner waits), in ms.
+    pub timeouts_ms: (u64, u64),
 }
 
 impl LaunchConfig {

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use process_identity::ProcessIdentity;
 use serde::{Deserialize, Serialize};
 use status::layout::files;
 use status::{Layout, RunState};
@@ -30,7 +31,7 @@ use crate::admission::{self, Spawned};
 use crate::cli::RunArgs;
 use crate::config::{LaunchConfig, READY_FD_ENV};
 use crate::error::{CliError, CliResult, Exit};
-use crate::prepare;
+use crate::prepare::{self, Request};
 
 /// How long the launcher waits for the runner's ready message.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,8 +53,18 @@ pub struct Launched {
 /// Runs `subagents run`.
 pub fn run(layout: &Layout, args: &RunArgs) -> CliResult<Launched> {
     let session = admission::session_id(args.session.as_deref());
-    let (config, slot) = prepare::prepare(layout, args, &session)?;
+    launch(layout, &Request::from_run_args(args, &session)?)
+}
+
+/// Prepares, spawns and (for a revival) hands over a run; settles its
+/// capacity slot from what is proven about the runner.
+pub fn launch(layout: &Layout, request: &Request) -> CliResult<Launched> {
+    let (config, slot) = prepare::prepare(layout, request)?;
+    if config.revival.is_some() {
+        handshake::remove_stale_files(&config.run_dir)?;
+    }
     match spawn(&config) {
+        Ok(launched) if config.revival.is_some() => hand_over(layout, &config, launched, slot),
         Ok(launched) => {
             let spawned = Spawned {
                 failed: false,
@@ -73,6 +84,87 @@ pub fn run(layout: &Layout, args: &RunArgs) -> CliResult<Launched> {
                 config.run_id
             )))
         }
+    }
+}
+
+/// The revival startup handshake (handshake.md §5–6): the runner holds the
+/// session lease and waits; we acknowledge and authorise it. On failure the
+/// crate has persisted the failure and terminated the runner; we free a
+/// lease the dead runner still holds and settle the slot by the §9 table.
+fn hand_over(
+    layout: &Layout,
+    config: &LaunchConfig,
+    launched: Launched,
+    slot: Option<capacity::SlotHandle>,
+) -> CliResult<Launched> {
+    let identity = ProcessIdentity::of(launched.pid).unwrap_or(ProcessIdentity {
+        pid: launched.pid,
+        start_time: 0,
+        boot_id: None,
+    });
+    let binding = handshake::Binding {
+        run_id: config.run_id.clone(),
+        runner_process_instance_id: config.runner_process_instance_id.clone(),
+    };
+    let wait = Duration::from_millis(config.revival.as_ref().map_or(10_000, |r| r.timeouts_ms.0));
+    let timeouts = handshake::LauncherTimeouts {
+        ready: wait,
+        acknowledged: wait,
+        ..Default::default()
+    };
+    let runner = handshake::Runner::Process(identity);
+    match handshake::run_launcher_side(
+        &config.run_dir,
+        &binding,
+        config.session_id.as_deref(),
+        runner,
+        &timeouts,
+    ) {
+        Ok(_) => {
+            let spawned = Spawned {
+                failed: false,
+                pid: Some(launched.pid),
+                runner_process_instance_id: Some(&launched.runner_process_instance_id),
+                did_not_proceed: false,
+                termination_observed: false,
+            };
+            admission::settle(slot, &spawned)?;
+            Ok(launched)
+        }
+        Err(failure) => {
+            if failure.termination_observed {
+                release_dead_runners_lease(layout, config);
+            }
+            let spawned = Spawned {
+                failed: true,
+                pid: Some(failure.pid),
+                runner_process_instance_id: Some(&failure.runner_process_instance_id),
+                did_not_proceed: failure.startup_did_not_proceed,
+                termination_observed: failure.termination_observed,
+            };
+            admission::settle(slot, &spawned)?;
+            Err(CliError::failed(format!(
+                "failed to start async run '{}': {}",
+                config.run_id, failure.error
+            )))
+        }
+    }
+}
+
+/// A runner killed before proceed cannot release its lease; we can, once its
+/// termination is observed and the lease names this run.
+fn release_dead_runners_lease(layout: &Layout, config: &LaunchConfig) {
+    let Some(revival) = &config.revival else {
+        return;
+    };
+    let root = recovery::lease::lease_root(layout.root());
+    let Ok(inspection) = recovery::lease::inspect_lease(&root, &revival.session_file) else {
+        return;
+    };
+    if let recovery::lease::LeaseState::Owned(owner) = inspection.state
+        && owner.run_id == config.run_id
+    {
+        let _ = recovery::lease::release_lease(&root, &revival.session_file, &owner.token);
     }
 }
 

@@ -16,9 +16,11 @@ pub mod launch;
 pub mod monitor;
 pub mod prepare;
 pub mod procs;
+pub mod revive;
 pub mod root;
 pub mod runner;
 pub mod spec;
+pub mod validate;
 pub mod wait;
 
 use clap::Parser;
@@ -59,6 +61,7 @@ fn wants_json(command: &Command) -> bool {
     match command {
         Command::Run(args) => args.json,
         Command::List(args) => args.json,
+        Command::Resume(args) => args.json,
         Command::Status { json, .. }
         | Command::Wait { json, .. }
         | Command::Stop { json, .. }
@@ -87,6 +90,8 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Reconcile { json } => commands::reconcile(&layout, json),
         Command::Dismiss { run } => commands::dismiss(&layout, &run),
         Command::Budget { action } => fanout::budget_command(&layout, action),
+        Command::Resume(args) => revive::resume(&layout, &args),
+        Command::Validate { kind, file, json } => validate::command(&layout, kind, &file, json),
         Command::Capacity {
             session,
             limit,

@@ -59,6 +59,9 @@ pub fn main() -> i32 {
         Duration::from_secs(1),
     );
     reaped.extend(more);
+    if config.revival.is_some() {
+        await_launcher_verdict(&config, &mut signals);
+    }
     repair_if_unfinished(&config, ended, &mut signals, &reaped);
     let close = RunnerClose {
         process_instance_id: config.runner_process_instance_id.clone(),
@@ -66,13 +69,8 @@ pub fn main() -> i32 {
         exit_code: ended.code(),
         signal: ended.signal(),
     };
-    proof::finalize(
-        &config.run_dir,
-        &config.run_id,
-        &close,
-        &proof::no_leases,
-        now_ms(),
-    );
+    let leases = |file: &str| lease_state(&config, file);
+    proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
     0
 }
 
@@ -265,4 +263,36 @@ fn record_spawn_failure(config: &LaunchConfig, error: &str) {
         s.process_terminal = Some(proof.to_value());
         Some(s)
     });
+}
+
+/// The session lease as the proof finalizer needs it.
+fn lease_state(config: &LaunchConfig, file: &str) -> Result<proof::LeaseState, String> {
+    let root = recovery::lease::lease_root(&config.root);
+    let inspection = recovery::lease::inspect_lease(&root, std::path::Path::new(file))
+        .map_err(|e| e.to_string())?;
+    Ok(match inspection.state {
+        recovery::lease::LeaseState::Free => proof::LeaseState::Free(inspection.session.id),
+        recovery::lease::LeaseState::Owned(_) => proof::LeaseState::Owned,
+        recovery::lease::LeaseState::Unreadable => proof::LeaseState::Unreadable,
+    })
+}
+
+/// A revival runner that exits before proceed is the launcher's to record
+/// (status failed, proof not-started); give it the handshake's time to do
+/// so before judging the run ourselves.
+fn await_launcher_verdict(config: &LaunchConfig, signals: &mut Signals) {
+    let waits = config.revival.as_ref().map_or(0, |r| r.timeouts_ms.0);
+    let deadline = std::time::Instant::now() + Duration::from_millis(waits * 2 + 2_000);
+    let queued = || {
+        status::model::read_status(&config.run_dir)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.state == status::RunState::Queued)
+    };
+    while queued() && std::time::Instant::now() < deadline {
+        let tick = std::time::Instant::now() + Duration::from_millis(25);
+        if signals.wait(Some(tick.min(deadline))) == Ok(crate::procs::Wake::Stop) {
+            signals.defer_stop();
+        }
+    }
 }

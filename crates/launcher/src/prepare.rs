@@ -3,6 +3,7 @@
 //! fan-out batch, and only then create the run directory, task files, the
 //! queued status and the active marker.
 
+use std::collections::BTreeMap;
 use std::fs::DirBuilder;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use status::{Layout, PROMPT_REDACTED, RunState, RunStatus, Step, index};
 
 use crate::admission;
 use crate::cli::RunArgs;
-use crate::config::{GroupConfig, LaunchConfig, StepConfig};
+use crate::config::{GroupConfig, LaunchConfig, RevivalConfig, StepConfig};
 use crate::error::{CliError, CliResult, Exit};
 use crate::root::parse_duration;
 use crate::spec::{Plan, PlannedStep, StepSpec};
@@ -27,17 +28,85 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 /// A prepared run: its config and the capacity slot it holds.
 pub type Prepared = (LaunchConfig, Option<SlotHandle>);
 
+/// Where a run's fan-out budget comes from.
+pub enum Budget {
+    /// Inherit from the environment, else create a new root budget with this
+    /// limit (else the configured one); claim the plan's static batch.
+    Claim(Option<u64>),
+    /// Reuse a revived run's budget; claim nothing (fanout-budget.md §8.7).
+    Reuse(Descriptor),
+}
+
+/// How the run takes its capacity slot.
+pub enum Slot {
+    /// A new slot in the session's pool.
+    Acquire,
+    /// The slot of the run being revived (generation + 1).
+    Transfer(String),
+}
+
+/// Everything `prepare` needs, from `run` or `resume`.
+pub struct Request {
+    /// The steps.
+    pub plan: Plan,
+    /// Working directory (spec steps are relative to it).
+    pub cwd: PathBuf,
+    /// Run-level timeout.
+    pub timeout_ms: Option<u64>,
+    /// Task text per flat step.
+    pub tasks: Vec<Option<String>>,
+    /// `--id`.
+    pub explicit_id: Option<String>,
+    /// Owner session.
+    pub session: String,
+    /// `--max-active`.
+    pub max_active: Option<u32>,
+    /// The fan-out budget.
+    pub budget: Budget,
+    /// The capacity slot.
+    pub slot: Slot,
+    /// A revival: the source run and the session file under lease.
+    pub revival: Option<Revival>,
+    /// Extra environment for every COMMAND (recorded in the launch contract).
+    pub env: BTreeMap<String, String>,
+}
+
+/// The part of a request that makes it a revival.
+pub struct Revival {
+    /// The run being revived.
+    pub source_run_id: String,
+    /// The lineage's session file, leased by the runner.
+    pub session_file: PathBuf,
+}
+
+impl Request {
+    /// The request of `subagents run`.
+    pub fn from_run_args(args: &RunArgs, session: &str) -> CliResult<Self> {
+        let plan = plan(args)?;
+        let tasks = read_tasks(args, &plan)?;
+        Ok(Self {
+            cwd: resolve_cwd(args.cwd.as_deref())?,
+            timeout_ms: run_timeout(args.timeout.as_deref())?,
+            plan,
+            tasks,
+            explicit_id: args.id.clone(),
+            session: session.to_owned(),
+            max_active: args.max_active,
+            budget: Budget::Claim(args.fanout_limit),
+            slot: Slot::Acquire,
+            revival: None,
+            env: BTreeMap::new(),
+        })
+    }
+}
+
 /// Plans and admits a run, then writes its first files.
-pub fn prepare(layout: &Layout, args: &RunArgs, session: &str) -> CliResult<Prepared> {
-    let plan = plan(args)?;
-    let cwd = resolve_cwd(args.cwd.as_deref())?;
-    let timeout_ms = run_timeout(args.timeout.as_deref())?;
-    let tasks = read_tasks(args, &plan)?;
+pub fn prepare(layout: &Layout, request: &Request) -> CliResult<Prepared> {
     atomic_file::ensure_private_dir(&layout.runs_dir())?;
-    let run_id = pick_id(layout, args.id.as_deref())?;
+    let run_id = pick_id(layout, request.explicit_id.as_deref())?;
     let run_dir = layout.run_dir(&run_id);
-    let mut slot = admission::acquire(layout, session, args.max_active, &run_id, &run_dir)?;
-    let admitted = admit_fanout(layout, &run_id, &plan, args.fanout_limit).and_then(|budget| {
+    let mut slot = take_slot(layout, request, &run_id, &run_dir)?;
+    let admitted = admit_fanout(layout, &run_id, request).and_then(|budget| {
         create_run_dir(&run_dir, &run_id)?;
         Ok(budget)
     });
@@ -50,7 +119,7 @@ pub fn prepare(layout: &Layout, args: &RunArgs, session: &str) -> CliResult<Prep
             return Err(e);
         }
     };
-    let descriptor =
+    let persisted =
         fanout_budget::write_persisted(&run_dir, &layout.fanout_budgets_dir(), budget.descriptor())
             .map_err(|e| {
                 CliError::failed(format!(
@@ -58,25 +127,72 @@ pub fn prepare(layout: &Layout, args: &RunArgs, session: &str) -> CliResult<Prep
                     run_dir.display()
                 ))
             })?;
-    let steps = step_configs(&plan, &run_dir, &cwd, &tasks)?;
+    let steps = step_configs(&request.plan, &run_dir, &request.cwd, &request.tasks)?;
     let config = LaunchConfig {
         run_id,
         root: layout.root().to_path_buf(),
         run_dir,
         runner_process_instance_id: uuid::Uuid::new_v4().to_string(),
-        mode: plan.mode.clone(),
+        mode: request.plan.mode.clone(),
         steps,
-        groups: plan.groups.clone(),
-        timeout_ms,
-        session_id: Some(session.to_owned()),
-        fanout_descriptor: serde_json::to_value(descriptor.descriptor()).ok(),
-        env: Default::default(),
+        groups: request.plan.groups.clone(),
+        timeout_ms: request.timeout_ms,
+        session_id: Some(request.session.clone()),
+        fanout_descriptor: serde_json::to_value(persisted.descriptor()).ok(),
+        env: request.env.clone(),
+        revival: request.revival.as_ref().map(|r| revival_config(layout, r)),
     };
+    if config.mode == "single" {
+        crate::revive::persist(&config, request, persisted.descriptor())?;
+    }
     write_queued(&config, budget.snapshot().ok())?;
+    if let Some(revival) = &config.revival {
+        status::model::update_status(&config.run_dir, |s| {
+            let mut s = s?;
+            s.extra
+                .insert("resumedFrom".into(), json!(revival.source_run_id));
+            Some(s)
+        })?;
+    }
     // The marker exists before any process does, so an active listing can
     // never miss a run whose runner may exist.
     index::create_marker(&config.run_dir)?;
     Ok((config, slot))
+}
+
+fn take_slot(
+    layout: &Layout,
+    request: &Request,
+    run_id: &str,
+    run_dir: &Path,
+) -> CliResult<Option<SlotHandle>> {
+    match &request.slot {
+        Slot::Acquire => admission::acquire(
+            layout,
+            &request.session,
+            request.max_active,
+            run_id,
+            run_dir,
+        ),
+        Slot::Transfer(source) => admission::transfer(
+            layout,
+            &request.session,
+            request.max_active,
+            source,
+            run_id,
+            run_dir,
+        ),
+    }
+}
+
+fn revival_config(layout: &Layout, revival: &Revival) -> RevivalConfig {
+    RevivalConfig {
+        source_run_id: revival.source_run_id.clone(),
+        session_file: revival.session_file.clone(),
+        lease_root: recovery::lease::lease_root(layout.root()),
+        token: uuid::Uuid::new_v4().to_string(),
+        timeouts_ms: crate::revive::startup_timeouts_ms(),
+    }
 }
 
 /// The plan of a plain `run -- COMMAND` or of `run --spec FILE`.
@@ -208,19 +324,20 @@ fn create_run_dir(dir: &Path, id: &str) -> CliResult {
         })
 }
 
-/// Inherits the budget from the environment (nested launch: `parentPath`
-/// extended by this run's id) or creates the root run's budget, then claims
-/// the launch's static batch all-or-nothing. Over the limit: exit 3.
-fn admit_fanout(
-    layout: &Layout,
-    run_id: &str,
-    plan: &Plan,
-    limit: Option<u64>,
-) -> CliResult<OpenBudget> {
+/// The run's budget: reused for a revival (no claim), else inherited from
+/// the environment (nested launch: `parentPath` extended by this run's id)
+/// or created for a new root run; then the launch's static batch is claimed
+/// all-or-nothing. Over the limit: exit 3.
+fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> CliResult<OpenBudget> {
     let root = layout.fanout_budgets_dir();
     atomic_file::ensure_private_dir(&root)?;
     let fail =
         |e: fanout_budget::Error| CliError::failed(format!("failed to admit run fan-out: {e}"));
+    let limit = match &request.budget {
+        Budget::Reuse(descriptor) => return OpenBudget::open(&root, descriptor).map_err(fail),
+        Budget::Claim(limit) => *limit,
+    };
+    let plan = &request.plan;
     let budget = match fanout_budget::inherited_from_env(&root).map_err(fail)? {
         Some(inherited) => {
             let nested: Descriptor = inherited.descriptor().child(run_id);

@@ -18,8 +18,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use handshake::{Binding, RunnerHandshake, RunnerTimeouts};
 use nix::sys::signal::Signal;
 use process_identity::ProcessIdentity;
+use recovery::lease::{LeaseRequest, SessionLease, Writer, acquire_lease};
 use serde_json::json;
 use status::model::{ExternalProcess, update_status};
 use status::proof::{
@@ -29,7 +31,7 @@ use status::{
     LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, RunStatus, events, index, now_ms,
 };
 
-use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV};
+use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
 use crate::launch::Launched;
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
 
@@ -68,9 +70,19 @@ fn run(config: &LaunchConfig) -> anyhow::Result<()> {
     become_subreaper();
     let started_at = now_ms();
     let identity = ProcessIdentity::current()?;
+    let lease = match &config.revival {
+        Some(revival) => {
+            // The launcher learns our pid first, then the handshake decides.
+            send_ready(config, identity.pid);
+            Some(revival_startup(config, revival)?)
+        }
+        None => None,
+    };
     write_running(config, &identity, started_at)?;
-    send_ready(config, identity.pid);
-    let mut execution = Execution::new(config, signals, started_at);
+    if lease.is_none() {
+        send_ready(config, identity.pid);
+    }
+    let mut execution = Execution::new(config, signals, started_at, lease);
     for (index, group) in config.groups.iter().enumerate() {
         let ok = execution.run_group(index, group);
         if !ok || execution.interruption.is_some() {
@@ -80,6 +92,40 @@ fn run(config: &LaunchConfig) -> anyhow::Result<()> {
     execution.end_unstarted();
     execution.clean_up_orphans();
     execution.finish()
+}
+
+/// A revival takes the session lease, then waits for the launcher's go
+/// (ready → ack → acknowledged → proceed). Nothing runs before proceed; on
+/// failure the error record is written and the lease given back.
+fn revival_startup(config: &LaunchConfig, revival: &RevivalConfig) -> anyhow::Result<SessionLease> {
+    let binding = Binding {
+        run_id: config.run_id.clone(),
+        runner_process_instance_id: config.runner_process_instance_id.clone(),
+    };
+    let request = LeaseRequest {
+        session_file: revival.session_file.clone(),
+        run_id: config.run_id.clone(),
+        source_run_id: revival.source_run_id.clone(),
+        parent_session_id: config.session_id.clone(),
+    };
+    let lease = match acquire_lease(&revival.lease_root, &request) {
+        Ok(lease) => lease,
+        Err(e) => {
+            let _ = handshake::report_startup_failure(&config.run_dir, &binding, &e.to_string());
+            return Err(e.into());
+        }
+    };
+    let wait = Duration::from_millis(revival.timeouts_ms.1);
+    let timeouts = RunnerTimeouts {
+        ack: wait,
+        proceed: wait,
+    };
+    let startup = RunnerHandshake::new(&config.run_dir, binding, revival.token.clone(), timeouts);
+    if let Err(e) = startup.startup(&serde_json::to_value(lease.owner())?) {
+        let _ = lease.release();
+        return Err(e.into());
+    }
+    Ok(lease)
 }
 
 /// Orphaned descendants of our children are reparented to us instead of init.
@@ -210,10 +256,17 @@ struct Execution<'a> {
     previous_output: Option<PathBuf>,
     /// Processes still alive after the final clean-up (none, normally).
     survivors: Vec<u32>,
+    /// A revival's session lease, held until the run is over.
+    lease: Option<SessionLease>,
 }
 
 impl<'a> Execution<'a> {
-    fn new(config: &'a LaunchConfig, signals: Signals, started_at: u64) -> Self {
+    fn new(
+        config: &'a LaunchConfig,
+        signals: Signals,
+        started_at: u64,
+        lease: Option<SessionLease>,
+    ) -> Self {
         let elapsed = Duration::from_millis(now_ms().saturating_sub(started_at));
         let run_deadline = config
             .timeout_ms
@@ -228,6 +281,7 @@ impl<'a> Execution<'a> {
             exits: BTreeMap::new(),
             previous_output: None,
             survivors: Vec::new(),
+            lease,
         }
         .stopped_before_start()
     }
@@ -372,8 +426,16 @@ impl<'a> Execution<'a> {
     fn start_step(&mut self, i: usize, group_index: usize) -> bool {
         let now = now_ms();
         self.steps[i].started_at = Some(now);
-        match spawn_command(self.config, i, self.previous_output.as_deref()) {
+        let lease_env = self.lease.as_ref().map(SessionLease::writer_env);
+        let previous = self
+            .previous_output
+            .clone()
+            .or_else(|| self.config.revival.as_ref().map(|r| r.session_file.clone()));
+        match spawn_command(self.config, i, previous.as_deref(), lease_env) {
             Ok(pid) => {
+                if let Some(lease) = self.lease.as_mut() {
+                    let _ = lease.update_writer(Writer::Running(pid));
+                }
                 let timeout = self.config.steps[i].timeout_ms;
                 self.steps[i].pid = Some(pid);
                 self.steps[i].deadline = timeout.map(|t| Instant::now() + Duration::from_millis(t));
@@ -557,7 +619,7 @@ impl<'a> Execution<'a> {
         );
     }
 
-    fn finish(&self) -> anyhow::Result<()> {
+    fn finish(&mut self) -> anyhow::Result<()> {
         let config = self.config;
         let now = now_ms();
         let stop_reason = status::model::read_status(&config.run_dir)?.and_then(|s| s.stop_reason);
@@ -576,7 +638,19 @@ impl<'a> Execution<'a> {
             Some(s)
         })?;
         self.append_end_events(state, error.as_deref(), now);
-        write_candidate(&config.run_dir, &self.candidate())?;
+        let mut candidate = self.candidate();
+        write_candidate(&config.run_dir, &candidate)?;
+        if let Some(lease) = self.lease.take() {
+            // The proof needs to know the lease was given back, and by whom.
+            candidate.session_file = config
+                .revival
+                .as_ref()
+                .map(|r| r.session_file.display().to_string());
+            candidate.revival_lease_token = Some(lease.token().to_owned());
+            write_candidate(&config.run_dir, &candidate)?;
+            candidate.revival_lease_release_acknowledged = Some(lease.release().unwrap_or(false));
+            write_candidate(&config.run_dir, &candidate)?;
+        }
         Ok(())
     }
 
@@ -774,6 +848,7 @@ fn spawn_command(
     config: &LaunchConfig,
     i: usize,
     previous: Option<&std::path::Path>,
+    lease_env: Option<(&str, &str)>,
 ) -> std::io::Result<u32> {
     let step = &config.steps[i];
     let (program, rest) = step
@@ -822,6 +897,12 @@ fn spawn_command(
     }
     if let Some(previous) = previous {
         command.env("SUBAGENTS_PREVIOUS_OUTPUT", previous);
+    }
+    if let Some((name, token)) = lease_env {
+        command.env(name, token);
+    }
+    if let Some(revival) = &config.revival {
+        command.env("SUBAGENTS_RESUMED_FROM", &revival.source_run_id);
     }
     if let Some(descriptor) = crate::fanout::child_env(config, i) {
         command

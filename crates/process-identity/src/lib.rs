@@ -224,7 +224,11 @@ mod tests {
     #[test]
     fn a_zombie_is_dead_and_not_a_group_member() {
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new("sleep").arg("0.2").process_group(0).spawn().unwrap();
+        let mut child = Command::new("sleep")
+            .arg("0.2")
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let pid = child.id();
         // The real identity, taken while the child runs: only the zombie
         // check can make it dead below.

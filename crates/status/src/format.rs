@@ -387,7 +387,11 @@ mod tests {
     fn renders_the_reference_failed_run() {
         let text = r#"{"lifecycleArtifactVersion":3,"runId":"m7q1","mode":"single","state":"failed","steering":{"requested":0,"scheduled":0,"pending":0,"delivered":0,"failed":0,"recovered":0,"recent":[]},"startedAt":1,"lastUpdate":2,"cwd":"/home/alice/proj","currentStep":0,"error":"Step failed: reviewer","steps":[{"agent":"reviewer","status":"failed","durationMs":95000}],"sessionFile":"/home/alice/.pi/sessions/s.jsonl"}"#;
         let status = parse_status(Path::new("s"), text).unwrap();
-        let run = RunSummary { id: "m7q1".into(), async_dir: "/tmp/r/m7q1".into(), status };
+        let run = RunSummary {
+            id: "m7q1".into(),
+            async_dir: "/tmp/r/m7q1".into(),
+            status,
+        };
         let out = format_run_list(&[run], "Async runs", 10, Some(Path::new("/home/alice")));
         let expected = "Async runs: 1\n\n- m7q1 | failed | steering 0 scheduled, 0 pending, 0 delivered, 0 failed, 0 recovered | single | step 1/1 | ~/proj\n  1. reviewer | failed | 1m35s\n  Error: Step failed: reviewer\n  session: ~/.pi/sessions/s.jsonl";
         assert_eq!(out, expected);

@@ -131,20 +131,30 @@ pub fn run_names(layout: &Layout) -> Result<Vec<String>> {
 }
 
 /// Loads one run's summary, reconciling it first when asked.
-pub fn load(layout: &Layout, id: &str, reconcile: bool, now: u64, hooks: &Hooks<'_>) -> Result<Option<RunSummary>> {
+pub fn load(
+    layout: &Layout,
+    id: &str,
+    reconcile: bool,
+    now: u64,
+    hooks: &Hooks<'_>,
+) -> Result<Option<RunSummary>> {
     let Some(dir) = exact_run_dir(layout, id) else {
         return Ok(None);
     };
     let status = if reconcile {
         let outcome = reconcile::reconcile_run(&dir, reconcile::Options::at(now))?;
-        if let (reconcile::Outcome::Repaired { status, .. }, Some(hook)) = (&outcome, hooks.on_repaired) {
+        if let (reconcile::Outcome::Repaired { status, .. }, Some(hook)) =
+            (&outcome, hooks.on_repaired)
+        {
             hook(status);
         }
         outcome.status().cloned()
     } else {
         read_status(&dir)?
     };
-    status.map(|s| summarize(&dir, id, s, hooks.fanout)).transpose()
+    status
+        .map(|s| summarize(&dir, id, s, hooks.fanout))
+        .transpose()
 }
 
 fn summarize(
@@ -157,7 +167,10 @@ fn summarize(
     // placeholder id `observer-unavailable` in its proof projection.
     let runner = status.runner_process_instance_id.clone().or_else(|| {
         let proof = status.process_terminal.as_ref()?;
-        proof.get("runnerProcessInstanceId")?.as_str().map(str::to_owned)
+        proof
+            .get("runnerProcessInstanceId")?
+            .as_str()
+            .map(str::to_owned)
     });
     let fallback = Fallback {
         run_id: Some(run_id_of(&status, id)),
@@ -207,14 +220,22 @@ pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary
             }
             continue;
         };
-        let Some(summary) = load(layout, &name, options.reconcile, options.now, &options.hooks)?
+        let Some(summary) = load(
+            layout,
+            &name,
+            options.reconcile,
+            options.now,
+            &options.hooks,
+        )?
         else {
             if !options.all {
                 index::release_marker(&dir)?;
             }
             continue;
         };
-        let observed = summary.proof().is_some_and(|p| p.state == crate::proof::ProofState::Observed);
+        let observed = summary
+            .proof()
+            .is_some_and(|p| p.state == crate::proof::ProofState::Observed);
         if !options.all && !summary.status.state.is_active() && observed {
             // A monitor that died between its proof and the release leaves
             // the marker behind; the observed proof still releases it.

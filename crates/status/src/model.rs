@@ -289,7 +289,9 @@ pub fn parse_status(path: &Path, text: &str) -> Result<RunStatus> {
     {
         return Err(invalid(path, "sessionId must be a string".into()));
     }
-    serde_json::from_value(value).map_err(|e| invalid(path, e.to_string()))
+    // The error names the JSON path of the offending field (`steps[0].status: ...`).
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| invalid(path, format!("{}: {}", e.path(), e.inner())))
 }
 
 fn invalid(path: &Path, reason: String) -> Error {

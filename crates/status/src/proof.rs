@@ -288,21 +288,27 @@ pub fn validate_proof(
     label: &str,
     fallback: &Fallback,
 ) -> Result<ProcessTerminal, String> {
-    let invalid = || format!("Invalid process-terminal proof in '{label}'.");
-    let obj = raw.as_object().ok_or_else(invalid)?;
+    // The reference's message, then the field at fault (readers match the prefix).
+    let invalid = |field: &str| format!("Invalid process-terminal proof in '{label}'. {field}");
+    let obj = raw
+        .as_object()
+        .ok_or_else(|| invalid("The proof must be a JSON object."))?;
     let non_empty = |k: &str| obj.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    if obj.get("version").and_then(Value::as_u64) != Some(1) {
+        return Err(invalid("version must be 1."));
+    }
     let state_ok = matches!(
         obj.get("state").and_then(Value::as_str),
         Some("pending" | "observed" | "unknown" | "not-started")
     );
-    let (Some(run_id), Some(runner_id)) =
-        (non_empty("runId"), non_empty("runnerProcessInstanceId"))
-    else {
-        return Err(invalid());
-    };
-    if obj.get("version").and_then(Value::as_u64) != Some(1) || !state_ok {
-        return Err(invalid());
+    if !state_ok {
+        return Err(invalid(
+            "state must be pending, observed, unknown or not-started.",
+        ));
     }
+    let run_id = non_empty("runId").ok_or_else(|| invalid("runId must be a non-empty string."))?;
+    let runner_id = non_empty("runnerProcessInstanceId")
+        .ok_or_else(|| invalid("runnerProcessInstanceId must be a non-empty string."))?;
     if let Some(expected) = fallback.run_id.as_deref().filter(|s| !s.is_empty())
         && expected != run_id
     {
@@ -338,7 +344,7 @@ pub fn validate_proof(
             "Invalid process-terminal resume disposition in '{label}'."
         ));
     }
-    serde_json::from_value(raw.clone()).map_err(|e| format!("{} {e}", invalid()))
+    serde_json::from_value(raw.clone()).map_err(|e| invalid(&e.to_string()))
 }
 
 fn validate_observed(
@@ -463,7 +469,33 @@ pub fn validate_candidate(value: &Value, invalid: &str) -> Result<(), String> {
             .is_some_and(Value::is_string)
         && obj.get("writers").is_some_and(Value::is_object);
     if !top_ok {
-        return Err(invalid.to_owned());
+        let field = [
+            (
+                "version",
+                obj.get("version").and_then(Value::as_u64) == Some(1),
+                "version must be 1.",
+            ),
+            (
+                "runId",
+                obj.get("runId").is_some_and(Value::is_string),
+                "runId must be a string.",
+            ),
+            (
+                "runnerProcessInstanceId",
+                obj.get("runnerProcessInstanceId")
+                    .is_some_and(Value::is_string),
+                "runnerProcessInstanceId must be a string.",
+            ),
+            (
+                "writers",
+                obj.get("writers").is_some_and(Value::is_object),
+                "writers must be an object.",
+            ),
+        ]
+        .into_iter()
+        .find(|(_, ok, _)| !ok)
+        .map_or("", |(_, _, message)| message);
+        return Err(format!("{invalid} {field}").trim_end().to_owned());
     }
     for (index, records) in obj["writers"].as_object().into_iter().flatten() {
         if !records
@@ -969,7 +1001,10 @@ mod tests {
             "Invalid expected writer count for child '0'."
         );
         let bad = json!({"version":2,"runId":"r","runnerProcessInstanceId":"x","writers":{}});
-        assert_eq!(validate_candidate(&bad, "top").unwrap_err(), "top");
+        assert_eq!(
+            validate_candidate(&bad, "top").unwrap_err(),
+            "top version must be 1."
+        );
     }
 
     #[test]

@@ -154,7 +154,8 @@ pub fn repair(status: RunStatus, message: &str, now: u64) -> RunStatus {
         .as_ref()
         .is_none_or(|p| p.get("state").and_then(|s| s.as_str()) == Some("pending"));
     if status.lifecycle_artifact_version == Some(LIFECYCLE_ARTIFACT_VERSION) && pending {
-        let proof = ProcessTerminal::unknown(&status.run_id, "observer-unavailable", "stale-repair", None);
+        let proof =
+            ProcessTerminal::unknown(&status.run_id, "observer-unavailable", "stale-repair", None);
         status.process_terminal = Some(proof.to_value());
     }
     status
@@ -165,9 +166,16 @@ pub fn repair(status: RunStatus, message: &str, now: u64) -> RunStatus {
 pub fn fail_active(mut status: RunStatus, message: &str, now: u64) -> RunStatus {
     let steps = status.steps.get_or_insert_with(Vec::new);
     if steps.is_empty() {
-        steps.push(crate::Step { agent: "subagent".into(), status: "running".into(), ..Default::default() });
+        steps.push(crate::Step {
+            agent: "subagent".into(),
+            status: "running".into(),
+            ..Default::default()
+        });
     }
-    for step in steps.iter_mut().filter(|s| matches!(s.status.as_str(), "running" | "pending")) {
+    for step in steps
+        .iter_mut()
+        .filter(|s| matches!(s.status.as_str(), "running" | "pending"))
+    {
         step.status = "failed".into();
         step.extra.remove("activityState");
         let ended = *step.ended_at.get_or_insert(now);

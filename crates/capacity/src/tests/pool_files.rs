@@ -294,3 +294,31 @@ fn inspect_matches_the_run_directory_after_path_resolution() {
     assert_eq!(json["release"]["state"], "retained");
     assert_eq!(json["owner"]["runId"], "run-a");
 }
+
+#[test]
+fn injected_token_and_reserving_process_are_recorded() {
+    fn token() -> String {
+        "token-1".into()
+    }
+    fn holder() -> Option<process_identity::ProcessIdentity> {
+        Some(process_identity::ProcessIdentity {
+            pid: 4242,
+            start_time: 7,
+            boot_id: None,
+        })
+    }
+    let mut fx = Fixture::new();
+    fx.cap = fx
+        .cap
+        .clone()
+        .with_reservation_tokens(token)
+        .with_reserving_process(holder);
+    let slot = fx.acquire("run-a", 2);
+    let owner = read_json(&slot.slot_dir().join("owner.json"));
+    assert_eq!(owner["reservationToken"], "token-1");
+    assert_eq!(
+        owner["reservedByProcess"],
+        json!({"pid": 4242, "startTime": 7})
+    );
+    assert_eq!(owner["reservedAt"], 1_700_000_000_000_u64);
+}

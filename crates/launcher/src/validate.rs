@@ -1,0 +1,140 @@
+//! `subagents validate --kind KIND FILE`: one artifact, read exactly as the
+//! launcher's readers read it (the same functions, no second validator).
+
+use std::path::Path;
+
+use clap::ValueEnum;
+use serde_json::{Value, json};
+use status::Layout;
+
+use crate::error::{CliError, CliResult};
+
+/// The artifact kinds `validate` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    /// `recovery-descriptor.json` (strict v1 rules + the live fan-out budget).
+    Recovery,
+    /// `launch-contract.json` (strict; the digest is checked by `resume`).
+    LaunchContract,
+    /// `run-fanout-budget.json` or any fan-out descriptor (checked against its manifest).
+    FanoutDescriptor,
+    /// A budget's `manifest.json`.
+    FanoutManifest,
+    /// `process-terminal.json`.
+    ProcessTerminal,
+    /// `process-terminal-candidate.json`.
+    TerminalCandidate,
+    /// `status.json`.
+    Status,
+    /// `runner-startup.json`, `runner-startup-ack.json` or `runner-startup-proceed.json`.
+    Startup,
+    /// A capacity slot's `owner.json`.
+    CapacityOwner,
+}
+
+/// Validates `file` as `kind`: `Ok(())` or the reader's error naming the field.
+pub fn check(layout: &Layout, kind: Kind, file: &Path) -> Result<(), String> {
+    let bytes =
+        std::fs::read(file).map_err(|e| format!("failed to read '{}': {e}", file.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let label = file.display().to_string();
+    let json = || {
+        serde_json::from_slice::<Value>(&bytes)
+            .map_err(|e| format!("failed to parse '{label}': {e}"))
+    };
+    match kind {
+        Kind::Recovery => {
+            let mut descriptor =
+                recovery::validate_descriptor_file(file).map_err(|e| e.to_string())?;
+            let root = layout.fanout_budgets_dir();
+            let check =
+                |budget: &recovery::RunFanoutBudget| -> Result<recovery::RunFanoutBudget, String> {
+                    let descriptor: fanout_budget::Descriptor = serde_json::to_value(budget)
+                        .and_then(serde_json::from_value)
+                        .map_err(|_| "Run fan-out budget descriptor is invalid.".to_owned())?;
+                    let open = fanout_budget::OpenBudget::open(&root, &descriptor)
+                        .map_err(|e| e.to_string())?;
+                    serde_json::to_value(open.descriptor())
+                        .and_then(serde_json::from_value)
+                        .map_err(|e| e.to_string())
+                };
+            recovery::check_fanout_budget(&mut descriptor, file, &check).map_err(|e| e.to_string())
+        }
+        Kind::LaunchContract => recovery::parse_launch_contract(&bytes, file)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Kind::FanoutDescriptor => {
+            let descriptor = fanout_budget::Descriptor::from_json(&text)
+                .map_err(|e| format!("Invalid persisted run fan-out budget '{label}': {e}"))?;
+            fanout_budget::OpenBudget::open(&layout.fanout_budgets_dir(), &descriptor)
+                .map(drop)
+                .map_err(|e| format!("Invalid persisted run fan-out budget '{label}': {e}"))
+        }
+        Kind::FanoutManifest => {
+            let dir = file.parent().unwrap_or(Path::new("."));
+            fanout_budget::Manifest::parse(&text, dir)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+        Kind::ProcessTerminal => {
+            status::proof::validate_proof(&json()?, &label, &status::proof::Fallback::default())
+                .map(drop)
+        }
+        Kind::TerminalCandidate => {
+            let invalid = format!("Invalid process-terminal candidate in '{label}'.");
+            let value = json()?;
+            status::proof::validate_candidate(&value, &invalid)?;
+            serde_json::from_value::<status::proof::Candidate>(value)
+                .map(drop)
+                .map_err(|e| format!("{invalid} {e}"))
+        }
+        Kind::Status => status::model::parse_status(file, &text)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Kind::Startup => handshake::validate_record(&json()?)
+            .map_err(|e| format!("invalid startup record '{label}': {e}")),
+        Kind::CapacityOwner => {
+            let value = json()?;
+            serde_path_to_error::deserialize::<_, capacity::OwnerRecord>(value).map_err(|e| {
+                format!(
+                    "invalid capacity owner '{label}': {}: {}",
+                    e.path(),
+                    e.inner()
+                )
+            })?;
+            capacity::OwnerRecord::parse(&bytes)
+                .map(drop)
+                .ok_or_else(|| format!("invalid capacity owner '{label}': version must be 1 and reservationToken, ownerSessionId, ownerSessionKey, runId, asyncDir must be non-empty"))
+        }
+    }
+}
+
+/// The command: exit 0 valid, 1 invalid; `--json` prints `{valid, error}`.
+pub fn command(layout: &Layout, kind: Kind, file: &Path, json: bool) -> CliResult {
+    let result = check(layout, kind, file);
+    if json {
+        println!(
+            "{}",
+            json!({"valid": result.is_ok(), "error": result.as_ref().err()})
+        );
+    }
+    match result {
+        Ok(()) => {
+            if !json {
+                println!(
+                    "{}: valid {}",
+                    file.display(),
+                    kind.to_possible_value()
+                        .map(|v| v.get_name().to_owned())
+                        .unwrap_or_default()
+                );
+            }
+            Ok(())
+        }
+        Err(message) if json => {
+            eprintln!("subagents: {message}");
+            Err(CliError::silent(crate::error::Exit::Failed))
+        }
+        Err(message) => Err(CliError::failed(message)),
+    }
+}
