@@ -442,3 +442,44 @@ fn validate_accepts_every_artifact_and_rejects_corrupted_copies() {
     );
     env.ok(&["stop", &sleeper]);
 }
+
+#[test]
+fn a_revival_that_never_proceeded_gives_its_slot_back() {
+    let env = Env::new();
+    let fifo = Path::new(env.work()).join("hold.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let script = format!(
+        "[ -n \"$SUBAGENTS_RESUMED_FROM\" ] && read line < '{}'; true",
+        fifo.display()
+    );
+    let limited = ["--session", "cap", "--max-active", "2"];
+    let mut run = vec!["run", "--wait"];
+    run.extend(limited);
+    run.extend(["--", "sh", "-c", &script]);
+    let source = env.ok(&run).trim().to_owned();
+    let mut resume = vec!["resume", source.as_str(), "--task", "one"];
+    resume.extend(&limited[2..]);
+    let winner = env.ok(&resume).trim().to_owned();
+    // The loser takes a fresh slot, fails its handshake (lease conflict), its
+    // runner is seen gone, and the slot is rolled back: 1 used, not 2.
+    let mut again = vec!["resume", source.as_str(), "--task", "two"];
+    again.extend(&limited[2..]);
+    assert_eq!(env.run(&again).status.code(), Some(1));
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "cap", "--limit", "2", "--json"]))
+            .unwrap();
+    assert_eq!(capacity["used"], 1, "{capacity}");
+    assert_eq!(
+        capacity["slots"][0]["slot"]["runId"],
+        winner.as_str(),
+        "{capacity}"
+    );
+    std::fs::write(&fifo, "go\n").unwrap();
+    env.settled(&winner);
+}
