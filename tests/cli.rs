@@ -707,3 +707,33 @@ fn an_active_listing_releases_the_marker_of_an_observed_run() {
     assert_eq!(env.ok(&["list"]).trim(), "No active async runs.");
     assert!(!env.marker(&id).exists());
 }
+
+#[test]
+fn logs_follow_streams_until_the_run_is_over() {
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    let fifo = Path::new(env.work()).join("more.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let script = format!("echo first; read line < '{}'; echo second", fifo.display());
+    let id = env
+        .ok(&["run", "--", "sh", "-c", &script])
+        .trim()
+        .to_owned();
+    let mut follower = env
+        .command(&["logs", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    std::fs::write(&fifo, "go\n").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "second");
+    assert!(lines.next().is_none(), "follow ends with the run");
+    assert!(follower.wait().unwrap().success());
+}
