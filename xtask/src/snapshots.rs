@@ -3,7 +3,7 @@
 //! Each family module drives the real writers of one crate into a scratch
 //! directory with a pinned clock, pinned ids and pinned pids, reads the files
 //! back and returns them as [`Artifact`]s. [`run`] then compares every one
-//! with its insta snapshot in `snapshots/` at the repository root:
+//! with its insta snapshot in [`SNAPSHOT_DIR`]:
 //!
 //! * [`Mode::Write`] accepts every change (and deletes snapshots nothing
 //!   produces any more);
@@ -31,8 +31,9 @@ use insta::internals::Content;
 
 pub use validate::{read_snapshot, validate};
 
-/// Name of the snapshot folder at the repository root.
-pub const SNAPSHOT_DIR: &str = "snapshots";
+/// The snapshot folder, relative to the repository root. It lies inside the
+/// xtask package because `cargo insta review` only looks inside packages.
+pub const SNAPSHOT_DIR: &str = "xtask/snapshots";
 
 /// Every `createdAt`, `ts`, `reservedAt`... starts from this instant
 /// (2026-01-01T00:00:00Z), so the recorded numbers look like real times.
@@ -47,7 +48,7 @@ pub fn repo_root() -> PathBuf {
     xtask.parent().unwrap_or(xtask).to_path_buf()
 }
 
-/// `<repo root>/snapshots`.
+/// `<repo root>/xtask/snapshots`.
 pub fn snapshot_dir() -> PathBuf {
     repo_root().join(SNAPSHOT_DIR)
 }
@@ -129,6 +130,22 @@ impl Kind {
             Kind::CapacityOwner => "capacity-owner",
             Kind::ListHuman => "list-human",
             Kind::ListJson => "list-json",
+        }
+    }
+
+    /// The `subagents validate --kind` that reads this kind, where it has one
+    /// (for switching the snapshot-folder test to the command). Descriptors
+    /// are checked there against their live budget, which a snapshot's
+    /// `<root>` path does not name, so they keep the shape check here.
+    pub fn validate_kind(self) -> Option<&'static str> {
+        match self {
+            Kind::Status => Some("status"),
+            Kind::Candidate => Some("terminal-candidate"),
+            Kind::Proof => Some("process-terminal"),
+            Kind::Manifest => Some("fanout-manifest"),
+            Kind::Startup | Kind::StartupAck | Kind::StartupProceed => Some("startup"),
+            Kind::CapacityOwner => Some("capacity-owner"),
+            _ => None,
         }
     }
 

@@ -63,9 +63,9 @@ pub fn validate(kind: Kind, text: &str) -> Result<(), String> {
         Kind::Rejection => serde_json::from_str::<fanout_budget::Rejection>(text)
             .map(drop)
             .map_err(|e| e.to_string()),
-        Kind::Startup => startup(&json(text)?),
-        Kind::StartupAck => control(&json(text)?, "ack"),
-        Kind::StartupProceed => control(&json(text)?, "proceed"),
+        Kind::Startup => handshake_record(&json(text)?, &["ready", "acknowledged", "error"]),
+        Kind::StartupAck => handshake_record(&json(text)?, &["ack"]),
+        Kind::StartupProceed => handshake_record(&json(text)?, &["proceed"]),
         Kind::CapacityOwner => capacity::OwnerRecord::parse(text.as_bytes())
             .map(drop)
             .ok_or_else(|| "capacity::OwnerRecord::parse refused it".to_owned()),
@@ -114,26 +114,17 @@ fn claim(value: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// handshake's record checks are private; these are the fields they read.
-fn startup(value: &Value) -> Result<(), String> {
-    string_field(value, "runId")?;
-    string_field(value, "runnerProcessInstanceId")?;
-    value["pid"].as_u64().ok_or("`pid` is not a pid")?;
-    match value["state"].as_str() {
-        Some("ready" | "acknowledged") => string_field(value, "token").map(drop),
-        Some("error") => string_field(value, "error").map(drop),
-        _ => Err("`state` is not ready, acknowledged or error".into()),
+/// `handshake::validate_record`, plus the state or action the file name implies.
+fn handshake_record(value: &Value, expected: &[&str]) -> Result<(), String> {
+    handshake::validate_record(value)?;
+    let found = value
+        .get("state")
+        .or_else(|| value.get("action"))
+        .and_then(Value::as_str);
+    match found {
+        Some(found) if expected.contains(&found) => Ok(()),
+        _ => Err(format!("neither state nor action is one of {expected:?}")),
     }
-}
-
-fn control(value: &Value, action: &str) -> Result<(), String> {
-    string_field(value, "token")?;
-    string_field(value, "runId")?;
-    string_field(value, "runnerProcessInstanceId")?;
-    if value["action"].as_str() != Some(action) {
-        return Err(format!("`action` is not {action}"));
-    }
-    Ok(())
 }
 
 /// The text has no reader; it must at least be a heading with the count.
