@@ -472,6 +472,18 @@ fn gated(env: &Env, name: &str) -> (String, Vec<String>) {
     )
 }
 
+/// Writes a line to `fifo` if some reader has it open; never blocks.
+fn release_if_read(fifo: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let writer = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo);
+    if let Ok(mut writer) = writer {
+        let _ = std::io::Write::write_all(&mut writer, b"go\n");
+    }
+}
+
 fn release(fifo: &str) {
     std::fs::write(fifo, "go\n").unwrap();
 }
@@ -595,10 +607,12 @@ fn concurrent_launches_respect_the_limit_exactly() {
     let capacity: Value =
         serde_json::from_str(&env.ok(&["capacity", "--session", "race", "--json"])).unwrap();
     assert_eq!(capacity["used"], 3);
-    // One write releases one reader; release all three.
-    for _ in 0..3 {
-        release(&fifo);
-    }
+    // Readers may open the fifo at different times: keep opening it (without
+    // blocking) until no run is active any more.
+    poll(Duration::from_secs(60), || {
+        release_if_read(&fifo);
+        env.ok(&["list"]).trim() == "No active async runs."
+    });
     let ids: Vec<String> = serde_json::from_str::<Value>(&env.ok(&["list", "--all", "--json"]))
         .unwrap()
         .as_array()

@@ -20,6 +20,7 @@ pub mod revive;
 pub mod root;
 pub mod runner;
 pub mod spec;
+pub mod transitions;
 pub mod validate;
 pub mod wait;
 

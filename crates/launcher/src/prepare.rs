@@ -13,7 +13,7 @@ use fanout_budget::{Descriptor, OpenBudget};
 use process_identity::ProcessIdentity;
 use serde_json::json;
 use status::layout::files;
-use status::{Layout, PROMPT_REDACTED, RunState, RunStatus, Step, index};
+use status::{Layout, index};
 
 use crate::admission;
 use crate::cli::RunArgs;
@@ -404,24 +404,13 @@ fn step_configs(
 }
 
 fn write_queued(config: &LaunchConfig, fanout: Option<fanout_budget::Snapshot>) -> CliResult {
-    let now = status::now_ms();
-    let mut queued = RunStatus::new(&config.run_id, RunState::Queued);
-    queued.session_id = config.session_id.clone();
-    queued.mode = Some(config.mode.clone());
-    queued.last_update = Some(now);
-    queued.cwd = config.steps.first().map(|s| s.cwd.display().to_string());
-    queued.timeout_ms = config.timeout_ms;
-    queued.chain_step_count = Some(config.chain_step_count());
-    queued.launcher_identity = ProcessIdentity::current().ok();
-    queued.runner_process_instance_id = Some(config.runner_process_instance_id.clone());
-    queued.run_fanout_budget = fanout.and_then(|s| serde_json::to_value(s).ok());
-    let steps = config.steps.iter().map(|s| Step {
-        agent: s.agent.clone(),
-        status: "pending".into(),
-        description: s.task_file.as_ref().map(|_| PROMPT_REDACTED.to_owned()),
-        ..Step::default()
-    });
-    queued.steps = Some(steps.collect());
+    let fanout = fanout.and_then(|s| serde_json::to_value(s).ok());
+    let queued = crate::transitions::queued(
+        config,
+        fanout,
+        ProcessIdentity::current().ok(),
+        status::now_ms(),
+    );
     status::model::write_status(&config.run_dir, &queued)?;
     Ok(())
 }

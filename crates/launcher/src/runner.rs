@@ -23,17 +23,15 @@ use nix::sys::signal::Signal;
 use process_identity::ProcessIdentity;
 use recovery::lease::{LeaseRequest, SessionLease, Writer, acquire_lease};
 use serde_json::json;
-use status::model::{ExternalProcess, update_status};
-use status::proof::{
-    Candidate, ProcessTerminal, ProcessTree, ProofState, WriterRecord, write_candidate,
-};
-use status::{
-    LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, RunStatus, events, index, now_ms,
-};
+use status::model::update_status;
+use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
+use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
 
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
 use crate::launch::Launched;
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
+pub use crate::transitions::output_path;
+use crate::transitions::{self, log_path};
 
 /// How long a COMMAND's group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -143,31 +141,11 @@ fn write_running(
 ) -> anyhow::Result<()> {
     let dir = &config.run_dir;
     index::create_marker(dir)?;
+    let monitor = ProcessIdentity::of(std::os::unix::process::parent_id()).ok();
     update_status(dir, |current| {
-        let mut s = current.unwrap_or_else(|| RunStatus::new(&config.run_id, RunState::Running));
-        s.lifecycle_artifact_version = Some(LIFECYCLE_ARTIFACT_VERSION);
-        s.state = RunState::Running;
-        s.mode = Some(config.mode.clone());
-        s.pid = Some(identity.pid);
-        s.runner_identity = Some(identity.clone());
-        s.runner_process_instance_id = Some(config.runner_process_instance_id.clone());
-        s.monitor_identity = ProcessIdentity::of(std::os::unix::process::parent_id()).ok();
-        s.started_at = Some(now);
-        s.last_update = Some(now);
-        s.last_activity_at = Some(now);
-        s.current_step = Some(0);
-        s.chain_step_count = Some(config.chain_step_count());
-        s.deadline_at = config.timeout_ms.map(|t| now + t);
-        s.output_file = Some(output_path(config, 0).display().to_string());
-        s.extra
-            .insert("parallelGroups".into(), json!(parallel_groups(config)));
-        let pending = ProcessTerminal::new(
-            ProofState::Pending,
-            &config.run_id,
-            &config.runner_process_instance_id,
-        );
-        s.process_terminal = Some(pending.to_value());
-        Some(s)
+        Some(transitions::running(
+            current, config, identity, monitor, now,
+        ))
     })?;
     let mut fields = json!({
         "lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION,
@@ -181,13 +159,6 @@ fn write_running(
     }
     let _ = events::append(dir, "subagent.run.started", &config.run_id, now, fields);
     Ok(())
-}
-
-fn parallel_groups(config: &LaunchConfig) -> Vec<serde_json::Value> {
-    let groups = config.groups.iter().enumerate().filter(|(_, g)| g.parallel);
-    groups
-        .map(|(i, g)| json!({"start": g.start, "count": g.count, "stepIndex": i}))
-        .collect()
 }
 
 /// Tells the launcher we are running, then closes the pipe.
@@ -211,15 +182,6 @@ fn send_ready(config: &LaunchConfig, pid: u32) {
         "ready {}",
         serde_json::to_string(&launched).unwrap_or_default()
     );
-}
-
-/// `output-<i>.log`: what step `i` wrote to `$SUBAGENTS_OUTPUT_FILE`, else its stdout.
-pub fn output_path(config: &LaunchConfig, step: usize) -> PathBuf {
-    config.run_dir.join(format!("output-{step}.log"))
-}
-
-fn log_path(config: &LaunchConfig, step: usize, stream: &str) -> PathBuf {
-    config.run_dir.join(format!("external-{step}.{stream}.log"))
 }
 
 /// What happened to one step's COMMAND.
@@ -465,25 +427,9 @@ impl<'a> Execution<'a> {
 
     fn write_step_started(&self, i: usize, pid: u32, now: u64) {
         let config = self.config;
+        let identity = ProcessIdentity::of(pid).ok();
         let _ = update_status(&config.run_dir, |s| {
-            let mut s = s?;
-            s.last_update = Some(now);
-            s.last_activity_at = Some(now);
-            s.current_step = Some(i);
-            s.output_file = Some(output_path(config, i).display().to_string());
-            if let Some(step) = s.steps.get_or_insert_with(Vec::new).get_mut(i) {
-                step.status = "running".into();
-                step.started_at = Some(now);
-                step.external_process = Some(ExternalProcess {
-                    pid: Some(pid),
-                    identity: ProcessIdentity::of(pid).ok(),
-                    started_at: now,
-                    stdout_path: log_path(config, i, "stdout").display().to_string(),
-                    stderr_path: log_path(config, i, "stderr").display().to_string(),
-                    ..ExternalProcess::default()
-                });
-            }
-            Some(s)
+            Some(transitions::step_started(s?, config, i, pid, identity, now))
         });
     }
 
@@ -529,27 +475,17 @@ impl<'a> Execution<'a> {
         let (status, error, exit_code) = step_verdict(self.config, i, &self.steps[i]);
         let run = &self.steps[i];
         let now = now_ms();
+        let end = transitions::StepEnd {
+            status,
+            error: error.clone(),
+            exit_code,
+            started_at: run.started_at,
+            closed_at: run.closed_at,
+            timed_out: run.interruption == Some(Interruption::TimedOut),
+            process: run.ended.map(|e| (e.code(), e.signal())),
+        };
         let _ = update_status(&self.config.run_dir, |s| {
-            let mut s = s?;
-            s.last_update = Some(now);
-            if let Some(step) = s.steps.get_or_insert_with(Vec::new).get_mut(i) {
-                step.status = status.into();
-                step.ended_at = Some(run.closed_at);
-                step.duration_ms = run.started_at.map(|t| run.closed_at.saturating_sub(t));
-                step.exit_code = Some(exit_code);
-                step.error = error.clone();
-                step.timed_out = (run.interruption == Some(Interruption::TimedOut)).then_some(true);
-                step.stopped = (status == "stopped").then_some(true);
-                step.extra
-                    .insert("outputFile".into(), json!(output_path(self.config, i)));
-                if let (Some(process), Some(ended)) = (step.external_process.as_mut(), run.ended) {
-                    process.ended_at = Some(run.closed_at);
-                    process.duration_ms = Some(run.closed_at.saturating_sub(process.started_at));
-                    process.exit_code = ended.code();
-                    process.process_signal = ended.signal();
-                }
-            }
-            Some(s)
+            Some(transitions::step_ended(s?, self.config, i, &end, now))
         });
         let fields = json!({"stepIndex": i, "agent": self.config.steps[i].agent, "exitCode": run.ended.and_then(Ended::code),
             "durationMs": run.started_at.map(|t| run.closed_at.saturating_sub(t)), "tokens": null});
@@ -624,18 +560,17 @@ impl<'a> Execution<'a> {
         let now = now_ms();
         let stop_reason = status::model::read_status(&config.run_dir)?.and_then(|s| s.stop_reason);
         let (state, error) = self.run_verdict(stop_reason);
+        let timed_out = self.interruption == Some(Interruption::TimedOut);
+        let stopped = self.interruption == Some(Interruption::Stopped);
         update_status(&config.run_dir, |s| {
-            let mut s = s?;
-            s.state = state;
-            s.error = error.clone();
-            s.ended_at = Some(now);
-            s.last_update = Some(now);
-            s.timed_out = (self.interruption == Some(Interruption::TimedOut)).then_some(true);
-            s.stopped = (state == RunState::Stopped).then_some(true);
-            if self.interruption == Some(Interruption::Stopped) {
-                s.error = Some(stop_message(s.stop_reason.as_deref()));
-            }
-            Some(s)
+            Some(transitions::finished(
+                s?,
+                state,
+                error.clone(),
+                timed_out,
+                stopped,
+                now,
+            ))
         })?;
         self.append_end_events(state, error.as_deref(), now);
         let mut candidate = self.candidate();
