@@ -20,6 +20,7 @@ mod fanout;
 mod handshake;
 mod list;
 mod proof;
+mod runs;
 mod validate;
 
 use std::cell::Cell;
@@ -84,6 +85,12 @@ pub enum Kind {
     StartupProceed,
     /// A capacity slot's `owner.json`.
     CapacityOwner,
+    /// `recovery-descriptor.json`.
+    Recovery,
+    /// `launch-contract.json`.
+    LaunchContract,
+    /// A session revival lease's `owner.json`.
+    LeaseOwner,
     /// `subagents list` text.
     ListHuman,
     /// `subagents list --json`.
@@ -92,7 +99,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in snapshot order.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Status,
         Kind::Events,
         Kind::Candidate,
@@ -107,6 +114,9 @@ impl Kind {
         Kind::StartupAck,
         Kind::StartupProceed,
         Kind::CapacityOwner,
+        Kind::Recovery,
+        Kind::LaunchContract,
+        Kind::LeaseOwner,
         Kind::ListHuman,
         Kind::ListJson,
     ];
@@ -128,6 +138,9 @@ impl Kind {
             Kind::StartupAck => "startup-ack",
             Kind::StartupProceed => "startup-proceed",
             Kind::CapacityOwner => "capacity-owner",
+            Kind::Recovery => "recovery",
+            Kind::LaunchContract => "launch-contract",
+            Kind::LeaseOwner => "lease-owner",
             Kind::ListHuman => "list-human",
             Kind::ListJson => "list-json",
         }
@@ -145,6 +158,7 @@ impl Kind {
             Kind::Manifest => Some("fanout-manifest"),
             Kind::Startup | Kind::StartupAck | Kind::StartupProceed => Some("startup"),
             Kind::CapacityOwner => Some("capacity-owner"),
+            Kind::LaunchContract => Some("launch-contract"),
             _ => None,
         }
     }
@@ -225,13 +239,14 @@ type Family = fn() -> anyhow::Result<Vec<Artifact>>;
 
 /// Every artifact of every family, in a stable order.
 pub fn generate() -> anyhow::Result<Vec<Artifact>> {
-    let families: [(&str, Family); 6] = [
+    let families: [(&str, Family); 7] = [
         ("events", events::artifacts),
         ("proof", proof::artifacts),
         ("handshake", handshake::artifacts),
         ("fanout", fanout::artifacts),
         ("capacity", capacity::artifacts),
         ("list", list::artifacts),
+        ("runs", runs::artifacts),
     ];
     let mut all = Vec::new();
     for (family, artifacts) in families {

@@ -69,6 +69,15 @@ pub fn validate(kind: Kind, text: &str) -> Result<(), String> {
         Kind::CapacityOwner => capacity::OwnerRecord::parse(text.as_bytes())
             .map(drop)
             .ok_or_else(|| "capacity::OwnerRecord::parse refused it".to_owned()),
+        Kind::Recovery => recovery::parse_descriptor(text.as_bytes(), label)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Kind::LaunchContract => recovery::parse_launch_contract(text.as_bytes(), label)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Kind::LeaseOwner => serde_json::from_str::<recovery::lease::OwnerRecord>(text)
+            .map(drop)
+            .map_err(|e| format!("lease owner refused: {e}")),
         Kind::ListHuman => list_human(text),
         Kind::ListJson => list_json(text),
     }

@@ -1,0 +1,514 @@
+//! `status.json` as the launcher and its runner write it, in every run state,
+//! for single, parallel and chain runs; the recovery descriptor and launch
+//! contract of a single run; a session revival lease's owner record.
+//!
+//! Statuses come from `launcher::transitions`, the same pure functions the
+//! runner and launcher call, fed a pinned clock, pinned identities and a
+//! fixed config; each one is written with `status::model::write_status`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use launcher::config::{GroupConfig, LaunchConfig, StepConfig};
+use launcher::prepare::{Budget, Request, Slot};
+use launcher::spec::{Plan, PlannedStep, StepSpec};
+use launcher::transitions::{self, StepEnd};
+use process_identity::ProcessIdentity;
+use serde_json::json;
+use status::{RunState, RunStatus};
+
+use super::{Artifact, Kind, PID, Scratch, T0};
+
+const FAMILY: &str = "runs";
+const RUNNER_ID: &str = "00000000-0000-4000-8000-00000000a001";
+
+fn identity(pid: u32, start_time: u64) -> ProcessIdentity {
+    ProcessIdentity {
+        pid,
+        start_time,
+        boot_id: Some("00000000-0000-4000-8000-00000000f001".into()),
+    }
+}
+
+fn step(run_dir: &Path, agent: &str, i: usize, task: bool, label: Option<&str>) -> StepConfig {
+    StepConfig {
+        agent: agent.into(),
+        command: vec!["sh".into(), "-c".into(), format!("echo {agent}")],
+        cwd: PathBuf::from("/home/alice/proj"),
+        task_file: task.then(|| {
+            run_dir.join(if label.is_some() {
+                format!("task-{i}.md")
+            } else {
+                "task.md".into()
+            })
+        }),
+        timeout_ms: None,
+        fanout_label: label.map(str::to_owned),
+    }
+}
+
+fn config(
+    scratch: &Scratch,
+    id: &str,
+    mode: &str,
+    steps: &[(&str, Option<&str>)],
+    groups: Vec<GroupConfig>,
+) -> LaunchConfig {
+    let run_dir = scratch.path().join("async-subagent-runs").join(id);
+    let composite = mode != "single";
+    LaunchConfig {
+        run_id: id.into(),
+        root: scratch.path().to_path_buf(),
+        run_dir: run_dir.clone(),
+        runner_process_instance_id: RUNNER_ID.into(),
+        mode: mode.into(),
+        steps: steps
+            .iter()
+            .enumerate()
+            .map(|(i, (agent, label))| {
+                step(
+                    &run_dir,
+                    agent,
+                    i,
+                    i == 0,
+                    if composite { *label } else { None },
+                )
+            })
+            .collect(),
+        groups,
+        timeout_ms: Some(1_800_000),
+        session_id: Some("session-1".into()),
+        fanout_descriptor: None,
+        env: BTreeMap::new(),
+        revival: None,
+    }
+}
+
+fn group(start: usize, count: usize, parallel: bool) -> GroupConfig {
+    GroupConfig {
+        start,
+        count,
+        concurrency: 4,
+        fail_fast: parallel,
+        parallel,
+    }
+}
+
+/// A recorder of statuses for one config.
+struct Recorder<'a> {
+    scratch: &'a Scratch,
+    config: &'a LaunchConfig,
+    out: Vec<Artifact>,
+}
+
+impl Recorder<'_> {
+    fn record(&mut self, case: &str, status: &RunStatus, note: &str) -> anyhow::Result<()> {
+        status::model::write_status(&self.config.run_dir, status)?;
+        let path = self.config.run_dir.join("status.json");
+        let artifact = self
+            .scratch
+            .record(FAMILY, case, Kind::Status, &path)?
+            .note(note);
+        self.out.push(artifact);
+        Ok(())
+    }
+}
+
+fn ended(
+    status: &'static str,
+    error: Option<&str>,
+    exit_code: i64,
+    start: u64,
+    end: u64,
+    process: (Option<i32>, Option<&str>),
+) -> StepEnd {
+    StepEnd {
+        status,
+        error: error.map(str::to_owned),
+        exit_code,
+        started_at: Some(start),
+        closed_at: end,
+        timed_out: false,
+        process: Some((process.0, process.1.map(str::to_owned))),
+    }
+}
+
+fn fanout() -> serde_json::Value {
+    json!({"used": 1, "limit": 64, "remaining": 63})
+}
+
+/// A final case: name, state, run error, step end, timed out, stopped.
+type Ending = (&'static str, RunState, Option<&'static str>, StepEnd, bool, bool);
+
+/// Every state of a single run: queued, running, step running, complete,
+/// failed, stopped, timed out.
+fn single(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
+    let config = config(
+        scratch,
+        "run-single",
+        "single",
+        &[("worker", None)],
+        vec![group(0, 1, false)],
+    );
+    std::fs::create_dir_all(&config.run_dir)?;
+    let mut rec = Recorder {
+        scratch,
+        config: &config,
+        out: Vec::new(),
+    };
+    let queued = transitions::queued(&config, Some(fanout()), Some(identity(PID - 1, 11)), T0);
+    rec.record(
+        "single-queued",
+        &queued,
+        "`transitions::queued`: written by `run` before any process exists",
+    )?;
+    let running = transitions::running(
+        Some(queued),
+        &config,
+        &identity(PID, 22),
+        Some(identity(PID - 2, 21)),
+        T0 + 100,
+    );
+    rec.record(
+        "single-running",
+        &running,
+        "`transitions::running`: the runner's first write",
+    )?;
+    let started = transitions::step_started(
+        running,
+        &config,
+        0,
+        PID + 1,
+        Some(identity(PID + 1, 23)),
+        T0 + 200,
+    );
+    rec.record(
+        "single-step-running",
+        &started,
+        "`transitions::step_started`: COMMAND spawned",
+    )?;
+    let cases: [Ending; 4] = [
+        (
+            "single-complete",
+            RunState::Complete,
+            None,
+            ended("complete", None, 0, T0 + 200, T0 + 1200, (Some(0), None)),
+            false,
+            false,
+        ),
+        (
+            "single-failed",
+            RunState::Failed,
+            Some("Step failed: worker"),
+            ended(
+                "failed",
+                Some("command ended with exit code 3"),
+                3,
+                T0 + 200,
+                T0 + 1200,
+                (Some(3), None),
+            ),
+            false,
+            false,
+        ),
+        (
+            "single-stopped",
+            RunState::Stopped,
+            None,
+            ended(
+                "stopped",
+                Some("Subagent stopped by user."),
+                1,
+                T0 + 200,
+                T0 + 1200,
+                (None, Some("SIGTERM")),
+            ),
+            false,
+            true,
+        ),
+        (
+            "single-timed-out",
+            RunState::Failed,
+            Some("Subagent timed out after 1800000ms."),
+            StepEnd {
+                timed_out: true,
+                ..ended(
+                    "failed",
+                    Some("Subagent timed out after 1800000ms."),
+                    1,
+                    T0 + 200,
+                    T0 + 1200,
+                    (None, Some("SIGTERM")),
+                )
+            },
+            true,
+            false,
+        ),
+    ];
+    for (case, state, error, end, timed_out, stopped) in cases {
+        let mut status = transitions::step_ended(started.clone(), &config, 0, &end, T0 + 1200);
+        if stopped {
+            status.stop_reason = Some("no longer needed".into());
+        }
+        let status = transitions::finished(
+            status,
+            state,
+            error.map(str::to_owned),
+            timed_out,
+            stopped,
+            T0 + 1300,
+        );
+        rec.record(
+            case,
+            &status,
+            "`transitions::step_ended` then `transitions::finished`",
+        )?;
+    }
+    out.append(&mut rec.out);
+    Ok(())
+}
+
+/// A parallel run while two tasks run, and after a fail-fast failure.
+fn parallel(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
+    let steps = [
+        ("a", Some("tasks[0]")),
+        ("b", Some("tasks[1]")),
+        ("c", Some("tasks[2]")),
+    ];
+    let config = config(
+        scratch,
+        "run-parallel",
+        "parallel",
+        &steps,
+        vec![group(0, 3, true)],
+    );
+    std::fs::create_dir_all(&config.run_dir)?;
+    let mut rec = Recorder {
+        scratch,
+        config: &config,
+        out: Vec::new(),
+    };
+    let queued = transitions::queued(
+        &config,
+        Some(json!({"used": 3, "limit": 64, "remaining": 61})),
+        None,
+        T0,
+    );
+    let running = transitions::running(Some(queued), &config, &identity(PID, 22), None, T0 + 100);
+    let one = transitions::step_started(running, &config, 0, PID + 1, None, T0 + 200);
+    let both = transitions::step_started(one, &config, 1, PID + 2, None, T0 + 210);
+    rec.record(
+        "parallel-running",
+        &both,
+        "two of three tasks running (`transitions::step_started` twice)",
+    )?;
+    let failed = transitions::step_ended(
+        both,
+        &config,
+        1,
+        &ended(
+            "failed",
+            Some("command ended with exit code 7"),
+            7,
+            T0 + 210,
+            T0 + 900,
+            (Some(7), None),
+        ),
+        T0 + 900,
+    );
+    let casualty = ended(
+        "failed",
+        Some("stopped: a sibling failed (failFast)"),
+        1,
+        T0 + 200,
+        T0 + 950,
+        (None, Some("SIGTERM")),
+    );
+    let stopped = transitions::step_ended(failed, &config, 0, &casualty, T0 + 950);
+    let skipped = StepEnd {
+        started_at: None,
+        process: None,
+        ..ended(
+            "failed",
+            Some("skipped: a sibling failed (failFast)"),
+            1,
+            0,
+            T0 + 950,
+            (None, None),
+        )
+    };
+    let skipped = transitions::step_ended(stopped, &config, 2, &skipped, T0 + 950);
+    let done = transitions::finished(
+        skipped,
+        RunState::Failed,
+        Some("Step failed: b".into()),
+        false,
+        false,
+        T0 + 1000,
+    );
+    rec.record(
+        "parallel-failed-fail-fast",
+        &done,
+        "task b failed; failFast stopped a and skipped c",
+    )?;
+    out.append(&mut rec.out);
+    Ok(())
+}
+
+/// A chain inside its parallel group, and complete.
+fn chain(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
+    let steps = [
+        ("scout", Some("chain[0]")),
+        ("a", Some("chain[1].parallel[0]")),
+        ("b", Some("chain[1].parallel[1]")),
+        ("writer", Some("chain[2]")),
+    ];
+    let groups = vec![group(0, 1, false), group(1, 2, true), group(3, 1, false)];
+    let config = config(scratch, "run-chain", "chain", &steps, groups);
+    std::fs::create_dir_all(&config.run_dir)?;
+    let mut rec = Recorder {
+        scratch,
+        config: &config,
+        out: Vec::new(),
+    };
+    let queued = transitions::queued(
+        &config,
+        Some(json!({"used": 4, "limit": 64, "remaining": 60})),
+        None,
+        T0,
+    );
+    let mut status =
+        transitions::running(Some(queued), &config, &identity(PID, 22), None, T0 + 100);
+    let ok = |start: u64, end: u64| ended("complete", None, 0, start, end, (Some(0), None));
+    status = transitions::step_started(status, &config, 0, PID + 1, None, T0 + 200);
+    status = transitions::step_ended(status, &config, 0, &ok(T0 + 200, T0 + 400), T0 + 400);
+    status = transitions::step_started(status, &config, 1, PID + 2, None, T0 + 500);
+    status = transitions::step_started(status, &config, 2, PID + 3, None, T0 + 510);
+    rec.record(
+        "chain-in-parallel-group",
+        &status,
+        "step 2 of 3 is a parallel group with both tasks running",
+    )?;
+    status = transitions::step_ended(status, &config, 1, &ok(T0 + 500, T0 + 700), T0 + 700);
+    status = transitions::step_ended(status, &config, 2, &ok(T0 + 510, T0 + 720), T0 + 720);
+    status = transitions::step_started(status, &config, 3, PID + 4, None, T0 + 800);
+    status = transitions::step_ended(status, &config, 3, &ok(T0 + 800, T0 + 900), T0 + 900);
+    let status = transitions::finished(status, RunState::Complete, None, false, false, T0 + 1000);
+    rec.record("chain-complete", &status, "every step complete")?;
+    out.append(&mut rec.out);
+    Ok(())
+}
+
+/// `launch-contract.json` and `recovery-descriptor.json` of a single run.
+fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
+    let config = config(
+        scratch,
+        "run-recovery",
+        "single",
+        &[("worker", None)],
+        vec![group(0, 1, false)],
+    );
+    std::fs::create_dir_all(&config.run_dir)?;
+    let budgets = scratch.path().join("run-fanout-budgets");
+    let descriptor = fanout_budget::Descriptor::from_json(
+        &json!({"version": 1, "rootRunId": "run-recovery", "directory": budgets.join("run-recovery-00000000-0000-4000-8000-000000000001"), "limit": 64}).to_string(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let spec = StepSpec {
+        agent: "worker".into(),
+        command: config.steps[0].command.clone(),
+        task: None,
+        cwd: None,
+        timeout: None,
+    };
+    let request = Request {
+        plan: Plan {
+            mode: "single".into(),
+            steps: vec![PlannedStep {
+                spec,
+                timeout_ms: None,
+                claim_path: "single".into(),
+            }],
+            groups: config.groups.clone(),
+        },
+        cwd: PathBuf::from("/home/alice/proj"),
+        timeout_ms: config.timeout_ms,
+        tasks: vec![Some("the task text never reaches these files".into())],
+        explicit_id: None,
+        session: "session-1".into(),
+        max_active: None,
+        budget: Budget::Reuse(descriptor.clone()),
+        slot: Slot::Acquire,
+        revival: None,
+        env: BTreeMap::from([("AGENT_MODE".to_owned(), "review".to_owned())]),
+    };
+    launcher::revive::persist(&config, &request, &descriptor)
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    let contract = config.run_dir.join("launch-contract.json");
+    out.push(
+        scratch
+            .record(FAMILY, "launch-contract", Kind::LaunchContract, &contract)?
+            .note("`revive::persist` of a single run"),
+    );
+    let descriptor = config.run_dir.join("recovery-descriptor.json");
+    let note = "`revive::persist`; launchContractDigest is the sha256 of the launch contract above";
+    out.push(
+        scratch
+            .record(FAMILY, "recovery-descriptor", Kind::Recovery, &descriptor)?
+            .note(note),
+    );
+    Ok(())
+}
+
+/// A revival lease's `owner.json`; its process facts (pid, host, start
+/// identity, boot id, times, token) are pinned after the real write.
+fn lease_owner(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
+    let session = scratch.path().join("output-0.log");
+    std::fs::write(&session, "")?;
+    let root = recovery::lease::lease_root(scratch.path());
+    let request = recovery::lease::LeaseRequest {
+        session_file: session,
+        run_id: "run-9c1e".into(),
+        source_run_id: "run-7f3a".into(),
+        parent_session_id: Some("session-1".into()),
+    };
+    let lease = recovery::lease::acquire_lease(&root, &request)?;
+    let path = lease.lease_dir().join("owner.json");
+    let mut owner: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let pinned = [
+        ("token", json!("00000000-0000-4000-8000-00000000b001")),
+        ("pid", json!(PID)),
+        ("hostname", json!("host")),
+        ("processStartIdentity", json!("linux:123456")),
+        ("bootId", json!("00000000-0000-4000-8000-00000000f001")),
+        ("acquiredAt", json!("2026-01-01T00:00:03.000Z")),
+        ("acquiredAtMs", json!(T0 + 3000)),
+        ("updatedAtMs", json!(T0 + 3000)),
+    ];
+    for (key, value) in pinned {
+        if owner.get(key).is_some() {
+            owner[key] = value;
+        }
+    }
+    let text = String::from_utf8(atomic_file::to_pretty_json(&owner))?;
+    let note = "`recovery::lease::acquire_lease`; token, pid, host, start identity, boot id and times pinned after the write";
+    out.push(
+        scratch
+            .text(FAMILY, "lease-owner", Kind::LeaseOwner, "owner.json", &text)
+            .note(note),
+    );
+    lease.release()?;
+    Ok(())
+}
+
+/// Every artifact of this family.
+pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
+    let scratch = Scratch::new()?;
+    let mut out = Vec::new();
+    single(&scratch, &mut out)?;
+    parallel(&scratch, &mut out)?;
+    chain(&scratch, &mut out)?;
+    recovery_files(&scratch, &mut out)?;
+    lease_owner(&scratch, &mut out)?;
+    Ok(out)
+}
