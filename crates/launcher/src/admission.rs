@@ -117,6 +117,19 @@ pub struct Spawned<'a> {
     pub termination_observed: bool,
 }
 
+impl<'a> Spawned<'a> {
+    /// A runner that reported ready (and, for a revival, proceeded).
+    pub fn started(pid: u32, runner_process_instance_id: &'a str) -> Self {
+        Self {
+            failed: false,
+            pid: Some(pid),
+            runner_process_instance_id: Some(runner_process_instance_id),
+            did_not_proceed: false,
+            termination_observed: false,
+        }
+    }
+}
+
 /// Rolls the slot back only when the runner provably never proceeded and is
 /// provably gone (handshake.md §9); otherwise binds it to the runner, and the
 /// run's observed proof frees it later.

@@ -126,3 +126,19 @@ fn open_file(
     fanout_budget::OpenBudget::open(root, &descriptor)
         .map_err(|e| CliError::failed(format!("invalid descriptor '{}': {e}", file.display())))
 }
+
+/// The live check of a recovery descriptor's `runFanoutBudget`: the budget
+/// must open under `root` and agree with its manifest; returns it normalised.
+pub fn live_check(
+    root: &std::path::Path,
+) -> impl Fn(&recovery::RunFanoutBudget) -> Result<recovery::RunFanoutBudget, String> + '_ {
+    move |budget| {
+        let descriptor: Descriptor = serde_json::to_value(budget)
+            .and_then(serde_json::from_value)
+            .map_err(|_| "Run fan-out budget descriptor is invalid.".to_owned())?;
+        let open = fanout_budget::OpenBudget::open(root, &descriptor).map_err(|e| e.to_string())?;
+        serde_json::to_value(open.descriptor())
+            .and_then(serde_json::from_value)
+            .map_err(|e| e.to_string())
+    }
+}

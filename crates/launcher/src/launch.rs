@@ -66,13 +66,7 @@ pub fn launch(layout: &Layout, request: &Request) -> CliResult<Launched> {
     match spawn(&config) {
         Ok(launched) if config.revival.is_some() => hand_over(layout, &config, launched, slot),
         Ok(launched) => {
-            let spawned = Spawned {
-                failed: false,
-                pid: Some(launched.pid),
-                runner_process_instance_id: Some(&launched.runner_process_instance_id),
-                did_not_proceed: false,
-                termination_observed: false,
-            };
+            let spawned = Spawned::started(launched.pid, &launched.runner_process_instance_id);
             admission::settle(slot, &spawned)?;
             Ok(launched)
         }
@@ -121,13 +115,7 @@ fn hand_over(
         &timeouts,
     ) {
         Ok(_) => {
-            let spawned = Spawned {
-                failed: false,
-                pid: Some(launched.pid),
-                runner_process_instance_id: Some(&launched.runner_process_instance_id),
-                did_not_proceed: false,
-                termination_observed: false,
-            };
+            let spawned = Spawned::started(launched.pid, &launched.runner_process_instance_id);
             admission::settle(slot, &spawned)?;
             Ok(launched)
         }

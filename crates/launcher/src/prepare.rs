@@ -17,10 +17,10 @@ use status::{Layout, index};
 
 use crate::admission;
 use crate::cli::RunArgs;
-use crate::config::{GroupConfig, LaunchConfig, RevivalConfig, StepConfig};
+use crate::config::{LaunchConfig, RevivalConfig, StepConfig};
 use crate::error::{CliError, CliResult, Exit};
 use crate::root::parse_duration;
-use crate::spec::{Plan, PlannedStep, StepSpec};
+use crate::spec::{Plan, StepSpec};
 
 /// Default wall-clock limit of a run, as in the reference.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30 * 60 * 1000;
@@ -211,21 +211,7 @@ fn plan(args: &RunArgs) -> CliResult<Plan> {
         cwd: None,
         timeout: None,
     };
-    Ok(Plan {
-        mode: "single".into(),
-        steps: vec![PlannedStep {
-            spec,
-            timeout_ms: None,
-            claim_path: "single".into(),
-        }],
-        groups: vec![GroupConfig {
-            start: 0,
-            count: 1,
-            concurrency: 1,
-            fail_fast: false,
-            parallel: false,
-        }],
-    })
+    Ok(Plan::single(spec))
 }
 
 fn file_name(program: &str) -> String {

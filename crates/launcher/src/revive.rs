@@ -10,17 +10,17 @@
 
 use std::path::{Path, PathBuf};
 
-use fanout_budget::{Descriptor, OpenBudget};
-use recovery::{LaunchContract, RecoveryDescriptor, RunFanoutBudget};
+use fanout_budget::Descriptor;
+use recovery::{LaunchContract, RecoveryDescriptor};
 use serde_json::json;
 use status::{Layout, events, now_ms};
 
 use crate::cli::ResumeArgs;
-use crate::config::{GroupConfig, LaunchConfig};
+use crate::config::LaunchConfig;
 use crate::error::{CliError, CliResult, Exit};
 use crate::prepare::{Budget, Request, Revival, Slot};
 use crate::root::parse_duration;
-use crate::spec::{Plan, PlannedStep, StepSpec};
+use crate::spec::{Plan, StepSpec};
 
 /// Environment override of every startup-handshake wait, in milliseconds
 /// (defaults: the reference's 10 s on the launcher side, 30 s on the runner's).
@@ -135,15 +135,7 @@ fn follow_up(args: &ResumeArgs) -> Result<String, String> {
 /// The verified descriptor and contract of a run, with the live fan-out check.
 pub fn load(layout: &Layout, run_dir: &Path) -> Result<recovery::Recovery, String> {
     let root = layout.fanout_budgets_dir();
-    let check = |budget: &RunFanoutBudget| -> Result<RunFanoutBudget, String> {
-        let descriptor: Descriptor = serde_json::to_value(budget)
-            .and_then(serde_json::from_value)
-            .map_err(|_| "Run fan-out budget descriptor is invalid.".to_owned())?;
-        let open = OpenBudget::open(&root, &descriptor).map_err(|e| e.to_string())?;
-        serde_json::to_value(open.descriptor())
-            .and_then(serde_json::from_value)
-            .map_err(|e| e.to_string())
-    };
+    let check = crate::fanout::live_check(&root);
     let id = run_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -195,21 +187,7 @@ fn revival_request(
     };
     let _ = layout;
     Ok(Request {
-        plan: Plan {
-            mode: "single".into(),
-            steps: vec![PlannedStep {
-                spec,
-                timeout_ms: None,
-                claim_path: "single".into(),
-            }],
-            groups: vec![GroupConfig {
-                start: 0,
-                count: 1,
-                concurrency: 1,
-                fail_fast: false,
-                parallel: false,
-            }],
-        },
+        plan: Plan::single(spec),
         cwd: PathBuf::from(&contract.cwd),
         timeout_ms,
         tasks: vec![Some(task)],

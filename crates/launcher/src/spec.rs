@@ -61,6 +61,27 @@ pub struct Plan {
     pub groups: Vec<GroupConfig>,
 }
 
+impl Plan {
+    /// A single run of one step (claim path `single`).
+    pub fn single(spec: StepSpec) -> Self {
+        Self {
+            mode: "single".into(),
+            steps: vec![PlannedStep {
+                spec,
+                timeout_ms: None,
+                claim_path: "single".into(),
+            }],
+            groups: vec![GroupConfig {
+                start: 0,
+                count: 1,
+                concurrency: 1,
+                fail_fast: false,
+                parallel: false,
+            }],
+        }
+    }
+}
+
 /// Reads and validates a spec file.
 pub fn read_plan(path: &Path) -> Result<Plan, String> {
     let text = std::fs::read_to_string(path)

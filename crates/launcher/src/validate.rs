@@ -47,17 +47,7 @@ pub fn check(layout: &Layout, kind: Kind, file: &Path) -> Result<(), String> {
             let mut descriptor =
                 recovery::validate_descriptor_file(file).map_err(|e| e.to_string())?;
             let root = layout.fanout_budgets_dir();
-            let check =
-                |budget: &recovery::RunFanoutBudget| -> Result<recovery::RunFanoutBudget, String> {
-                    let descriptor: fanout_budget::Descriptor = serde_json::to_value(budget)
-                        .and_then(serde_json::from_value)
-                        .map_err(|_| "Run fan-out budget descriptor is invalid.".to_owned())?;
-                    let open = fanout_budget::OpenBudget::open(&root, &descriptor)
-                        .map_err(|e| e.to_string())?;
-                    serde_json::to_value(open.descriptor())
-                        .and_then(serde_json::from_value)
-                        .map_err(|e| e.to_string())
-                };
+            let check = crate::fanout::live_check(&root);
             recovery::check_fanout_budget(&mut descriptor, file, &check).map_err(|e| e.to_string())
         }
         Kind::LaunchContract => recovery::parse_launch_contract(&bytes, file)

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use launcher::config::{GroupConfig, LaunchConfig, StepConfig};
 use launcher::prepare::{Budget, Request, Slot};
-use launcher::spec::{Plan, PlannedStep, StepSpec};
+use launcher::spec::{Plan, StepSpec};
 use launcher::transitions::{self, StepEnd};
 use process_identity::ProcessIdentity;
 use serde_json::json;
@@ -138,7 +138,14 @@ fn fanout() -> serde_json::Value {
 }
 
 /// A final case: name, state, run error, step end, timed out, stopped.
-type Ending = (&'static str, RunState, Option<&'static str>, StepEnd, bool, bool);
+type Ending = (
+    &'static str,
+    RunState,
+    Option<&'static str>,
+    StepEnd,
+    bool,
+    bool,
+);
 
 /// Every state of a single run: queued, running, step running, complete,
 /// failed, stopped, timed out.
@@ -422,15 +429,7 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         timeout: None,
     };
     let request = Request {
-        plan: Plan {
-            mode: "single".into(),
-            steps: vec![PlannedStep {
-                spec,
-                timeout_ms: None,
-                claim_path: "single".into(),
-            }],
-            groups: config.groups.clone(),
-        },
+        plan: Plan::single(spec),
         cwd: PathBuf::from("/home/alice/proj"),
         timeout_ms: config.timeout_ms,
         tasks: vec![Some("the task text never reaches these files".into())],
