@@ -459,12 +459,7 @@ fn completions_are_printed() {
 
 /// A command that blocks until `release` is called, without sleeping.
 fn gated(env: &Env, name: &str) -> (String, Vec<String>) {
-    let fifo = Path::new(env.work()).join(name);
-    let status = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let fifo = env.fifo(name);
     let script = format!("read line < '{}'", fifo.display());
     (
         fifo.display().to_string(),
@@ -486,19 +481,6 @@ fn release_if_read(fifo: &str) {
 
 fn release(fifo: &str) {
     std::fs::write(fifo, "go\n").unwrap();
-}
-
-fn run_count(env: &Env) -> usize {
-    std::fs::read_dir(env.root().join("async-subagent-runs"))
-        .unwrap()
-        .filter(|e| {
-            !e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with('.')
-        })
-        .count()
 }
 
 #[test]
@@ -540,7 +522,7 @@ fn capacity_refuses_over_the_limit_and_frees_the_slot_only_after_the_proof() {
         "failed to launch run: Active async run capacity exhausted: 2/2 used."
     );
     assert_eq!(error["capacity"]["used"], 2);
-    assert_eq!(run_count(&env), 2, "nothing was started");
+    assert_eq!(env.run_count(), 2, "nothing was started");
     let capacity: Value =
         serde_json::from_str(&env.ok(&["capacity", "--session", "s1", "--json"])).unwrap();
     assert_eq!(capacity["used"], 2);
@@ -603,7 +585,7 @@ fn concurrent_launches_respect_the_limit_exactly() {
         5,
         "{codes:?}"
     );
-    assert_eq!(run_count(&env), 3);
+    assert_eq!(env.run_count(), 3);
     let capacity: Value =
         serde_json::from_str(&env.ok(&["capacity", "--session", "race", "--json"])).unwrap();
     assert_eq!(capacity["used"], 3);
@@ -726,14 +708,7 @@ fn an_active_listing_releases_the_marker_of_an_observed_run() {
 fn logs_follow_streams_until_the_run_is_over() {
     use std::io::{BufRead, BufReader};
     let env = Env::new();
-    let fifo = Path::new(env.work()).join("more.fifo");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = env.fifo("more.fifo");
     let script = format!("echo first; read line < '{}'; echo second", fifo.display());
     let id = env
         .ok(&["run", "--", "sh", "-c", &script])

@@ -146,16 +146,7 @@ fn a_launch_over_the_fanout_limit_starts_nothing() {
         error["runFanoutRejection"],
         json!({"code": "RUN_FANOUT_LIMIT", "path": "tasks[2]", "requested": 3, "used": 0, "limit": 2, "remaining": 2})
     );
-    let runs = std::fs::read_dir(env.root().join("async-subagent-runs"))
-        .unwrap()
-        .filter(|e| {
-            !e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with('.')
-        })
-        .count();
+    let runs = env.run_count();
     assert_eq!(runs, 0, "no run directory");
     assert!(claims(&env).is_empty(), "the batch claimed nothing");
 }
@@ -177,19 +168,7 @@ fn a_self_recursive_agent_stops_when_the_root_budget_is_spent() {
         .unwrap();
     assert!(root_id.status.success(), "{root_id:?}");
     let root_id = String::from_utf8(root_id.stdout).unwrap().trim().to_owned();
-    let runs_dir = env.root().join("async-subagent-runs");
-    let count = || {
-        std::fs::read_dir(&runs_dir)
-            .unwrap()
-            .filter(|e| {
-                !e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with('.')
-            })
-            .count()
-    };
+    let count = || env.run_count();
     poll(Duration::from_secs(180), || {
         count() >= 64 && env.ok(&["list"]).trim() == "No active async runs."
     });

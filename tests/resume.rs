@@ -91,14 +91,7 @@ fn a_failed_run_is_revived() {
 #[test]
 fn two_concurrent_resumes_one_wins_the_other_gets_a_conflict() {
     let env = Env::new();
-    let fifo = Path::new(env.work()).join("gate.fifo");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = env.fifo("gate.fifo");
     // The source finishes at once; its revivals block on the fifo while they hold the lease.
     let script = format!(
         "[ -n \"$SUBAGENTS_RESUMED_FROM\" ] && read line < '{}'; true",
@@ -234,16 +227,7 @@ fn a_corrupted_descriptor_or_tampered_contract_is_refused_naming_the_field() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("launch-contract.json"), "{stderr}");
-    let runs = std::fs::read_dir(env.root().join("async-subagent-runs"))
-        .unwrap()
-        .filter(|e| {
-            !e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with('.')
-        })
-        .count();
+    let runs = env.run_count();
     assert_eq!(runs, 1, "nothing was launched");
 }
 
@@ -446,14 +430,7 @@ fn validate_accepts_every_artifact_and_rejects_corrupted_copies() {
 #[test]
 fn a_revival_that_never_proceeded_gives_its_slot_back() {
     let env = Env::new();
-    let fifo = Path::new(env.work()).join("hold.fifo");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = env.fifo("hold.fifo");
     let script = format!(
         "[ -n \"$SUBAGENTS_RESUMED_FROM\" ] && read line < '{}'; true",
         fifo.display()

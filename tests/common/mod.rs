@@ -75,6 +75,30 @@ impl Env {
         last
     }
 
+    /// A named pipe in the work directory, for commands that wait on the test.
+    pub fn fifo(&self, name: &str) -> PathBuf {
+        let path = self.work.path().join(name);
+        let made = Command::new("mkfifo").arg(&path).status().unwrap();
+        assert!(made.success(), "mkfifo {}", path.display());
+        path
+    }
+
+    /// Number of run directories.
+    pub fn run_count(&self) -> usize {
+        let runs = std::fs::read_dir(self.root.path().join("async-subagent-runs"));
+        runs.map(|d| {
+            d.filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count()
+        })
+        .unwrap_or(0)
+    }
+
     pub fn marker(&self, id: &str) -> PathBuf {
         self.root
             .path()
