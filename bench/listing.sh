@@ -39,6 +39,7 @@ prefix="${finished:0:6}"
 } | tee "$OUT"
 
 touch "$R/.before-bench"
+STATE=("$D"); [ -d "$R/run-fanout-budgets" ] && STATE+=("$R/run-fanout-budgets")
 wait_quiet "$OUT"
 hyperfine -N --runs "$RUNS" --warmup "$WARMUP" \
     --export-json "$RESULTS_DIR/list.json" \
@@ -50,11 +51,18 @@ hyperfine -N --runs "$RUNS" --warmup "$WARMUP" \
     "$S --root $R status $finished" \
     "$S --root $R status $active" \
     "$S --root $R status $prefix"
-echo "# files modified under the root by list/status: $(find "$D" -type f -newer "$R/.before-bench" | wc -l) ($(find "$D" -type f -newer "$R/.before-bench" | sed "s|$D/||" | sed -n 1,5p | tr '\n' ' '))" | tee -a "$OUT"
+echo "# files modified under the root by list/status: $(find "${STATE[@]}" -type f -newer "$R/.before-bench" | wc -l) ($(find "${STATE[@]}" -type f -newer "$R/.before-bench" | sed "s|$R/||" | sed -n 1,5p | tr '\n' ' '))" | tee -a "$OUT"
 files=("$RESULTS_DIR/list.json" "$RESULTS_DIR/status.json")
 
 if [ -n "${PI_SUBAGENTS_DIR:-}" ]; then
     N="node $BENCH_DIR/reference/list.mjs"
+    # The reference only accepts run fan-out budget directories under its own
+    # temp root, $TMPDIR/pi-subagents-uid-<uid>/run-fanout-budgets; subagents
+    # keeps them in <root>/run-fanout-budgets. Point the reference's temp root
+    # at this root's budgets (its nested-events dir there stays empty).
+    mkdir -p "$R/ref-tmp/pi-subagents-uid-$(id -u)"
+    ln -s "$R/run-fanout-budgets" "$R/ref-tmp/pi-subagents-uid-$(id -u)/run-fanout-budgets"
+    export TMPDIR="$R/ref-tmp"
     {
         echo "# node $(node --version); reference: $(python3 -c 'import json,sys;p=json.load(open(sys.argv[1]));print(p["name"]+"@"+p["version"])' "$PI_SUBAGENTS_DIR/package.json")"
         echo "# reference active listing first line: $($N "$D" active | sed -n 1p)"
@@ -81,7 +89,7 @@ print(f"# reference in-process listAsyncRuns+formatAsyncRunList ({d['mode']}, {l
       f"median {statistics.median(t):.2f} mean {statistics.mean(t):.2f} min {t[0]:.2f} max {t[-1]:.2f} p95 {p95:.2f}")
 PY
     done
-    echo "# files modified under the root after the reference ran: $(find "$D" -type f -newer "$R/.before-bench" | wc -l)" | tee -a "$OUT"
+    echo "# files modified under the root after the reference ran: $(find "${STATE[@]}" -type f -newer "$R/.before-bench" | wc -l)" | tee -a "$OUT"
 fi
 
 echo "# loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"

@@ -7,6 +7,9 @@ every occurrence of the seed id in its JSON/JSONL files (runId, proof runId,
 paths) is rewritten, and startedAt/endedAt/lastUpdate are shifted one second
 per clone so `list --all` has a real order to sort. No active-index marker is
 created: the clones are finished runs with observed proofs, like the seed.
+Per-run state kept outside the runs directory (any entry named <seed>* in a
+sibling directory of RUNS_DIR, e.g. run-fanout-budgets/<id>-<uuid>) is cloned
+the same way, so every clone is as complete as the seed.
 """
 import os
 import re
@@ -23,6 +26,29 @@ for name in files:
         texts[name] = f.read()
 ts_re = re.compile(rb'"(startedAt|endedAt|lastUpdate|lastActivityAt)": (\d+)')
 made = set(os.listdir(runs_dir))
+state_root = os.path.dirname(os.path.abspath(runs_dir))
+siblings = []  # (directory, entry name) of per-run state outside runs_dir
+for d in sorted(os.listdir(state_root)):
+    full = os.path.join(state_root, d)
+    if full == os.path.abspath(runs_dir) or not os.path.isdir(full):
+        continue
+    siblings += [(full, e) for e in sorted(os.listdir(full)) if e.startswith(seed)]
+
+
+def clone_tree(src_path, dst_path, new):
+    if os.path.isdir(src_path):
+        os.mkdir(dst_path, 0o700)
+        for e in sorted(os.listdir(src_path)):
+            clone_tree(os.path.join(src_path, e), os.path.join(dst_path, e), new)
+        return
+    with open(src_path, "rb") as f:
+        data = f.read()
+    if src_path.endswith((".json", ".jsonl")):
+        data = data.replace(seed.encode(), new.encode())
+    fd = os.open(dst_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
 for i in range(1, count):
     new = secrets.token_hex(5)
     while new in made:
@@ -39,4 +65,6 @@ for i in range(1, count):
         fd = os.open(os.path.join(dst, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+    for d, e in siblings:
+        clone_tree(os.path.join(d, e), os.path.join(d, e.replace(seed, new, 1)), new)
 print(f"{count} finished runs in {runs_dir}")
