@@ -278,6 +278,10 @@ impl<'a> Execution<'a> {
         loop {
             while self.interruption.is_none() && !tripped && active.len() < group.concurrency.max(1)
             {
+                // A stop that arrived between steps must not let another one start.
+                if self.stop_pending() {
+                    break;
+                }
                 let Some(step) = queue.pop_front() else { break };
                 if self.start_step(step, index) {
                     active.push(step);
@@ -305,6 +309,15 @@ impl<'a> Execution<'a> {
         }
         self.previous_output = self.group_output(index, group);
         ok
+    }
+
+    /// Takes a stop request that is already pending, without waiting.
+    fn stop_pending(&mut self) -> bool {
+        if self.interruption.is_none() && self.signals.wait(Some(Instant::now())) == Ok(Wake::Stop)
+        {
+            self.interruption = Some(Interruption::Stopped);
+        }
+        self.interruption.is_some()
     }
 
     /// Waits for the next wake-up; handles deadlines and stop requests;
