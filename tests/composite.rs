@@ -281,3 +281,23 @@ fn budget_plumbing_claims_all_or_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not match its manifest"));
 }
+
+#[test]
+fn quick_parallel_tasks_all_end_even_when_their_exits_arrive_together() {
+    let env = Env::new();
+    // Exits that arrive while another task's group is being emptied, and a
+    // group with fewer tasks than its concurrency, must not be missed.
+    for (n, concurrency) in [(1, 4), (3, 3), (6, 2)] {
+        let tasks: Vec<Value> = (0..n)
+            .map(|i| json!({"agent": format!("t{i}"), "command": ["true"]}))
+            .collect();
+        let file = write_spec(
+            &env,
+            &format!("quick-{n}.json"),
+            &json!({"mode": "parallel", "concurrency": concurrency, "tasks": tasks}),
+        );
+        let id = env.ok(&["run", "--spec", &file]).trim().to_owned();
+        let wait = env.run(&["wait", &id, "--timeout", "60s"]);
+        assert_eq!(wait.status.code(), Some(0), "{n} tasks: {wait:?}");
+    }
+}

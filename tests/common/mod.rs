@@ -39,8 +39,29 @@ impl Env {
         command
     }
 
+    /// Runs the binary; a command that hangs fails the test after 180 s
+    /// instead of hanging the suite.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
+        use std::process::Stdio;
+        let child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(Duration::from_secs(180)) {
+            Ok(output) => output.unwrap(),
+            Err(_) => {
+                kill(pid, libc::SIGKILL);
+                panic!("subagents {args:?} did not finish within 180 s");
+            }
+        }
     }
 
     /// Runs and asserts exit 0; returns stdout.

@@ -52,6 +52,7 @@ impl Ended {
 pub struct Signals {
     fd: SignalFd,
     deferred_stop: bool,
+    deferred_child: bool,
 }
 
 /// What woke a wait.
@@ -83,7 +84,32 @@ impl Signals {
         Ok(Self {
             fd,
             deferred_stop: false,
+            deferred_child: false,
         })
+    }
+
+    /// Whether a stop request is already pending, without waiting. A child
+    /// exit read on the way is kept for the next [`Signals::wait`]: losing a
+    /// SIGCHLD would leave the caller waiting for an exit that already happened.
+    pub fn stop_requested(&mut self) -> bool {
+        if self.deferred_stop {
+            return true;
+        }
+        loop {
+            match self.pending() {
+                Ok(Some(Wake::Stop)) => {
+                    self.deferred_stop = true;
+                    return true;
+                }
+                Ok(Some(_)) => self.deferred_child = true,
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    }
+
+    /// Forgets a pending stop request the caller has acted on.
+    pub fn clear_stop(&mut self) {
+        self.deferred_stop = false;
     }
 
     /// Keeps a stop request seen during a nested wait for the next [`Signals::wait`].
@@ -95,6 +121,9 @@ impl Signals {
     pub fn wait(&mut self, deadline: Option<Instant>) -> nix::Result<Wake> {
         if std::mem::take(&mut self.deferred_stop) {
             return Ok(Wake::Stop);
+        }
+        if std::mem::take(&mut self.deferred_child) {
+            return Ok(Wake::Child);
         }
         loop {
             if let Some(wake) = self.pending()? {
@@ -181,16 +210,11 @@ pub fn empty_group(
     kill_wait: Duration,
 ) -> (Vec<u32>, BTreeMap<u32, Ended>) {
     let mut reaped = reap_all();
-    for (sig, wait) in [(Signal::SIGTERM, term_wait), (Signal::SIGKILL, kill_wait)] {
+    let mut stop_seen = false;
+    let mut alive = leftovers(pgid);
+    'phases: for (sig, wait) in [(Signal::SIGTERM, term_wait), (Signal::SIGKILL, kill_wait)] {
         let deadline = Instant::now() + wait;
-        loop {
-            let alive = leftovers(pgid);
-            if alive.is_empty() {
-                return (alive, reaped);
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
+        while !alive.is_empty() && Instant::now() < deadline {
             if let Some(g) = pgid {
                 signal_group(g, sig);
             }
@@ -201,12 +225,20 @@ pub fn empty_group(
             // wake at least every 25 ms to look again.
             let tick = (Instant::now() + Duration::from_millis(25)).min(deadline);
             if signals.wait(Some(tick)) == Ok(Wake::Stop) {
-                signals.defer_stop();
+                stop_seen = true;
             }
             reaped.extend(reap_all());
+            alive = leftovers(pgid);
+        }
+        if alive.is_empty() {
+            break 'phases;
         }
     }
-    (leftovers(pgid), reaped)
+    // Kept for the caller's next wait, not re-read here (that would spin).
+    if stop_seen {
+        signals.defer_stop();
+    }
+    (alive, reaped)
 }
 
 /// SIGKILLs the process group of every step whose COMMAND is provably still

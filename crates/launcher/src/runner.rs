@@ -313,8 +313,8 @@ impl<'a> Execution<'a> {
 
     /// Takes a stop request that is already pending, without waiting.
     fn stop_pending(&mut self) -> bool {
-        if self.interruption.is_none() && self.signals.wait(Some(Instant::now())) == Ok(Wake::Stop)
-        {
+        if self.interruption.is_none() && self.signals.stop_requested() {
+            self.signals.clear_stop();
             self.interruption = Some(Interruption::Stopped);
         }
         self.interruption.is_some()
@@ -323,10 +323,20 @@ impl<'a> Execution<'a> {
     /// Waits for the next wake-up; handles deadlines and stop requests;
     /// returns the steps that ended (removed from `active`).
     fn wait_and_collect(&mut self, active: &mut Vec<usize>) -> Vec<usize> {
-        let wake = self
-            .signals
-            .wait(self.next_deadline(active))
-            .unwrap_or(Wake::Child);
+        // An exit reaped while emptying another step's group sent its SIGCHLD
+        // already: do not wait for it again.
+        let known = active.iter().any(|i| {
+            self.steps[*i]
+                .pid
+                .is_some_and(|p| self.exits.contains_key(&p))
+        });
+        let wake = if known {
+            Wake::Child
+        } else {
+            self.signals
+                .wait(self.next_deadline(active))
+                .unwrap_or(Wake::Child)
+        };
         match wake {
             Wake::Stop => {
                 self.interruption.get_or_insert(Interruption::Stopped);
