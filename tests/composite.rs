@@ -301,3 +301,96 @@ fn quick_parallel_tasks_all_end_even_when_their_exits_arrive_together() {
         assert_eq!(wait.status.code(), Some(0), "{n} tasks: {wait:?}");
     }
 }
+
+#[test]
+fn a_nested_run_outlives_the_command_that_started_it() {
+    let env = Env::new();
+    let bin = env!("CARGO_BIN_EXE_subagents");
+    let script = format!(
+        "'{bin}' run --session inner --max-active 1 -- sh -c 'sleep 3; echo inner done' > inner.id"
+    );
+    let outer = env
+        .ok(&[
+            "run",
+            "--wait",
+            "--cwd",
+            env.work(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .trim()
+        .to_owned();
+    assert_eq!(env.status_json(&outer)["state"], "complete");
+    let inner = std::fs::read_to_string(Path::new(env.work()).join("inner.id"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let status = env.settled(&inner);
+    assert_eq!(status["state"], "complete", "{status}");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
+    assert_eq!(env.ok(&["logs", &inner]), "inner done\n");
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "inner", "--json"])).unwrap();
+    assert_eq!(capacity["used"], 0, "{capacity}");
+}
+
+#[test]
+fn a_step_with_a_bad_cwd_reserves_and_leaves_nothing() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "a", "command": ["true"], "task": "first"},
+        {"agent": "b", "command": ["true"], "cwd": "does-not-exist"}
+    ]});
+    let file = write_spec(&env, "badcwd.json", &spec);
+    let out = env.run(&[
+        "run",
+        "--spec",
+        &file,
+        "--session",
+        "s",
+        "--max-active",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does-not-exist"),
+        "{out:?}"
+    );
+    assert_eq!(env.run_count(), 0);
+    assert!(!env.root().join("run-fanout-budgets").exists() || claims(&env).is_empty());
+    env.ok(&[
+        "run",
+        "--session",
+        "s",
+        "--max-active",
+        "1",
+        "--wait",
+        "--",
+        "true",
+    ]);
+}
+
+#[test]
+fn fail_fast_also_stops_siblings_when_a_task_cannot_start() {
+    let env = Env::new();
+    let spec = json!({"mode": "parallel", "failFast": true, "concurrency": 2, "tasks": [
+        {"agent": "sleeper", "command": ["sh", "-c", "echo $$ > sleeper.pid; exec sleep 300"]},
+        {"agent": "broken", "command": ["/nonexistent/agent"]},
+        {"agent": "never", "command": ["true"]}
+    ]});
+    let file = write_spec(&env, "spawnfail.json", &spec);
+    let out = env.run(&["run", "--spec", &file, "--cwd", env.work(), "--wait"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let status = env.status_json(&id);
+    assert_eq!(status["steps"][0]["status"], "failed", "{status}");
+    let pid_file = Path::new(env.work()).join("sleeper.pid");
+    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+        assert!(
+            !alive(pid.trim().parse().unwrap()),
+            "the sibling kept running"
+        );
+    }
+}

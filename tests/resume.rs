@@ -460,3 +460,20 @@ fn a_revival_that_never_proceeded_gives_its_slot_back() {
     std::fs::write(&fifo, "go\n").unwrap();
     env.settled(&winner);
 }
+
+#[test]
+fn a_task_equal_to_a_contract_value_still_runs_but_is_not_resumable() {
+    let env = Env::new();
+    let id = env
+        .ok(&["run", "--wait", "--task", "cat", "--", "cat"])
+        .trim()
+        .to_owned();
+    assert_eq!(env.ok(&["logs", &id]), "cat");
+    assert!(!run_dir(&env, &id).join("recovery-descriptor.json").exists());
+    let out = env.run(&["resume", &id, "--task", "more"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("missing its required run fan-out recovery identity"),
+        "{out:?}"
+    );
+}

@@ -103,22 +103,43 @@ impl Request {
 /// Plans and admits a run, then writes its first files.
 pub fn prepare(layout: &Layout, request: &Request) -> CliResult<Prepared> {
     atomic_file::ensure_private_dir(&layout.runs_dir())?;
+    // Everything that can be refused is checked before anything is reserved.
+    for planned in &request.plan.steps {
+        if let Some(dir) = &planned.spec.cwd {
+            resolve_cwd(Some(&request.cwd.join(dir)))?;
+        }
+    }
     let run_id = pick_id(layout, request.explicit_id.as_deref())?;
     let run_dir = layout.run_dir(&run_id);
     let mut slot = take_slot(layout, request, &run_id, &run_dir)?;
     let admitted = admit_fanout(layout, &run_id, request).and_then(|budget| {
         create_run_dir(&run_dir, &run_id)?;
-        Ok(budget)
+        write_run(layout, request, &run_id, &budget).inspect_err(|_| {
+            // No half-made run: a directory without status.json is invisible to every command.
+            let _ = std::fs::remove_dir_all(&run_dir);
+        })
     });
-    let budget = match admitted {
-        Ok(budget) => budget,
+    match admitted {
+        Ok(config) => Ok((config, slot)),
         Err(e) => {
             if let Some(handle) = slot.as_mut() {
                 let _ = handle.rollback();
             }
-            return Err(e);
+            Err(e)
         }
-    };
+    }
+}
+
+/// The run's files, in order: fan-out descriptor, task files, recovery
+/// files (single runs), the queued status, and last the active marker, so
+/// an active listing can never miss a run whose runner may exist.
+fn write_run(
+    layout: &Layout,
+    request: &Request,
+    run_id: &str,
+    budget: &OpenBudget,
+) -> CliResult<LaunchConfig> {
+    let run_dir = layout.run_dir(run_id);
     let persisted =
         fanout_budget::write_persisted(&run_dir, &layout.fanout_budgets_dir(), budget.descriptor())
             .map_err(|e| {
@@ -129,7 +150,7 @@ pub fn prepare(layout: &Layout, request: &Request) -> CliResult<Prepared> {
             })?;
     let steps = step_configs(&request.plan, &run_dir, &request.cwd, &request.tasks)?;
     let config = LaunchConfig {
-        run_id,
+        run_id: run_id.to_owned(),
         root: layout.root().to_path_buf(),
         run_dir,
         runner_process_instance_id: uuid::Uuid::new_v4().to_string(),
@@ -146,18 +167,8 @@ pub fn prepare(layout: &Layout, request: &Request) -> CliResult<Prepared> {
         crate::revive::persist(&config, request, persisted.descriptor())?;
     }
     write_queued(&config, budget.snapshot().ok())?;
-    if let Some(revival) = &config.revival {
-        status::model::update_status(&config.run_dir, |s| {
-            let mut s = s?;
-            s.extra
-                .insert("resumedFrom".into(), json!(revival.source_run_id));
-            Some(s)
-        })?;
-    }
-    // The marker exists before any process does, so an active listing can
-    // never miss a run whose runner may exist.
     index::create_marker(&config.run_dir)?;
-    Ok((config, slot))
+    Ok(config)
 }
 
 fn take_slot(

@@ -187,15 +187,38 @@ pub fn signal_group(pgid: u32, sig: Signal) {
 }
 
 /// Live processes that must be gone: members of `pgid`, or (with `None`)
-/// every child of ours, which as a subreaper includes reparented orphans.
+/// every child of ours, which as a subreaper includes reparented orphans —
+/// except the monitors and runners of nested runs, which a COMMAND started
+/// with `subagents run` and which must outlive it (cli.md: a run goes on
+/// after the command that started it exits).
 pub fn leftovers(pgid: Option<u32>) -> Vec<u32> {
     let mut pids = match pgid {
         Some(g) => process_identity::group_members(g).unwrap_or_default(),
-        None => process_identity::children_of(std::process::id()).unwrap_or_default(),
+        None => {
+            let children = process_identity::children_of(std::process::id()).unwrap_or_default();
+            children
+                .into_iter()
+                .filter(|pid| !is_nested_run(*pid))
+                .collect()
+        }
     };
     pids.sort_unstable();
     pids.dedup();
     pids
+}
+
+/// Whether `pid` is this binary running as `__monitor` or `__runner`.
+fn is_nested_run(pid: u32) -> bool {
+    let exe = |path: std::path::PathBuf| {
+        path.to_string_lossy()
+            .trim_end_matches(" (deleted)")
+            .to_owned()
+    };
+    let ours = std::env::current_exe().map(exe).ok();
+    let theirs = std::fs::read_link(format!("/proc/{pid}/exe")).map(exe).ok();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let role = cmdline.split(|b| *b == 0).nth(1).unwrap_or_default();
+    ours.is_some() && ours == theirs && matches!(role, b"__monitor" | b"__runner")
 }
 
 /// Terminates `pgid` (or, with `None`, all our children): SIGTERM for up to

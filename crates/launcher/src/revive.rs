@@ -78,9 +78,13 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
     let mut descriptor: RecoveryDescriptor =
         serde_json::from_value(descriptor).map_err(|e| fail(e.to_string()))?;
     let task = request.tasks.first().cloned().flatten().unwrap_or_default();
-    recovery::persist_recovery(&config.run_dir, &contract, &mut descriptor, &task)
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(())
+    match recovery::persist_recovery(&config.run_dir, &contract, &mut descriptor, &task) {
+        // A task that equals a value the contract needs anyway (argv, cwd,
+        // session) cannot be written without "containing" it: the run goes
+        // on, but it cannot be resumed. Nothing was written.
+        Err(recovery::ContractError::TaskText { .. }) => Ok(()),
+        other => other.map(drop).map_err(|e| fail(e.to_string())),
+    }
 }
 
 /// `subagents resume RUN --task TEXT`.

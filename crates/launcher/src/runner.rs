@@ -287,6 +287,7 @@ impl<'a> Execution<'a> {
                     active.push(step);
                 } else if group.fail_fast {
                     tripped = true;
+                    self.interrupt(&active, Interruption::FailFast);
                 }
             }
             if active.is_empty() {
@@ -418,6 +419,8 @@ impl<'a> Execution<'a> {
             .or_else(|| self.config.revival.as_ref().map(|r| r.session_file.clone()));
         match spawn_command(self.config, i, previous.as_deref(), lease_env) {
             Ok(pid) => {
+                // An old orphan's exit under a now reused pid is not this step's.
+                self.exits.remove(&pid);
                 if let Some(lease) = self.lease.as_mut() {
                     let _ = lease.update_writer(Writer::Running(pid));
                 }

@@ -31,7 +31,7 @@ pub struct StepSpec {
     /// Task text.
     #[serde(default)]
     pub task: Option<String>,
-    /// Working directory (relative to the spec file's directory).
+    /// Working directory (relative to `--cwd`, default the current directory).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// Step timeout (`30m`, `90s`).

@@ -22,8 +22,18 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// back to their periodic re-check.
 pub fn watch_dirs(dirs: &[PathBuf]) -> (Option<notify::RecommendedWatcher>, Receiver<()>) {
     let (tx, rx) = channel();
-    let watcher = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
-        let _ = tx.send(());
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Our own reads of status.json are events too (open, close-nowrite);
+        // waking on them would turn every wait into a busy loop.
+        if !matches!(
+            event,
+            Ok(notify::Event {
+                kind: notify::EventKind::Access(_),
+                ..
+            })
+        ) {
+            let _ = tx.send(());
+        }
     });
     let Ok(mut watcher) = watcher else {
         return (None, rx);
