@@ -75,9 +75,7 @@ pub fn budget_command(
             );
         }
         BudgetAction::Claim {
-            descriptor,
-            paths,
-            json,
+            descriptor, paths, ..
         } => {
             let budget = match descriptor {
                 Some(file) => open_file(&root, &file)?,
@@ -98,11 +96,12 @@ pub fn budget_command(
                     let Some(rejection) = e.rejection() else {
                         return Err(fail(e));
                     };
-                    if json {
-                        println!("{}", serde_json::to_string(rejection).unwrap_or_default());
-                    }
-                    eprintln!("subagents: {rejection}");
-                    return Err(CliError::silent(crate::error::Exit::Limit));
+                    // With --json: the error object plus the rejection's own
+                    // fields at the top level (cli.md "budget" and "Exit codes").
+                    return Err(CliError {
+                        detail: serde_json::to_value(rejection).ok().map(Box::new),
+                        ..CliError::new(crate::error::Exit::Limit, rejection.to_string())
+                    });
                 }
             }
         }
