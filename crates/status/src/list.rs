@@ -99,6 +99,13 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
 
 /// The run directory of `id` when it is a real (non-symlink) directory inside the root.
 pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
+    let root = layout.runs_dir().canonicalize().ok()?;
+    run_dir_under(layout, &root, id)
+}
+
+/// [`exact_run_dir`] with the runs root already canonicalised (listings
+/// resolve it once, not once per run).
+fn run_dir_under(layout: &Layout, real_root: &Path, id: &str) -> Option<PathBuf> {
     if !is_safe_run_id(id) {
         return None;
     }
@@ -108,8 +115,7 @@ pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
         return None;
     }
     let real = dir.canonicalize().ok()?;
-    let root = layout.runs_dir().canonicalize().ok()?;
-    real.starts_with(&root).then_some(dir)
+    real.starts_with(real_root).then_some(dir)
 }
 
 /// Names of every run directory under the root, sorted.
@@ -138,11 +144,22 @@ pub fn load(
     now: u64,
     hooks: &Hooks<'_>,
 ) -> Result<Option<RunSummary>> {
-    let Some(dir) = exact_run_dir(layout, id) else {
-        return Ok(None);
-    };
+    match exact_run_dir(layout, id) {
+        Some(dir) => load_dir(&dir, id, reconcile, now, hooks),
+        None => Ok(None),
+    }
+}
+
+/// [`load`] of a run directory already resolved by [`exact_run_dir`].
+fn load_dir(
+    dir: &Path,
+    id: &str,
+    reconcile: bool,
+    now: u64,
+    hooks: &Hooks<'_>,
+) -> Result<Option<RunSummary>> {
     let status = if reconcile {
-        let outcome = reconcile::reconcile_run(&dir, reconcile::Options::at(now))?;
+        let outcome = reconcile::reconcile_run(dir, reconcile::Options::at(now))?;
         if let (reconcile::Outcome::Repaired { status, .. }, Some(hook)) =
             (&outcome, hooks.on_repaired)
         {
@@ -150,10 +167,10 @@ pub fn load(
         }
         outcome.status().cloned()
     } else {
-        read_status(&dir)?
+        read_status(dir)?
     };
     status
-        .map(|s| summarize(&dir, id, s, hooks.fanout))
+        .map(|s| summarize(dir, id, s, hooks.fanout))
         .transpose()
 }
 
@@ -213,20 +230,18 @@ pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary
         index::read_index(&layout.runs_dir())?
     };
     let mut runs = Vec::new();
+    let real_root = layout.runs_dir().canonicalize().ok();
     for name in names {
-        let Some(dir) = exact_run_dir(layout, &name) else {
+        let Some(dir) = real_root
+            .as_deref()
+            .and_then(|root| run_dir_under(layout, root, &name))
+        else {
             if !options.all {
                 index::release_marker(&layout.run_dir(&name))?;
             }
             continue;
         };
-        let Some(summary) = load(
-            layout,
-            &name,
-            options.reconcile,
-            options.now,
-            &options.hooks,
-        )?
+        let Some(summary) = load_dir(&dir, &name, options.reconcile, options.now, &options.hooks)?
         else {
             if !options.all {
                 index::release_marker(&dir)?;
