@@ -167,7 +167,7 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, json: bool) -> CliResult {
             signal_runner(&run, Signal::SIGTERM);
         }
         // The runner needs its kill grace (2 s) to end COMMAND's group.
-        let grace = crate::runner::KILL_GRACE + Duration::from_secs(3);
+        let grace = supervisor::runner::KILL_GRACE + Duration::from_secs(3);
         if !wait_terminal(layout, &run.id, grace)? {
             force_stop(&dir, reason)?;
         }

@@ -3,19 +3,6 @@
 
 use fanout_budget::Descriptor;
 
-use crate::config::LaunchConfig;
-
-/// The env value for step `i`'s child: the run's descriptor with the step's
-/// claim label appended to `parentPath` (single runs hand it on unchanged).
-pub fn child_env(config: &LaunchConfig, i: usize) -> Option<String> {
-    let descriptor: Descriptor = serde_json::from_value(config.fanout_descriptor.clone()?).ok()?;
-    let child = match config.steps.get(i).and_then(|s| s.fanout_label.as_deref()) {
-        Some(label) => descriptor.child(label),
-        None => descriptor,
-    };
-    Some(child.to_env_value())
-}
-
 /// The live `{used, limit, remaining}` of a run's persisted budget, for
 /// listings; an invalid persisted descriptor is an error naming the file.
 pub fn live_snapshot(

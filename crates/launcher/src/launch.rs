@@ -11,44 +11,19 @@
 //!       └─ COMMAND         own process group; stdin = task, logs to files
 //! ```
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
-use nix::fcntl::OFlag;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use process_identity::ProcessIdentity;
-use serde::{Deserialize, Serialize};
 use status::layout::files;
 use status::{Layout, RunState};
 
 use crate::admission::{self, Spawned};
 use crate::cli::RunArgs;
-use crate::config::{LaunchConfig, READY_FD_ENV};
+use crate::config::LaunchConfig;
 use crate::error::{CliError, CliResult, Exit};
 use crate::prepare::{self, Request};
-
-/// How long the launcher waits for the runner's ready message.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What the runner sends on the ready pipe, and `run --json` prints.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Launched {
-    /// Run id.
-    pub run_id: String,
-    /// Run directory.
-    pub async_dir: PathBuf,
-    /// Runner pid.
-    pub pid: u32,
-    /// Runner instance id.
-    pub runner_process_instance_id: String,
-}
+pub use supervisor::spawn::Launched;
 
 /// Runs `subagents run`.
 pub fn run(layout: &Layout, args: &RunArgs) -> CliResult<Launched> {
@@ -63,7 +38,7 @@ pub fn launch(layout: &Layout, request: &Request) -> CliResult<Launched> {
     if config.revival.is_some() {
         handshake::remove_stale_files(&config.run_dir)?;
     }
-    match spawn(&config) {
+    match supervisor::spawn::spawn(&config) {
         Ok(launched) if config.revival.is_some() => hand_over(layout, &config, launched, slot),
         Ok(launched) => {
             let spawned = Spawned::started(launched.pid, &launched.runner_process_instance_id);
@@ -174,111 +149,6 @@ fn settle_failed_start(config: &LaunchConfig, slot: Option<capacity::SlotHandle>
         termination_observed: gone,
     };
     admission::settle(slot, &spawned)
-}
-
-fn spawn(config: &LaunchConfig) -> std::io::Result<Launched> {
-    let (ready_read, ready_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-    let mut child = monitor_command(config, &ready_write)?.spawn()?;
-    drop(ready_write);
-    let mut stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| std::io::Error::other("monitor has no stdin"))?;
-    stdin.write_all(&serde_json::to_vec(config).map_err(std::io::Error::other)?)?;
-    drop(stdin);
-    // The monitor is detached (own session); it outlives us and is reaped by
-    // init or a subreaper, so `child` is deliberately not waited on.
-    read_ready(ready_read)
-}
-
-fn monitor_command(config: &LaunchConfig, ready_write: &OwnedFd) -> std::io::Result<Command> {
-    let exe = std::env::current_exe()?;
-    let log = |name: &str| {
-        OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(atomic_file::FILE_MODE)
-            .open(config.run_dir.join(name))
-    };
-    let mut command = Command::new(exe);
-    command
-        .arg("__monitor")
-        .current_dir(&config.run_dir)
-        .env(READY_FD_ENV, "3")
-        .stdin(Stdio::piped())
-        .stdout(log(files::RUNNER_STDOUT)?)
-        .stderr(log(files::RUNNER_STDERR)?);
-    let fd = ready_write.as_raw_fd();
-    // SAFETY: only async-signal-safe calls (setsid, dup2, fcntl) between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            inherit_as_fd3(fd)?;
-            close_inherited_fds();
-            Ok(())
-        });
-    }
-    Ok(command)
-}
-
-/// Closes every descriptor above 3 that the caller let us inherit, so a
-/// detached run never holds a pipe of whoever started it (which would make
-/// `subagents run ... | cat` wait for the run).
-fn close_inherited_fds() {
-    // SAFETY: close_range(2) on descriptors this process owns; async-signal-safe.
-    unsafe {
-        libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
-    }
-}
-
-/// Makes `fd` available as descriptor 3 across exec (dup2 clears CLOEXEC).
-///
-/// # Safety
-/// Must only be called between fork and exec.
-pub(crate) unsafe fn inherit_as_fd3(fd: i32) -> std::io::Result<()> {
-    // SAFETY: plain descriptor syscalls on descriptors this process owns.
-    let rc = unsafe {
-        if fd == 3 {
-            let flags = libc::fcntl(3, libc::F_GETFD);
-            libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC)
-        } else {
-            libc::dup2(fd, 3)
-        }
-    };
-    if rc < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn read_ready(fd: OwnedFd) -> std::io::Result<Launched> {
-    let mut fds = [PollFd::new(
-        std::os::fd::AsFd::as_fd(&fd),
-        PollFlags::POLLIN,
-    )];
-    let timeout =
-        PollTimeout::try_from(READY_TIMEOUT.as_millis() as i32).unwrap_or(PollTimeout::MAX);
-    if poll(&mut fds, timeout)? == 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "the runner did not report ready within 30s",
-        ));
-    }
-    let mut text = String::new();
-    File::from(fd).read_to_string(&mut text)?;
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("ready "))
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the runner exited before it reported ready",
-            )
-        })?;
-    serde_json::from_str(line).map_err(std::io::Error::other)
 }
 
 /// The best explanation of a failed start: the run's own error if the

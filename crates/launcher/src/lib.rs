@@ -2,25 +2,22 @@
 //!
 //! `main.rs` is a thin shell over [`main`]. Each command lives in its own
 //! module ([`launch`], [`commands`], [`wait`]); the two hidden
-//! subcommands are the processes of a run ([`monitor`], [`runner`]). Errors
+//! subcommands are the processes of a run, which live in the `supervisor`
+//! crate. Errors
 //! are [`error::CliError`] values carrying the exit code of `cli.md`.
 #![warn(missing_docs)]
 
 pub mod admission;
+pub use supervisor::{config, procs, transitions};
 pub mod cli;
 pub mod commands;
-pub mod config;
 pub mod error;
 pub mod fanout;
 pub mod launch;
-pub mod monitor;
 pub mod prepare;
-pub mod procs;
 pub mod revive;
 pub mod root;
-pub mod runner;
 pub mod spec;
-pub mod transitions;
 pub mod validate;
 pub mod wait;
 
@@ -103,7 +100,7 @@ fn dispatch(cli: Cli) -> CliResult {
             clap_complete::generate(shell, &mut command, "subagents", &mut std::io::stdout());
             Ok(())
         }
-        Command::Monitor => std::process::exit(monitor::main()),
-        Command::Runner => std::process::exit(runner::main()),
+        Command::Monitor => std::process::exit(supervisor::monitor::main()),
+        Command::Runner => std::process::exit(supervisor::runner::main()),
     }
 }

@@ -42,7 +42,7 @@ pub fn startup_timeouts_ms() -> (u64, u64) {
 fn session_file(config: &LaunchConfig) -> PathBuf {
     match &config.revival {
         Some(revival) => revival.session_file.clone(),
-        None => crate::runner::output_path(config, 0),
+        None => supervisor::runner::output_path(config, 0),
     }
 }
 
@@ -70,7 +70,7 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
         "systemPromptMode": "append",
         "inheritProjectContext": false,
         "inheritSkills": false,
-        "outputPath": crate::runner::output_path(config, 0),
+        "outputPath": supervisor::runner::output_path(config, 0),
         "outputMode": "inline",
         "maxSubagentDepth": 2,
         "share": false,

@@ -1,7 +1,7 @@
 //! `events.jsonl`: one snapshot per event kind.
 //!
 //! The runner's and monitor's events are appended through
-//! `status::events::append` with the fields `crates/launcher/src/runner.rs`
+//! `status::events::append` with the fields `crates/supervisor/src/runner.rs`
 //! and `monitor.rs` pass (to be replaced by the runner's own output once the
 //! launcher has an injectable clock); `process_terminal` and `repaired_stale`
 //! come from the status crate's own writers (`proof::finalize`,

@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use launcher::config::{GroupConfig, LaunchConfig, StepConfig};
+use supervisor::config::{GroupConfig, LaunchConfig, StepConfig};
 use launcher::prepare::{Budget, Request, Slot};
 use launcher::spec::{Plan, StepSpec};
-use launcher::transitions::{self, StepEnd};
+use supervisor::transitions::{self, StepEnd};
 use process_identity::ProcessIdentity;
 use serde_json::json;
 use status::{RunState, RunStatus};

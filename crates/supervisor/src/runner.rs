@@ -28,8 +28,8 @@ use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
 
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
-use crate::launch::Launched;
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
+use crate::spawn::Launched;
 pub use crate::transitions::output_path;
 use crate::transitions::{self, log_path};
 
@@ -865,7 +865,7 @@ fn spawn_command(
     if let Some(revival) = &config.revival {
         command.env("SUBAGENTS_RESUMED_FROM", &revival.source_run_id);
     }
-    if let Some(descriptor) = crate::fanout::child_env(config, i) {
+    if let Some(descriptor) = crate::config::child_fanout_env(config, i) {
         command
             .env(fanout_budget::BUDGET_ENV, descriptor)
             .env_remove(fanout_budget::BUDGET_ENV_ALIAS);

@@ -108,3 +108,15 @@ impl LaunchConfig {
             .unwrap_or(0)
     }
 }
+
+/// The env value for step `i`'s child: the run's descriptor with the step's
+/// claim label appended to `parentPath` (single runs hand it on unchanged).
+pub fn child_fanout_env(config: &LaunchConfig, i: usize) -> Option<String> {
+    let descriptor: fanout_budget::Descriptor =
+        serde_json::from_value(config.fanout_descriptor.clone()?).ok()?;
+    let child = match config.steps.get(i).and_then(|s| s.fanout_label.as_deref()) {
+        Some(label) => descriptor.child(label),
+        None => descriptor,
+    };
+    Some(child.to_env_value())
+}

@@ -1,0 +1,24 @@
+//! The process side of a run: everything that runs, waits on, signals or
+//! proves the end of a run's processes.
+//!
+//! * [`spawn`] starts the detached monitor and waits for the runner's
+//!   `ready` line on an inherited pipe.
+//! * [`monitor`] is the runner's parent: it waits on the runner, empties
+//!   what is left, and writes the process-terminal proof.
+//! * [`runner`] runs the steps and owns `status.json` while the run lives.
+//! * [`procs`] is the Unix plumbing they share: a signalfd wait, reaping,
+//!   emptying process groups.
+//! * [`transitions`] are every status change the processes make, as pure
+//!   functions of the current status and injected facts.
+//! * [`config`] is what travels from launcher to monitor to runner on stdin.
+//!
+//! A host binary embeds this crate by dispatching the hidden arguments
+//! `__monitor` and `__runner` to [`monitor::main`] and [`runner::main`].
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod monitor;
+pub mod procs;
+pub mod runner;
+pub mod spawn;
+pub mod transitions;
