@@ -74,6 +74,9 @@ pub fn transfer(
     pools(layout).transfer(&request).map_err(capacity_error)
 }
 
+/// What the user can change when the session is full.
+pub const CAPACITY_HINT: &str = "the limit is --max-active N or $SUBAGENTS_MAX_ACTIVE (0 = no limit), per session (--session ID or $SUBAGENTS_SESSION_ID); a slot is freed only when its run has finished and its exit was observed (see `subagents capacity`). Runs started inside a run take no slot.";
+
 /// Maps a capacity error; exhaustion is exit 3 carrying the snapshot.
 pub fn capacity_error(e: CapacityError) -> CliError {
     match e {
@@ -96,6 +99,7 @@ pub fn capacity_error(e: CapacityError) -> CliError {
             CliError {
                 detail: Some(Box::new(json!({"capacity": snapshot}))),
                 notes,
+                hint: Some(CAPACITY_HINT.to_owned()),
                 ..CliError::new(Exit::Limit, message)
             }
         }

@@ -86,11 +86,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run fan-out budget plumbing.
+    /// Run fan-out budget: with no subcommand, the report of `budget doctor`.
+    #[command(args_conflicts_with_subcommands = true)]
     Budget {
+        /// The report's options (no subcommand).
+        #[command(flatten)]
+        doctor: DoctorArgs,
         /// What to do.
         #[command(subcommand)]
-        action: BudgetAction,
+        action: Option<BudgetAction>,
     },
     /// Show the active-run capacity of a session.
     Capacity {
@@ -141,9 +145,12 @@ pub struct RunArgs {
     /// Owner session (else $SUBAGENTS_SESSION_ID, else the terminal).
     #[arg(long, env = "SUBAGENTS_SESSION_ID")]
     pub session: Option<String>,
-    /// At most N active background runs per session (0 = no limit).
+    /// At most N active background runs per session (0 = no limit); runs started inside a run take no slot.
     #[arg(long, env = "SUBAGENTS_MAX_ACTIVE", value_name = "N")]
     pub max_active: Option<u32>,
+    /// The session's directory, recorded as `sessionRoot` (else $SUBAGENTS_SESSION_DIR).
+    #[arg(long, env = "SUBAGENTS_SESSION_DIR", value_name = "DIR")]
+    pub session_dir: Option<PathBuf>,
     /// Print {runId, asyncDir, pid, runnerProcessInstanceId} as JSON.
     #[arg(long)]
     pub json: bool,
@@ -153,8 +160,8 @@ pub struct RunArgs {
     /// A composite run from a JSON spec file (see README: parallel, chain).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["agent", "task", "task_file"])]
     pub spec: Option<PathBuf>,
-    /// Run fan-out budget of a new root run (else $SUBAGENTS_MAX_SPAWNS_PER_RUN, else 64).
-    #[arg(long, value_name = "N")]
+    /// Run fan-out budget of a new root run, 1..=1000000 (else $SUBAGENTS_MAX_SPAWNS_PER_RUN, else 64); ignored inside a run.
+    #[arg(long, value_name = "N", value_parser = fanout_limit_parser())]
     pub fanout_limit: Option<u64>,
     /// The command and its arguments; `{task_file}` is replaced by the task file path.
     #[arg(
@@ -183,9 +190,27 @@ pub struct ListArgs {
     pub json: bool,
 }
 
+fn fanout_limit_parser() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..=fanout_budget::MAX_LIMIT)
+}
+
+/// `subagents budget [doctor]`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DoctorArgs {
+    /// Report the limit as if `run --fanout-limit N` were given.
+    #[arg(long, value_name = "N", value_parser = fanout_limit_parser())]
+    pub fanout_limit: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `subagents budget ...`.
 #[derive(Debug, Subcommand)]
 pub enum BudgetAction {
+    /// The limit a new root run gets and from where, the inherited budget
+    /// inside a run, and how claims are counted (also `budget` alone).
+    Doctor(DoctorArgs),
     /// Create a budget; prints its descriptor JSON.
     Create {
         /// Root run id recorded in the manifest.

@@ -49,6 +49,9 @@ pub struct CliError {
     pub quiet: bool,
     /// Detail lines printed on stderr after the message.
     pub notes: Vec<String>,
+    /// What the user can change (our flags and env vars), printed as a
+    /// `hint:` line and carried as `error.hint` in `--json`.
+    pub hint: Option<String>,
 }
 
 impl CliError {
@@ -60,6 +63,7 @@ impl CliError {
             detail: None,
             quiet: false,
             notes: Vec::new(),
+            hint: None,
         }
     }
 
@@ -76,12 +80,16 @@ impl CliError {
             detail: None,
             quiet: true,
             notes: Vec::new(),
+            hint: None,
         }
     }
 
     /// The `--json` error object.
     pub fn to_json(&self) -> Value {
         let mut value = json!({"error": {"code": self.exit.name(), "message": self.message}});
+        if let Some(hint) = &self.hint {
+            value["error"]["hint"] = json!(hint);
+        }
         if let Some(Value::Object(detail)) = self.detail.as_deref()
             && let Value::Object(map) = &mut value
         {

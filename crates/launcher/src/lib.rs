@@ -49,6 +49,9 @@ pub fn main() -> i32 {
                 for note in &e.notes {
                     eprintln!("  {note}");
                 }
+                if let Some(hint) = &e.hint {
+                    eprintln!("  hint: {hint}");
+                }
             }
             e.exit.code()
         }
@@ -66,8 +69,14 @@ fn wants_json(command: &Command) -> bool {
         | Command::Reconcile { json }
         | Command::Capacity { json, .. }
         | Command::Budget {
-            action: cli::BudgetAction::Claim { json, .. },
+            action: Some(cli::BudgetAction::Claim { json, .. }),
+            ..
         } => *json,
+        Command::Budget {
+            action: Some(cli::BudgetAction::Doctor(args)),
+            ..
+        } => args.json,
+        Command::Budget { doctor, .. } => doctor.json,
         _ => false,
     }
 }
@@ -87,7 +96,7 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Logs { run, follow } => commands::logs(&layout, &run, follow),
         Command::Reconcile { json } => commands::reconcile(&layout, json),
         Command::Dismiss { run } => commands::dismiss(&layout, &run),
-        Command::Budget { action } => fanout::budget_command(&layout, action),
+        Command::Budget { doctor, action } => fanout::budget_command(&layout, &doctor, action),
         Command::Resume(args) => revive::resume(&layout, &args),
         Command::Validate { kind, file, json } => validate::command(&layout, kind, &file, json),
         Command::Capacity {

@@ -69,6 +69,8 @@ pub struct Request {
     pub revival: Option<Revival>,
     /// Extra environment for every COMMAND (recorded in the launch contract).
     pub env: BTreeMap<String, String>,
+    /// The directory of the session the run belongs to (`sessionRoot`).
+    pub session_root: Option<PathBuf>,
 }
 
 /// The part of a request that makes it a revival.
@@ -96,8 +98,24 @@ impl Request {
             slot: Slot::Acquire,
             revival: None,
             env: BTreeMap::new(),
+            session_root: session_root(args.session_dir.as_deref())?,
         })
     }
+}
+
+/// `--session-dir` / `$SUBAGENTS_SESSION_DIR` as an absolute, existing
+/// directory; empty is none.
+fn session_root(dir: Option<&Path>) -> CliResult<Option<PathBuf>> {
+    let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(None);
+    };
+    let real = dir.canonicalize().ok().filter(|d| d.is_dir());
+    real.map(Some).ok_or_else(|| {
+        CliError::failed(format!(
+            "failed to launch run: session directory '{}' is not an existing directory",
+            dir.display()
+        ))
+    })
 }
 
 /// Plans and admits a run, then writes its first files.
@@ -162,6 +180,7 @@ fn write_run(
         fanout_descriptor: serde_json::to_value(persisted.descriptor()).ok(),
         env: request.env.clone(),
         revival: request.revival.as_ref().map(|r| revival_config(layout, r)),
+        session_root: request.session_root.clone(),
     };
     if config.mode == "single" {
         crate::revive::persist(&config, request, persisted.descriptor())?;
@@ -177,6 +196,11 @@ fn take_slot(
     run_id: &str,
     run_dir: &Path,
 ) -> CliResult<Option<SlotHandle>> {
+    // A nested launch is bounded by the fan-out budget it inherits, never
+    // by the session's capacity (capacity.md §2: top-level launches only).
+    if crate::fanout::is_nested() {
+        return Ok(None);
+    }
     match &request.slot {
         Slot::Acquire => admission::acquire(
             layout,
@@ -269,7 +293,11 @@ fn run_timeout(text: Option<&str>) -> CliResult<Option<u64>> {
 /// `task` fields otherwise.
 fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
     if args.spec.is_some() {
-        return Ok(plan.steps.iter().map(|s| s.spec.task.clone()).collect());
+        return Ok(plan
+            .steps
+            .iter()
+            .map(|s| non_blank(s.spec.task.clone()))
+            .collect());
     }
     if let Some(path) = &args.task_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
@@ -278,9 +306,15 @@ fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
                 path.display()
             ))
         })?;
-        return Ok(vec![Some(text)]);
+        return Ok(vec![non_blank(Some(text))]);
     }
-    Ok(vec![args.task.clone()])
+    Ok(vec![non_blank(args.task.clone())])
+}
+
+/// A task that is blank after trimming is no task: no task file, no
+/// `[prompt redacted]` marker, nothing on stdin (as the reference).
+fn non_blank(task: Option<String>) -> Option<String> {
+    task.filter(|t| !t.trim().is_empty())
 }
 
 /// An explicit id (refused when unsafe or taken) or a fresh 10-hex-digit one.
@@ -335,28 +369,33 @@ fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> CliResult<O
         Budget::Claim(limit) => *limit,
     };
     let plan = &request.plan;
-    let budget = match fanout_budget::inherited_from_env(&root).map_err(fail)? {
+    let (budget, own_limit) = match fanout_budget::inherited_from_env(&root).map_err(fail)? {
         Some(inherited) => {
             let nested: Descriptor = inherited.descriptor().child(run_id);
-            OpenBudget::open(&root, &nested).map_err(fail)?
+            (OpenBudget::open(&root, &nested).map_err(fail)?, None)
         }
         None => {
-            let env = fanout_budget::limit_env_value();
-            let limit =
-                limit.unwrap_or_else(|| fanout_budget::resolve_limit(env.as_deref(), None).limit);
-            fanout_budget::create_budget(&root, run_id, limit).map_err(fail)?
+            let resolved = crate::fanout::new_root_limit(limit);
+            let budget = fanout_budget::create_budget(&root, run_id, resolved.limit);
+            (budget.map_err(fail)?, Some(resolved))
         }
     };
     let paths: Vec<&str> = plan.steps.iter().map(|s| s.claim_path.as_str()).collect();
     match budget.claim(&paths) {
         Ok(_) => Ok(budget),
         Err(e) => match e.rejection() {
-            Some(rejection) => Err(CliError {
-                detail: Some(Box::new(
-                    json!({"runFanoutRejection": rejection, "runFanoutBudget": rejection.snapshot}),
-                )),
-                ..CliError::new(Exit::Limit, format!("failed to launch run: {rejection}"))
-            }),
+            Some(rejection) => {
+                let root_run_id = &budget.descriptor().root_run_id;
+                let hint =
+                    crate::fanout::rejection_hint(rejection, root_run_id, own_limit.as_ref());
+                Err(CliError {
+                    detail: Some(Box::new(
+                        json!({"runFanoutRejection": rejection, "runFanoutBudget": rejection.snapshot}),
+                    )),
+                    hint: Some(hint),
+                    ..CliError::new(Exit::Limit, format!("failed to launch run: {rejection}"))
+                })
+            }
             None => Err(fail(e)),
         },
     }

@@ -205,6 +205,12 @@ fn revival_request(
             session_file,
         }),
         env: contract.env,
+        // A revival belongs to its source's session, and so to its directory.
+        session_root: status
+            .extra
+            .get("sessionRoot")
+            .and_then(serde_json::Value::as_str)
+            .map(PathBuf::from),
     })
 }
 

@@ -57,6 +57,12 @@ pub fn run_lines(run: &RunSummary, now: u64, home: Option<&Path>) -> Vec<String>
     }
     if let Some(line) = fanout_line(status.run_fanout_budget.as_ref()) {
         lines.push(format!("  {line}"));
+    } else if let Some(reason) = status
+        .extra
+        .get(crate::list::FANOUT_UNAVAILABLE)
+        .and_then(Value::as_str)
+    {
+        lines.push(format!("  Run fan-out: unavailable ({reason})"));
     }
     if let Some(error) = &status.error {
         lines.push(format!("  Error: {error}"));

@@ -13,6 +13,11 @@ use crate::{Result, index, io_err};
 
 /// A live fan-out snapshot source: given a run directory, the snapshot
 /// `{used, limit, remaining}` from its persisted descriptor, if it has one.
+/// Summary field (never written to disk) saying why a run's live fan-out
+/// snapshot could not be read.
+pub const FANOUT_UNAVAILABLE: &str = "runFanoutBudgetUnavailable";
+
+/// The live fan-out snapshot of a run directory, or why there is none.
 pub type FanoutSource<'a> = &'a dyn Fn(&Path) -> std::result::Result<Option<Value>, String>;
 
 /// One run as listings and `status` show it.
@@ -197,13 +202,18 @@ fn summarize(
         status.process_terminal = Some(proof.to_value());
     }
     if let Some(source) = fanout {
-        let live = source(dir).map_err(|reason| crate::Error::Invalid {
-            what: "persisted run fan-out budget",
-            path: dir.join("run-fanout-budget.json").display().to_string(),
-            reason,
-        })?;
-        if live.is_some() {
-            status.run_fanout_budget = live;
+        // One run's missing or corrupt budget must not fail the listing of
+        // every other run (the reference throws here): its fan-out line says
+        // "unavailable" and why, and the stale snapshot is not shown.
+        match source(dir) {
+            Ok(Some(live)) => status.run_fanout_budget = Some(live),
+            Ok(None) => {}
+            Err(reason) => {
+                status.run_fanout_budget = None;
+                status
+                    .extra
+                    .insert(FANOUT_UNAVAILABLE.into(), Value::String(reason));
+            }
         }
     }
     Ok(RunSummary {

@@ -76,6 +76,10 @@ pub struct LaunchConfig {
     /// startup handshake before it starts anything.
     #[serde(default)]
     pub revival: Option<RevivalConfig>,
+    /// The directory of the session the run belongs to: recorded as
+    /// `sessionRoot` and handed to COMMAND as `$SUBAGENTS_SESSION_DIR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_root: Option<PathBuf>,
 }
 
 /// What a revival's runner needs for the lease and the handshake.

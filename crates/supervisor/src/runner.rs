@@ -153,6 +153,9 @@ fn write_running(
         "cwd": config.steps.first().map(|s| s.cwd.clone()),
         "pid": identity.pid,
     });
+    if let Some(root) = &config.session_root {
+        fields["sessionRoot"] = json!(root);
+    }
     if config.steps.first().is_some_and(|s| s.task_file.is_some()) {
         fields["task"] = json!(PROMPT_REDACTED);
         fields["goal"] = json!(PROMPT_REDACTED);
@@ -864,6 +867,9 @@ fn spawn_command(
     }
     if let Some(revival) = &config.revival {
         command.env("SUBAGENTS_RESUMED_FROM", &revival.source_run_id);
+    }
+    if let Some(root) = &config.session_root {
+        command.env("SUBAGENTS_SESSION_DIR", root);
     }
     if let Some(descriptor) = crate::config::child_fanout_env(config, i) {
         command

@@ -44,6 +44,9 @@ pub fn queued(
             .extra
             .insert("resumedFrom".into(), json!(revival.source_run_id));
     }
+    if let Some(root) = &config.session_root {
+        queued.extra.insert("sessionRoot".into(), json!(root));
+    }
     let steps = config.steps.iter().map(|s| Step {
         agent: s.agent.clone(),
         status: "pending".into(),

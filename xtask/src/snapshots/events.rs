@@ -22,12 +22,25 @@ const RUNNER: &str = "00000000-0000-4000-8000-00000000a001";
 /// One artifact per event kind.
 pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
     let scratch = Scratch::new()?;
-    let appended: [(&str, &str, Value); 10] = [
+    let appended: [(&str, &str, Value); 12] = [
         (
             "run-started",
             "subagent.run.started",
             json!({"lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION, "mode": "chain",
                 "cwd": "/work/project", "pid": PID, "task": PROMPT_REDACTED, "goal": PROMPT_REDACTED}),
+        ),
+        (
+            "run-started-session-root",
+            "subagent.run.started",
+            json!({"lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION, "mode": "single",
+                "cwd": "/work/project", "pid": PID, "sessionRoot": "/home/alice/.pi/agent/sessions/proj",
+                "task": PROMPT_REDACTED, "goal": PROMPT_REDACTED}),
+        ),
+        (
+            "run-started-blank-task",
+            "subagent.run.started",
+            json!({"lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION, "mode": "single",
+                "cwd": "/work/project", "pid": PID}),
         ),
         (
             "parallel-started",

@@ -9,13 +9,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use supervisor::config::{GroupConfig, LaunchConfig, StepConfig};
 use launcher::prepare::{Budget, Request, Slot};
 use launcher::spec::{Plan, StepSpec};
-use supervisor::transitions::{self, StepEnd};
 use process_identity::ProcessIdentity;
 use serde_json::json;
 use status::{RunState, RunStatus};
+use supervisor::config::{GroupConfig, LaunchConfig, StepConfig};
+use supervisor::transitions::{self, StepEnd};
 
 use super::{Artifact, Kind, PID, Scratch, T0};
 
@@ -81,6 +81,8 @@ fn config(
         fanout_descriptor: None,
         env: BTreeMap::new(),
         revival: None,
+        // A single run records the directory of its session (`sessionRoot`).
+        session_root: (!composite).then(|| "/home/alice/.pi/agent/sessions/proj".into()),
     }
 }
 
@@ -440,6 +442,7 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         slot: Slot::Acquire,
         revival: None,
         env: BTreeMap::from([("AGENT_MODE".to_owned(), "review".to_owned())]),
+        session_root: None,
     };
     launcher::revive::persist(&config, &request, &descriptor)
         .map_err(|e| anyhow::anyhow!(e.message))?;
