@@ -85,6 +85,9 @@ pub fn describe(run: &RunSummary) -> String {
     if let Some(pid) = s.pid {
         lines.push(format!("  Runner pid: {pid}"));
     }
+    if let Some(root) = s.extra.get("sessionRoot").and_then(|v| v.as_str()) {
+        lines.push(format!("  Session root: {root}"));
+    }
     if let (Some(start), end) = (s.started_at, s.ended_at) {
         let elapsed = end.unwrap_or_else(now_ms).saturating_sub(start);
         lines.push(format!(
