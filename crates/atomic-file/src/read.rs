@@ -1,0 +1,361 @@
+//! Bounded, non-blocking reads of state files.
+//!
+//! A state root is data other processes (and, on a shared machine, other
+//! users) can touch. A FIFO planted in place of `status.json` would block a
+//! plain `open` forever, a device or a 300 MB file would stall every command,
+//! and a symlink could point anywhere. Every reader of a state file goes
+//! through [`read_file`] (or [`open_regular`] for logs, which are streamed):
+//!
+//! * open with `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`, so neither a symlink
+//!   nor a FIFO is followed or waited on;
+//! * `fstat` the handle and refuse anything that is not a regular file;
+//! * refuse files over the cap ([`STATE_FILE_LIMIT`] by default) and read at
+//!   most cap + 1 bytes, so a file growing under us is still bounded.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::escape_path;
+
+/// The largest state file any reader accepts (16 MiB).
+pub const STATE_FILE_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// Why a state file could not be read. Every message names the path, on one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// open/fstat/read failed.
+    #[error("failed to read '{}': {source}", escape_path(path))]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The path is a symlink (never followed).
+    #[error("failed to read '{}': is a symbolic link", escape_path(path))]
+    Symlink {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The path is a FIFO, device, socket or directory.
+    #[error("failed to read '{}': not a regular file ({kind})", escape_path(path))]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead ("FIFO", "directory", ...).
+        kind: &'static str,
+    },
+    /// The file is larger than the cap.
+    #[error(
+        "failed to read '{}': {} exceeds the {} limit for state files",
+        escape_path(path),
+        human_size(*size),
+        human_size(*limit)
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size (or at least cap + 1 when it grew while read).
+        size: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// The file belongs to another user (see [`set_allow_foreign_owner`]).
+    #[error(
+        "failed to read '{}': owned by uid {uid}, not by this user (pass --allow-shared-root to trust it)",
+        escape_path(path)
+    )]
+    ForeignOwner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+}
+
+impl ReadError {
+    /// True when the file does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Io { path, .. }
+            | Self::Symlink { path }
+            | Self::NotRegular { path, .. }
+            | Self::TooLarge { path, .. }
+            | Self::ForeignOwner { path, .. } => path,
+        }
+    }
+
+    /// The error as an `io::Error` (for callers whose error type wraps one).
+    pub fn into_io(self) -> io::Error {
+        match self {
+            Self::Io { source, .. } => source,
+            other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+        }
+    }
+}
+
+static ALLOW_FOREIGN_OWNER: AtomicBool = AtomicBool::new(false);
+
+/// Trusts state files owned by other users (the `--allow-shared-root`
+/// escape hatch). By default a file owned by neither this user nor root is
+/// refused: on a shared root another user could have planted it.
+pub fn set_allow_foreign_owner(allow: bool) {
+    ALLOW_FOREIGN_OWNER.store(allow, Ordering::Relaxed);
+}
+
+/// Whether [`set_allow_foreign_owner`] was turned on.
+pub fn allow_foreign_owner() -> bool {
+    ALLOW_FOREIGN_OWNER.load(Ordering::Relaxed)
+}
+
+/// Reads a whole state file, capped at [`STATE_FILE_LIMIT`].
+pub fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
+    read_file_capped(path, STATE_FILE_LIMIT)
+}
+
+/// Reads a whole file, refusing one larger than `limit` bytes.
+pub fn read_file_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let file = open_regular(path)?;
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = file.metadata().map_err(io)?.len();
+    if size > limit {
+        return Err(too_large(path, size, limit));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(path, bytes.len() as u64, limit));
+    }
+    Ok(bytes)
+}
+
+/// [`read_file`] as UTF-8 text.
+pub fn read_to_string(path: &Path) -> Result<String, ReadError> {
+    String::from_utf8(read_file(path)?).map_err(|e| ReadError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()),
+    })
+}
+
+/// [`read_file`] with a missing file as `None`.
+pub fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, ReadError> {
+    match read_file(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens `path` for reading without following a symlink or blocking on a
+/// FIFO, and checks through the handle that it is a regular file owned by
+/// this user (or root). For files read in a stream (logs, events) that have
+/// no size cap.
+pub fn open_regular(path: &Path) -> Result<File, ReadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_regular(&file, path)?;
+    Ok(file)
+}
+
+/// Opens (creating 0600 if missing) a lock file for `flock`, without
+/// following a symlink or blocking on a FIFO; refuses anything that is not a
+/// regular file.
+pub fn open_lock_file(path: &Path) -> Result<File, ReadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(crate::FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_regular(&file, path)?;
+    Ok(file)
+}
+
+fn open_error(path: &Path, source: io::Error) -> ReadError {
+    // O_NOFOLLOW on a symlink fails with ELOOP; an O_NONBLOCK write-open of a
+    // FIFO without a reader fails with ENXIO.
+    match source.raw_os_error() {
+        Some(libc::ELOOP) => ReadError::Symlink {
+            path: path.to_path_buf(),
+        },
+        Some(libc::ENXIO) => ReadError::NotRegular {
+            path: path.to_path_buf(),
+            kind: "FIFO or device",
+        },
+        _ => ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+fn check_regular(file: &File, path: &Path) -> Result<(), ReadError> {
+    let meta = file.metadata().map_err(|source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let kind = if kind.is_fifo() {
+            "FIFO"
+        } else if kind.is_dir() {
+            "directory"
+        } else if kind.is_socket() {
+            "socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "device"
+        } else {
+            "special file"
+        };
+        return Err(ReadError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    if !trusted_owner(meta.uid()) {
+        return Err(ReadError::ForeignOwner {
+            path: path.to_path_buf(),
+            uid: meta.uid(),
+        });
+    }
+    Ok(())
+}
+
+/// True when a file or directory owned by `uid` may be trusted: ours, root's,
+/// or anyone's once [`set_allow_foreign_owner`] was turned on.
+pub fn trusted_owner(uid: u32) -> bool {
+    // SAFETY: geteuid has no failure modes and no memory effects.
+    let me = unsafe { libc::geteuid() };
+    uid == me || uid == 0 || allow_foreign_owner()
+}
+
+fn too_large(path: &Path, size: u64, limit: u64) -> ReadError {
+    ReadError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        limit,
+    }
+}
+
+/// `318 MiB`, `12 KiB`, `900 bytes`.
+pub fn human_size(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= 1024 {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::process::Command;
+
+    fn mkfifo(path: &Path) {
+        assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+    }
+
+    #[test]
+    fn reads_a_regular_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        std::fs::write(&file, "{}").unwrap();
+        assert_eq!(read_file(&file).unwrap(), b"{}");
+        assert_eq!(read_to_string(&file).unwrap(), "{}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("status.json");
+        mkfifo(&fifo);
+        let err = read_file(&fifo).unwrap_err();
+        assert!(matches!(err, ReadError::NotRegular { kind: "FIFO", .. }), "{err}");
+        assert!(err.to_string().contains("not a regular file (FIFO)"), "{err}");
+        let lock = open_lock_file(&fifo).unwrap_err();
+        assert!(matches!(lock, ReadError::NotRegular { .. }), "{lock}");
+    }
+
+    #[test]
+    fn devices_directories_and_symlinks_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            read_file(Path::new("/dev/zero")).unwrap_err(),
+            ReadError::NotRegular { kind: "device", .. }
+        ));
+        assert!(matches!(
+            read_file(tmp.path()).unwrap_err(),
+            ReadError::NotRegular {
+                kind: "directory",
+                ..
+            }
+        ));
+        let target = tmp.path().join("target");
+        std::fs::write(&target, "x").unwrap();
+        let link = tmp.path().join("link");
+        symlink(&target, &link).unwrap();
+        assert!(matches!(
+            read_file(&link).unwrap_err(),
+            ReadError::Symlink { .. }
+        ));
+        assert!(matches!(
+            open_lock_file(&link).unwrap_err(),
+            ReadError::Symlink { .. }
+        ));
+    }
+
+    #[test]
+    fn oversize_files_are_refused_naming_size_and_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        let big = File::create(&file).unwrap();
+        big.set_len(318 * 1024 * 1024).unwrap();
+        let err = read_file(&file).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "failed to read '{}': 318 MiB exceeds the 16 MiB limit for state files",
+                file.display()
+            )
+        );
+        std::fs::write(&file, "12345").unwrap();
+        assert!(matches!(
+            read_file_capped(&file, 4).unwrap_err(),
+            ReadError::TooLarge { size: 5, limit: 4, .. }
+        ));
+        assert_eq!(read_file_capped(&file, 5).unwrap(), b"12345");
+    }
+
+    #[test]
+    fn missing_files_are_none_and_errors_stay_on_one_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("a\nb");
+        assert!(read_optional(&file).unwrap().is_none());
+        let err = read_file(&file).unwrap_err();
+        assert!(err.is_not_found());
+        assert!(!err.to_string().contains('\n'), "{err}");
+        assert!(err.to_string().contains("a\\nb"), "{err}");
+    }
+}
