@@ -124,7 +124,15 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
 
 /// Reads a whole file, refusing one larger than `limit` bytes.
 pub fn read_file_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let file = open_regular(path)?;
+    read_opened(open_regular(path)?, path, limit)
+}
+
+/// Reads a file the caller opened itself (e.g. with `openat` relative to a
+/// directory handle, with `O_NOFOLLOW | O_NONBLOCK`): checks through the
+/// handle that it is a trusted regular file, then reads at most `limit` bytes.
+/// `path` names the file in errors.
+pub fn read_opened(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    check_regular(&file, path)?;
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
