@@ -94,12 +94,23 @@ impl ReadError {
         }
     }
 
-    /// The error as an `io::Error` (for callers whose error type wraps one).
+    /// The error as an `io::Error` without the path (for callers whose error
+    /// type wraps one and names the path itself).
     pub fn into_io(self) -> io::Error {
-        match self {
-            Self::Io { source, .. } => source,
-            other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
-        }
+        let reason = match self {
+            Self::Io { source, .. } => return source,
+            Self::Symlink { .. } => "is a symbolic link".to_owned(),
+            Self::NotRegular { kind, .. } => format!("not a regular file ({kind})"),
+            Self::TooLarge { size, limit, .. } => format!(
+                "{} exceeds the {} limit for state files",
+                human_size(size),
+                human_size(limit)
+            ),
+            Self::ForeignOwner { uid, .. } => format!(
+                "owned by uid {uid}, not by this user (pass --allow-shared-root to trust it)"
+            ),
+        };
+        io::Error::new(io::ErrorKind::InvalidData, reason)
     }
 }
 
