@@ -144,6 +144,10 @@ pub fn read_file_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
 /// `path` names the file in errors.
 pub fn read_opened(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     check_regular(&file, path)?;
+    read_checked(file, path, limit)
+}
+
+fn read_checked(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -158,6 +162,20 @@ pub fn read_opened(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadE
         return Err(too_large(path, bytes.len() as u64, limit));
     }
     Ok(bytes)
+}
+
+/// Reads a file the user named on the command line (a spec, a descriptor, the
+/// input of `validate`): symlinks are followed and any owner is accepted, but
+/// a FIFO, device or directory is refused at once and the size is capped at
+/// [`STATE_FILE_LIMIT`].
+pub fn read_input_file(path: &Path) -> Result<Vec<u8>, ReadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_kind(&file, path)?;
+    read_checked(file, path, STATE_FILE_LIMIT)
 }
 
 /// [`read_file`] as UTF-8 text.
@@ -227,6 +245,17 @@ fn open_error(path: &Path, source: io::Error) -> ReadError {
 }
 
 fn check_regular(file: &File, path: &Path) -> Result<(), ReadError> {
+    let meta = check_kind(file, path)?;
+    if !trusted_owner(meta.uid()) {
+        return Err(ReadError::ForeignOwner {
+            path: path.to_path_buf(),
+            uid: meta.uid(),
+        });
+    }
+    Ok(())
+}
+
+fn check_kind(file: &File, path: &Path) -> Result<std::fs::Metadata, ReadError> {
     let meta = file.metadata().map_err(|source| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -249,13 +278,7 @@ fn check_regular(file: &File, path: &Path) -> Result<(), ReadError> {
             kind,
         });
     }
-    if !trusted_owner(meta.uid()) {
-        return Err(ReadError::ForeignOwner {
-            path: path.to_path_buf(),
-            uid: meta.uid(),
-        });
-    }
-    Ok(())
+    Ok(meta)
 }
 
 /// True when a file or directory owned by `uid` may be trusted: ours, root's,

@@ -292,16 +292,18 @@ pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
 }
 
 fn print_file(path: &Path, label: &str, shown: &mut bool) -> CliResult<bool> {
-    let text = std::fs::read(path).unwrap_or_default();
-    if text.is_empty() {
+    // A FIFO or symlink in place of a log is skipped, never waited on.
+    let Ok(mut file) = atomic_file::read::open_regular(path) else {
+        return Ok(false);
+    };
+    if file.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
         return Ok(false);
     }
     if *shown || label != "output" {
-        eprintln!("==> {label} ({}) <==", path.display());
+        eprintln!("==> {label} ({}) <==", atomic_file::escape_path(path));
     }
     *shown = true;
-    std::io::stdout()
-        .write_all(&text)
+    std::io::copy(&mut file, &mut std::io::stdout())
         .map_err(|e| CliError::failed(format!("failed to write logs: {e}")))?;
     Ok(true)
 }
@@ -323,7 +325,7 @@ fn follow_logs(layout: &Layout, id: &str, sources: &[PathBuf]) -> CliResult {
 }
 
 fn copy_new_bytes(path: &Path, offset: u64) -> CliResult<u64> {
-    let Ok(mut file) = std::fs::File::open(path) else {
+    let Ok(mut file) = atomic_file::read::open_regular(path) else {
         return Ok(0);
     };
     file.seek(SeekFrom::Start(offset))
