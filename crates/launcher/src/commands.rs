@@ -309,7 +309,7 @@ pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
     .map(|n| dir.join(n))
     .collect();
     if !follow {
-        let output = run.status.output_file.as_ref().map(|o| dir.join(o));
+        let output = run.status.output_file.as_ref().map(|o| rebased_output(&dir, o));
         let terminal = !run.status.state.is_active();
         let mut shown = false;
         if let Some(output) = output.filter(|o| terminal && o.exists()) {
@@ -322,6 +322,21 @@ pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
         return Ok(());
     }
     follow_logs(layout, &run.id, &sources)
+}
+
+/// The output file of a run whose root was moved or copied: the status still
+/// records the old absolute path inside the old run directory; the file now
+/// lives in `dir`. Other absolute paths stay as recorded.
+fn rebased_output(dir: &Path, recorded: &str) -> PathBuf {
+    let path = dir.join(recorded);
+    if path.starts_with(dir) {
+        return path;
+    }
+    let same_run = path.parent().and_then(Path::file_name) == dir.file_name();
+    match path.file_name().map(|name| dir.join(name)) {
+        Some(moved) if same_run && moved.exists() => moved,
+        _ => path,
+    }
 }
 
 fn print_file(path: &Path, label: &str, shown: &mut bool) -> CliResult<bool> {
