@@ -117,7 +117,10 @@ fn a_fifo_status_json_never_hangs_and_never_hides_the_other_runs() {
         let text = stdout(&out);
         let row = format!("- {bad} | unreadable | ");
         assert!(text.contains(&row), "{args:?}: {text}");
-        assert!(text.contains("not a regular file (FIFO)"), "{args:?}: {text}");
+        assert!(
+            text.contains("not a regular file (FIFO)"),
+            "{args:?}: {text}"
+        );
         if args == ["list", "--all"] {
             assert!(text.contains(&format!("- {good} | complete")), "{text}");
         }
@@ -134,9 +137,16 @@ fn a_fifo_status_json_never_hangs_and_never_hides_the_other_runs() {
             .contains(&status.display().to_string()),
         "{unreadable}"
     );
-    assert!(rows.iter().any(|r| r["id"] == good.as_str() && r["state"] == "complete"));
+    assert!(
+        rows.iter()
+            .any(|r| r["id"] == good.as_str() && r["state"] == "complete")
+    );
     let reconciled: Value = serde_json::from_str(&env.ok(&["reconcile", "--json"])).unwrap();
-    assert_eq!(reconciled["unreadable"][0]["id"], bad.as_str(), "{reconciled}");
+    assert_eq!(
+        reconciled["unreadable"][0]["id"],
+        bad.as_str(),
+        "{reconciled}"
+    );
 
     let file = status.to_str().unwrap();
     for args in [
@@ -155,7 +165,10 @@ fn a_fifo_status_json_never_hangs_and_never_hides_the_other_runs() {
     assert_eq!(env.ok(&["logs", &good]), "good\n");
     assert_eq!(env.status_json(&good)["state"], "complete");
     let stopped = env.ok(&["stop", &good]);
-    assert!(stopped.starts_with(&format!("{good} complete")), "{stopped}");
+    assert!(
+        stopped.starts_with(&format!("{good} complete")),
+        "{stopped}"
+    );
 }
 
 #[test]
@@ -196,7 +209,11 @@ fn one_corrupt_or_oversize_status_among_healthy_runs_lists_and_reconciles() {
     let good = finished_run(&env, "echo good");
     let corrupt = finished_run(&env, "echo corrupt");
     let big = finished_run(&env, "echo big");
-    std::fs::write(run_dir(env.root(), &corrupt).join("status.json"), "{\"state\":").unwrap();
+    std::fs::write(
+        run_dir(env.root(), &corrupt).join("status.json"),
+        "{\"state\":",
+    )
+    .unwrap();
     let huge = run_dir(env.root(), &big).join("status.json");
     let file = std::fs::OpenOptions::new().write(true).open(&huge).unwrap();
     file.set_len(318 * 1024 * 1024).unwrap();
@@ -205,7 +222,12 @@ fn one_corrupt_or_oversize_status_among_healthy_runs_lists_and_reconciles() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = stdout(&out);
     assert!(text.contains(&format!("- {good} | complete")), "{text}");
-    assert!(text.contains(&format!("- {corrupt} | unreadable | failed to parse async status file")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "- {corrupt} | unreadable | failed to parse async status file"
+        )),
+        "{text}"
+    );
     assert!(
         text.contains(&format!(
             "- {big} | unreadable | failed to read '{}': 318 MiB exceeds the 16 MiB limit for state files",
@@ -222,7 +244,10 @@ fn one_corrupt_or_oversize_status_among_healthy_runs_lists_and_reconciles() {
         "status of the oversize run",
     );
     one_line_failure(
-        &sub(&env, &["validate", "--kind", "status", huge.to_str().unwrap()]),
+        &sub(
+            &env,
+            &["validate", "--kind", "status", huge.to_str().unwrap()],
+        ),
         "318 MiB exceeds the 16 MiB limit",
         "validate the oversize file",
     );
@@ -243,7 +268,10 @@ fn a_moved_root_keeps_listing_showing_and_stopping_its_runs() {
 
     let out = at(&env, &moved, &["list", "--all"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(stdout(&out).contains(&format!("- {id} | complete")), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!("- {id} | complete")),
+        "{out:?}"
+    );
     assert!(stdout(&out).contains("Run fan-out: 1/64 used"), "{out:?}");
     let out = at(&env, &moved, &["status", &id, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -263,7 +291,11 @@ fn read_only_bind(dir: &Path) -> Option<(tempfile::TempDir, PathBuf)> {
     let mount = tempfile::tempdir().unwrap();
     let target = mount.path().join("ro");
     std::fs::create_dir(&target).unwrap();
-    let bind = Command::new("mount").arg("--bind").arg(dir).arg(&target).status();
+    let bind = Command::new("mount")
+        .arg("--bind")
+        .arg(dir)
+        .arg(&target)
+        .status();
     if !bind.is_ok_and(|s| s.success()) {
         return None;
     }
@@ -303,7 +335,10 @@ fn reads_without_writing(env: &Env, root: &Path, id: &str, cause: &str) {
             "{args:?}: {err:?}"
         );
         if args[0] != "reconcile" {
-            assert!(stdout(&out).contains(&format!("- {id} | running")), "{args:?}: {out:?}");
+            assert!(
+                stdout(&out).contains(&format!("- {id} | running")),
+                "{args:?}: {out:?}"
+            );
         }
     }
     let out = at(env, root, &["capacity"]);
@@ -322,11 +357,20 @@ fn a_read_only_root_lists_and_shows_status() {
     let out = at(&env, &ro, &["list", "--all"]);
     unmount_on_failure(&ro, || {
         assert_eq!(out.status.code(), Some(0), "{out:?}");
-        assert!(stdout(&out).contains(&format!("- {id} | complete")), "{out:?}");
+        assert!(
+            stdout(&out).contains(&format!("- {id} | complete")),
+            "{out:?}"
+        );
         reads_without_writing(&env, &ro, "stale1", "Read-only file system");
         let out = at(&env, &ro, &["status", &id]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         assert_eq!(at(&env, &ro, &["logs", &id]).stdout, b"ro\n");
+        let out = at(&env, &ro, &["stop", &id]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "stop of a finished run: {out:?}"
+        );
     });
     unmount(&ro);
     // Writable again: the repair happens.
@@ -387,9 +431,17 @@ fn a_shared_root_is_refused_unless_allowed() {
     let env = Env::new();
     let id = finished_run(&env, "echo shared");
     let runs = env.root().join("async-subagent-runs");
-    for dir in [env.root().to_path_buf(), runs.clone(), run_dir(env.root(), &id)] {
+    for dir in [
+        env.root().to_path_buf(),
+        runs.clone(),
+        run_dir(env.root(), &id),
+    ] {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        for args in [vec!["list", "--all"], vec!["status", id.as_str()], vec!["reconcile"]] {
+        for args in [
+            vec!["list", "--all"],
+            vec!["status", id.as_str()],
+            vec!["reconcile"],
+        ] {
             one_line_failure(
                 &sub(&env, &args),
                 "is writable by group or others (mode 0777)",

@@ -334,8 +334,14 @@ mod tests {
         let fifo = tmp.path().join("status.json");
         mkfifo(&fifo);
         let err = read_file(&fifo).unwrap_err();
-        assert!(matches!(err, ReadError::NotRegular { kind: "FIFO", .. }), "{err}");
-        assert!(err.to_string().contains("not a regular file (FIFO)"), "{err}");
+        assert!(
+            matches!(err, ReadError::NotRegular { kind: "FIFO", .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("not a regular file (FIFO)"),
+            "{err}"
+        );
         let lock = open_lock_file(&fifo).unwrap_err();
         assert!(matches!(lock, ReadError::NotRegular { .. }), "{lock}");
     }
@@ -385,7 +391,11 @@ mod tests {
         std::fs::write(&file, "12345").unwrap();
         assert!(matches!(
             read_file_capped(&file, 4).unwrap_err(),
-            ReadError::TooLarge { size: 5, limit: 4, .. }
+            ReadError::TooLarge {
+                size: 5,
+                limit: 4,
+                ..
+            }
         ));
         assert_eq!(read_file_capped(&file, 5).unwrap(), b"12345");
     }

@@ -10,8 +10,8 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nix::fcntl::{OFlag, open, openat};
 use atomic_file::read::STATE_FILE_LIMIT;
+use nix::fcntl::{OFlag, open, openat};
 use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -435,7 +435,9 @@ fn a_persisted_budget_of_a_moved_or_copied_root_resolves_under_the_new_root() ->
     let new_run = copy.join("async-subagent-runs/r");
     let read = read_persisted(&new_run, &new_root)?.expect("persisted");
     assert!(
-        read.descriptor().directory.starts_with(fs::canonicalize(&new_root)?),
+        read.descriptor()
+            .directory
+            .starts_with(fs::canonicalize(&new_root)?),
         "{:?}",
         read.descriptor().directory
     );
@@ -443,7 +445,12 @@ fn a_persisted_budget_of_a_moved_or_copied_root_resolves_under_the_new_root() ->
     fs::remove_dir_all(tmp.path().join("state"))?;
     assert!(read_persisted(&new_run, &new_root)?.is_some());
     // A same-named budget that is a symlink out of the new root stays refused.
-    let name = budget.descriptor().directory.file_name().unwrap().to_owned();
+    let name = budget
+        .descriptor()
+        .directory
+        .file_name()
+        .unwrap()
+        .to_owned();
     let outside = tmp.path().join("outside");
     fs::rename(new_root.join(&name), &outside)?;
     symlink(&outside, new_root.join(&name))?;

@@ -181,7 +181,11 @@ fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
     }
     println!("\nUnreadable runs: {}\n", unreadable.len());
     for run in unreadable {
-        println!("- {} | unreadable | {}", atomic_file::escape(&run.id), run.error);
+        println!(
+            "- {} | unreadable | {}",
+            atomic_file::escape(&run.id),
+            run.error
+        );
     }
 }
 
@@ -309,7 +313,11 @@ pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
     .map(|n| dir.join(n))
     .collect();
     if !follow {
-        let output = run.status.output_file.as_ref().map(|o| rebased_output(&dir, o));
+        let output = run
+            .status
+            .output_file
+            .as_ref()
+            .map(|o| rebased_output(&dir, o));
         let terminal = !run.status.state.is_active();
         let mut shown = false;
         if let Some(output) = output.filter(|o| terminal && o.exists()) {
@@ -427,7 +435,10 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     }
     admission::release_finished(layout, sessions.iter().map(String::as_str));
     if json {
-        println!("{}", json!({"repaired": repaired, "unreadable": unreadable}));
+        println!(
+            "{}",
+            json!({"repaired": repaired, "unreadable": unreadable})
+        );
     } else if repaired.is_empty() {
         println!("No stale runs.");
     } else {

@@ -461,13 +461,18 @@ mod tests {
         )
         .unwrap();
         let big = std::fs::File::create(layout.run_dir("big").join("status.json")).unwrap();
-        big.set_len(atomic_file::read::STATE_FILE_LIMIT + 1).unwrap();
+        big.set_len(atomic_file::read::STATE_FILE_LIMIT + 1)
+            .unwrap();
         for all in [false, true] {
             let mut options = options(all);
             options.reconcile = true;
             let listing = list(&layout, &options).unwrap();
             assert_eq!(
-                listing.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+                listing
+                    .runs
+                    .iter()
+                    .map(|r| r.id.as_str())
+                    .collect::<Vec<_>>(),
                 vec!["good"]
             );
             let errors: Vec<(&str, &str)> = listing
