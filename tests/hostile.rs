@@ -431,40 +431,74 @@ fn a_shared_root_is_refused_unless_allowed() {
     let env = Env::new();
     let id = finished_run(&env, "echo shared");
     let runs = env.root().join("async-subagent-runs");
-    for dir in [
-        env.root().to_path_buf(),
-        runs.clone(),
-        run_dir(env.root(), &id),
-    ] {
+    let allowed = |args: &[&str]| {
+        let mut flagged = vec!["--allow-shared-root"];
+        flagged.extend_from_slice(args);
+        let out = sub(&env, &flagged);
+        assert_eq!(out.status.code(), Some(0), "{flagged:?}: {out:?}");
+        let mut by_env = env.command(args);
+        by_env.env("SUBAGENTS_ALLOW_SHARED_ROOT", "1");
+        let out = finish(by_env, "with SUBAGENTS_ALLOW_SHARED_ROOT=1");
+        assert_eq!(out.status.code(), Some(0), "{args:?} by env: {out:?}");
+    };
+    // The root and the runs directory: every command refuses the root.
+    for dir in [env.root().to_path_buf(), runs.clone()] {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         for args in [
             vec!["list", "--all"],
             vec!["status", id.as_str()],
             vec!["reconcile"],
+            vec!["run", "--", "true"],
         ] {
             one_line_failure(
                 &sub(&env, &args),
-                "is writable by group or others (mode 0777)",
+                &format!(
+                    "refusing state directory '{}': it is writable by group or others (mode 0777)",
+                    dir.display()
+                ),
                 &format!("{} {args:?}", dir.display()),
             );
         }
-        let allowed = sub(&env, &["--allow-shared-root", "list", "--all"]);
-        assert_eq!(allowed.status.code(), Some(0), "{allowed:?}");
-        let mut by_env = env.command(&["status", &id]);
-        by_env.env("SUBAGENTS_ALLOW_SHARED_ROOT", "1");
-        let by_env = finish(by_env, "status with the env");
-        assert_eq!(by_env.status.code(), Some(0), "{by_env:?}");
+        allowed(&["list", "--all"]);
+        allowed(&["status", &id]);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
-    // Owned by another user (the tests run as root, so chown works).
+    // One run directory: that run is refused, the root still lists.
     let dir = run_dir(env.root(), &id);
-    if std::os::unix::fs::chown(&dir, Some(4242), Some(4242)).is_ok() {
-        one_line_failure(
-            &sub(&env, &["list", "--all"]),
-            "is owned by uid 4242",
-            "foreign run directory",
+    let other = finished_run(&env, "echo other");
+    let check_run_refused = |why: &str| {
+        let out = sub(&env, &["list", "--all"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let text = stdout(&out);
+        assert!(text.contains(&format!("- {other} | complete")), "{text}");
+        assert!(
+            text.contains(&format!("- {id} | unreadable | refusing state directory"))
+                && text.contains(why),
+            "{text}"
         );
+        for args in [vec!["status", id.as_str()], vec!["dismiss", id.as_str()]] {
+            one_line_failure(&sub(&env, &args), why, &format!("{args:?}"));
+        }
+        allowed(&["status", &id]);
+    };
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+    check_run_refused("writable by group or others (mode 0770)");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Owned by another user (the tests run as root, where chown works).
+    if std::os::unix::fs::chown(&dir, Some(4242), Some(4242)).is_ok() {
+        check_run_refused("owned by uid 4242");
         std::os::unix::fs::chown(&dir, Some(0), Some(0)).unwrap();
+        // A planted budget manifest owned by another user is refused too.
+        let persisted = std::fs::read_to_string(dir.join("run-fanout-budget.json")).unwrap();
+        let persisted: Value = serde_json::from_str(&persisted).unwrap();
+        let budget = PathBuf::from(persisted["directory"].as_str().unwrap());
+        let manifest = budget.join("manifest.json");
+        std::os::unix::fs::chown(&manifest, Some(4242), Some(4242)).unwrap();
+        let out = sub(&env, &["status", &id, "--json"]);
+        assert_ne!(out.status.code(), Some(0), "{out:?}");
+        assert!(stderr(&out).contains("owned by uid 4242"), "{out:?}");
+        allowed(&["status", &id]);
+        std::os::unix::fs::chown(&manifest, Some(0), Some(0)).unwrap();
     }
     assert_eq!(sub(&env, &["list", "--all"]).status.code(), Some(0));
 }

@@ -64,6 +64,17 @@ pub enum ReadError {
         /// The cap.
         limit: u64,
     },
+    /// A state directory other users can write to or that another user owns.
+    #[error(
+        "refusing state directory '{}': {why}; fix it, or pass --allow-shared-root (or set SUBAGENTS_ALLOW_SHARED_ROOT=1) to trust it",
+        escape_path(path)
+    )]
+    SharedDir {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The file belongs to another user (see [`set_allow_foreign_owner`]).
     #[error(
         "failed to read '{}': owned by uid {uid}, not by this user (pass --allow-shared-root to trust it)",
@@ -90,6 +101,7 @@ impl ReadError {
             | Self::Symlink { path }
             | Self::NotRegular { path, .. }
             | Self::TooLarge { path, .. }
+            | Self::SharedDir { path, .. }
             | Self::ForeignOwner { path, .. } => path,
         }
     }
@@ -106,6 +118,7 @@ impl ReadError {
                 human_size(size),
                 human_size(limit)
             ),
+            Self::SharedDir { why, .. } => why,
             Self::ForeignOwner { uid, .. } => format!(
                 "owned by uid {uid}, not by this user (pass --allow-shared-root to trust it)"
             ),
@@ -279,6 +292,40 @@ fn check_kind(file: &File, path: &Path) -> Result<std::fs::Metadata, ReadError> 
         });
     }
     Ok(meta)
+}
+
+/// Refuses a state directory that another user could plant files in: one
+/// writable by group or others, or owned by neither this user nor root
+/// (unless [`set_allow_foreign_owner`] was turned on). A missing directory
+/// is fine.
+pub fn check_private_dir(dir: &Path) -> Result<(), ReadError> {
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(());
+    };
+    if allow_foreign_owner() {
+        return Ok(());
+    }
+    let refuse = |why: String| {
+        Err(ReadError::SharedDir {
+            path: dir.to_path_buf(),
+            why,
+        })
+    };
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return refuse(format!(
+            "it is writable by group or others (mode {mode:04o})"
+        ));
+    }
+    if !trusted_owner(meta.uid()) {
+        // SAFETY: geteuid has no failure modes and no memory effects.
+        let me = unsafe { libc::geteuid() };
+        return refuse(format!(
+            "it is owned by uid {}, not by this user (uid {me})",
+            meta.uid()
+        ));
+    }
+    Ok(())
 }
 
 /// True when a file or directory owned by `uid` may be trusted: ours, root's,

@@ -1,9 +1,9 @@
 //! Resolving the state root and small shared helpers.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use atomic_file::read::check_private_dir;
 use status::Layout;
 
 /// `--root`, else `$SUBAGENTS_ROOT`, else `$XDG_STATE_HOME/subagents`, else
@@ -30,24 +30,27 @@ pub fn allow_shared_root(flag: bool) -> bool {
 }
 
 /// Refuses a state root that another user could plant files in: the root and
-/// the state directories inside it (the run directories, the active index,
+/// the state directories inside it (the runs directory, the active index,
 /// fan-out budgets and their claims, capacity pools and slots, session
 /// leases) must be owned by this user (or root) and not writable by group or
-/// others. Missing directories are fine; they are created 0700. The parent of
-/// the root is not checked, so a root under a sticky `/tmp` is fine.
+/// others. Run directories are checked when a run is read (listings show an
+/// untrusted one as unreadable), so this stays cheap for large roots. Missing
+/// directories are fine; they are created 0700. The parent of the root is not
+/// checked, so a root under a sticky `/tmp` is fine.
 pub fn check_trusted(layout: &Layout) -> Result<(), String> {
-    check_dir(layout.root())?;
-    check_dir(&layout.runs_dir())?;
-    check_children(&layout.runs_dir(), 1)?;
+    let check = |dir: &Path| check_private_dir(dir).map_err(|e| e.to_string());
+    check(layout.root())?;
+    check(&layout.runs_dir())?;
+    check(&layout.active_index_dir())?;
     for dir in [
         layout.fanout_budgets_dir(),
         layout.capacity_dir(),
         layout.session_leases_dir(),
     ] {
-        check_dir(&dir)?;
+        check(&dir)?;
         check_children(&dir, 2)?;
     }
-    check_dir(&layout.active_index_dir())
+    Ok(())
 }
 
 fn check_children(dir: &Path, depth: u32) -> Result<(), String> {
@@ -57,39 +60,11 @@ fn check_children(dir: &Path, depth: u32) -> Result<(), String> {
     for entry in entries.flatten() {
         // Symlinked entries are refused by the readers themselves.
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            check_dir(&entry.path())?;
+            check_private_dir(&entry.path()).map_err(|e| e.to_string())?;
             if depth > 1 {
                 check_children(&entry.path(), depth - 1)?;
             }
         }
-    }
-    Ok(())
-}
-
-fn check_dir(dir: &Path) -> Result<(), String> {
-    let Ok(meta) = std::fs::metadata(dir) else {
-        return Ok(());
-    };
-    let refuse = |why: String| {
-        Err(format!(
-            "refusing state directory '{}': {why}; fix it, or pass --allow-shared-root (or set SUBAGENTS_ALLOW_SHARED_ROOT=1) to trust it",
-            atomic_file::escape_path(dir)
-        ))
-    };
-    let mode = meta.permissions().mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return refuse(format!(
-            "it is writable by group or others (mode {:04o})",
-            mode
-        ));
-    }
-    if !atomic_file::read::trusted_owner(meta.uid()) {
-        // SAFETY: geteuid has no failure modes and no memory effects.
-        let me = unsafe { libc::geteuid() };
-        return refuse(format!(
-            "it is owned by uid {}, not by this user (uid {me})",
-            meta.uid()
-        ));
     }
     Ok(())
 }

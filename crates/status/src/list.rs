@@ -125,7 +125,8 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
     if !is_safe_run_id(id) {
         return Ok(Resolved::NotFound);
     }
-    if exact_run_dir(layout, id).is_some() {
+    if let Some(dir) = exact_run_dir(layout, id) {
+        atomic_file::read::check_private_dir(&dir)?;
         return Ok(Resolved::Run(id.to_owned()));
     }
     let mut matches: Vec<String> = run_names(layout)?
@@ -134,7 +135,10 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
         .collect();
     Ok(match matches.len() {
         0 => Resolved::NotFound,
-        1 => Resolved::Run(matches.remove(0)),
+        1 => {
+            atomic_file::read::check_private_dir(&layout.run_dir(&matches[0]))?;
+            Resolved::Run(matches.remove(0))
+        }
         _ => Resolved::Ambiguous(matches),
     })
 }
@@ -215,6 +219,8 @@ fn load_dir(
     hooks: &Hooks<'_>,
     skipped: &mut Vec<String>,
 ) -> Result<Option<RunSummary>> {
+    // Another user could have planted the files of a shared run directory.
+    atomic_file::read::check_private_dir(dir)?;
     let status = if reconcile {
         match reconcile::reconcile_run(dir, reconcile::Options::at(now)) {
             Ok(outcome) => {
