@@ -448,6 +448,35 @@ mod tests {
     }
 
     #[test]
+    fn shared_state_directories_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("runs");
+        assert!(check_private_dir(&dir).is_ok(), "missing is fine");
+        crate::ensure_private_dir(&dir).unwrap();
+        assert!(check_private_dir(&dir).is_ok());
+        for mode in [0o777, 0o1777, 0o720, 0o702] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = check_private_dir(&dir).unwrap_err().to_string();
+            assert!(
+                err.contains("writable by group or others") && err.contains("--allow-shared-root"),
+                "{mode:o}: {err}"
+            );
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(
+            check_private_dir(&dir).is_ok(),
+            "readable by others is fine"
+        );
+    }
+
+    #[test]
+    fn escaping_keeps_one_line() {
+        assert_eq!(crate::escape("plain/path"), "plain/path");
+        assert_eq!(crate::escape("a\nb\r\u{1b}[2J"), "a\\nb\\r\\u{1b}[2J");
+    }
+
+    #[test]
     fn missing_files_are_none_and_errors_stay_on_one_line() {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("a\nb");
