@@ -12,6 +12,10 @@
 //! * [`append_private`]: one `write` of a whole line to an `O_APPEND` file
 //!   (events.jsonl), created 0600.
 //! * [`ensure_private_dir`]: `mkdir -p` whose new components are 0700.
+//! * [`read`]: the other direction: bounded reads that never follow a
+//!   symlink, never block on a FIFO and refuse anything but a regular file.
+//! * [`escape_path`] / [`escape`]: control characters in paths and ids
+//!   escaped, so every error message stays on one line.
 //!
 //! JSON is pretty-printed with two spaces and no trailing newline, the format
 //! pi-subagents writes, so both tools read each other's files.
@@ -24,6 +28,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub mod read;
+
 /// Mode of every file this crate creates.
 pub const FILE_MODE: u32 = 0o600;
 /// Mode of every directory this crate creates.
@@ -31,7 +37,7 @@ pub const DIR_MODE: u32 = 0o700;
 
 /// A failed file operation: what was attempted, on which path, and why.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to {op} '{}': {source}", path.display())]
+#[error("failed to {op} '{}': {source}", escape_path(path))]
 pub struct Error {
     /// The operation, as a verb phrase ("write", "rename temp file onto").
     pub op: &'static str,
@@ -60,6 +66,28 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         self.source.kind() == io::ErrorKind::NotFound
     }
+}
+
+/// `path` for a one-line message: control characters (newline, tab, ESC...)
+/// are written as Rust escapes (`\n`), everything else as is.
+pub fn escape_path(path: &Path) -> String {
+    escape(&path.to_string_lossy())
+}
+
+/// `text` with control characters escaped (see [`escape_path`]).
+pub fn escape(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Result alias of this crate.
@@ -113,12 +141,20 @@ pub fn create_new_private(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Lines shorter than `PIPE_BUF`-ish sizes from concurrent appenders do not
 /// interleave on local file systems because the file is opened `O_APPEND`.
 pub fn append_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    // O_NONBLOCK: opening a FIFO planted in place of the file fails at once
+    // (ENXIO) instead of waiting for a reader; O_NOFOLLOW: no symlink.
     let mut file = OpenOptions::new()
         .append(true)
         .create(true)
         .mode(FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| Error::new("open for append", path, e))?;
+    let regular = file.metadata().map(|m| m.is_file());
+    if !regular.map_err(|e| Error::new("open for append", path, e))? {
+        let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(Error::new("open for append", path, e));
+    }
     file.write_all(bytes)
         .map_err(|e| Error::new("append to", path, e))
 }

@@ -40,7 +40,9 @@ pub(crate) fn lock_pool(pool: &Path) -> Result<PoolLock, CapacityError> {
         Err(e) if !e.is_already_exists() => return Err(e.into()),
         _ => {}
     }
-    let file = File::open(&path).map_err(|e| io_error("open", &path, e))?;
+    // Never blocks on a FIFO planted in place of the lock file.
+    let file = atomic_file::read::open_lock_file(&path)
+        .map_err(|e| io_error("open", &path, e.into_io()))?;
     file.lock().map_err(|e| io_error("lock", &path, e))?;
     Ok(PoolLock { _file: file })
 }
@@ -60,7 +62,7 @@ impl SlotDir {
 }
 
 pub(crate) fn read_owner(slot_dir: &Path) -> Option<OwnerRecord> {
-    OwnerRecord::parse(&fs::read(slot_dir.join(OWNER_FILE)).ok()?)
+    OwnerRecord::parse(&atomic_file::read::read_file(&slot_dir.join(OWNER_FILE)).ok()?)
 }
 
 pub(crate) fn write_owner(slot_dir: &Path, owner: &OwnerRecord) -> Result<(), CapacityError> {
@@ -218,16 +220,16 @@ fn create_claim(path: &Path, token: &str) -> Result<bool, CapacityError> {
 }
 
 fn claim_holder_is_dead(path: &Path) -> bool {
-    fs::read(path)
+    atomic_file::read::read_file(path)
         .ok()
         .and_then(|bytes| serde_json::from_slice::<ClaimRecord>(&bytes).ok())
         .is_some_and(|claim| claim.holder.liveness() == Liveness::Dead)
 }
 
 fn drop_claim(path: &Path, token: &str) -> Result<(), CapacityError> {
-    let ours = match fs::read(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_error("read", path, e)),
+    let ours = match atomic_file::read::read_file(path) {
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(io_error("read", path, e.into_io())),
         Ok(bytes) => {
             serde_json::from_slice::<ClaimRecord>(&bytes).is_ok_and(|c| c.claim_token == token)
         }

@@ -2,8 +2,6 @@
 //! the release verdicts look at (status.md §1.1, §2.3, §2.4), read tolerantly
 //! as `serde_json::Value` so unknown keys never matter.
 
-use std::fs;
-use std::io;
 use std::path::Path;
 
 use serde_json::Value;
@@ -29,12 +27,10 @@ pub(crate) struct RunStatus(Value);
 
 pub(crate) fn read_status(dir: &Path) -> StatusRead {
     let path = dir.join("status.json");
-    let bytes = match fs::read(&path) {
+    let bytes = match atomic_file::read::read_file(&path) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return StatusRead::Missing,
-        Err(e) => {
-            return StatusRead::Unreadable(format!("failed to read '{}': {e}", path.display()));
-        }
+        Err(e) if e.is_not_found() => return StatusRead::Missing,
+        Err(e) => return StatusRead::Unreadable(e.to_string()),
     };
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(value) if value.is_object() => StatusRead::Present(RunStatus(value)),
@@ -95,8 +91,8 @@ impl RunStatus {
 /// State of the proof file checked against an expected run and runner:
 /// `None` when missing, `"unknown"` when invalid or not matching.
 pub(crate) fn proof_state(dir: &Path, run_id: &str, runner_id: &str) -> Option<String> {
-    let bytes = match fs::read(dir.join("process-terminal.json")) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+    let bytes = match atomic_file::read::read_file(&dir.join("process-terminal.json")) {
+        Err(e) if e.is_not_found() => return None,
         other => other.ok(),
     };
     let proof = bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok());

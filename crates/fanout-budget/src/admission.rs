@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{File, TryLockError};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::thread;
@@ -196,7 +197,12 @@ impl AdmissionLock {
 
     fn try_acquire(budget: &OpenBudget) -> Result<Option<Self>> {
         let path = || budget.descriptor.directory.join(LOCK_FILE);
-        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        // O_NONBLOCK: a FIFO in place of the lock is refused below, not waited on.
+        let flags = OFlag::O_RDWR
+            | OFlag::O_CREAT
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC;
         let fd = match openat(
             &budget.dir,
             LOCK_FILE,
@@ -209,6 +215,10 @@ impl AdmissionLock {
             Err(e) => return Err(Error::io("open admission lock", path(), e.into())),
         };
         let file = File::from(fd);
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+            return Err(Error::io("open admission lock", path(), e));
+        }
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Ok(None),

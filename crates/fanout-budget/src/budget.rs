@@ -4,12 +4,13 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, DirBuilder, File};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use atomic_file::read::STATE_FILE_LIMIT;
 use nix::fcntl::{OFlag, open, openat};
 use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
@@ -128,7 +129,7 @@ impl Manifest {
 
 /// Reads and checks `<budget_dir>/manifest.json` by path (for `validate`).
 pub fn read_manifest(budget_dir: &Path) -> Result<Manifest> {
-    let text = fs::read_to_string(budget_dir.join(MANIFEST_FILE)).map_err(|e| {
+    let text = atomic_file::read::read_to_string(&budget_dir.join(MANIFEST_FILE)).map_err(|e| {
         Error::ManifestUnreadable {
             dir: budget_dir.to_path_buf(),
             cause: e.to_string(),
@@ -342,13 +343,14 @@ fn read_manifest_at(dir: &OwnedFd, real_dir: &Path) -> Result<Manifest> {
         dir: real_dir.to_path_buf(),
         cause,
     };
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // O_NONBLOCK: a FIFO in place of the manifest is refused, not waited on.
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let fd =
         openat(dir, MANIFEST_FILE, flags, Mode::empty()).map_err(|e| unreadable(e.to_string()))?;
-    let mut text = String::new();
-    File::from(fd)
-        .read_to_string(&mut text)
+    let path = real_dir.join(MANIFEST_FILE);
+    let bytes = atomic_file::read::read_opened(File::from(fd), &path, STATE_FILE_LIMIT)
         .map_err(|e| unreadable(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|e| unreadable(e.to_string()))?;
     Manifest::parse(&text, real_dir)
 }
 

@@ -2,7 +2,6 @@
 //! and the persisted copy `run-fanout-budget.json`.
 
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -199,8 +198,8 @@ pub fn write_persisted(run_dir: &Path, root: &Path, descriptor: &Descriptor) -> 
 /// `Invalid persisted run fan-out budget '<file>': <message>`.
 pub fn read_persisted(run_dir: &Path, root: &Path) -> Result<Option<OpenBudget>> {
     let file = run_dir.join(PERSISTED_FILE);
-    let text = match fs::read_to_string(&file) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+    let text = match atomic_file::read::read_to_string(&file) {
+        Err(e) if e.is_not_found() => return Ok(None),
         other => other,
     };
     let invalid = |message: String| Error::PersistedInvalid {
@@ -209,8 +208,37 @@ pub fn read_persisted(run_dir: &Path, root: &Path) -> Result<Option<OpenBudget>>
     };
     let descriptor =
         Descriptor::from_json(&text.map_err(|e| invalid(e.to_string()))?).map_err(invalid)?;
+    let descriptor = rebased(root, descriptor);
     let budget = OpenBudget::open(root, &descriptor).map_err(|e| invalid(e.to_string()))?;
     Ok(Some(budget))
+}
+
+/// A state root that was moved or copied keeps its budget directories under
+/// the new `root`, while its run files still record the old absolute path.
+/// When the recorded directory does not resolve inside `root` but a budget of
+/// the same name exists there, use that one. [`OpenBudget::open`] still
+/// checks the result, so a symlink out of the root stays refused.
+fn rebased(root: &Path, descriptor: Descriptor) -> Descriptor {
+    let inside = |dir: &Path| {
+        let real_root = fs::canonicalize(root);
+        fs::canonicalize(dir).is_ok_and(|d| real_root.is_ok_and(|r| d.starts_with(r)))
+    };
+    if inside(&descriptor.directory) {
+        return descriptor;
+    }
+    let recorded = &descriptor.directory;
+    let same_layout = recorded.parent().and_then(Path::file_name) == root.file_name();
+    let candidate = match recorded.file_name() {
+        Some(name) if same_layout => root.join(name),
+        _ => return descriptor,
+    };
+    if fs::symlink_metadata(&candidate).is_err() {
+        return descriptor;
+    }
+    Descriptor {
+        directory: candidate,
+        ..descriptor
+    }
 }
 
 #[cfg(test)]

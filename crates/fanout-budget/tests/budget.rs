@@ -415,3 +415,50 @@ fn injected_sources_pin_the_directory_manifest_and_claims() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn a_persisted_budget_of_a_moved_or_copied_root_resolves_under_the_new_root() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let budget = create_budget(&root, "r", 3)?;
+    let run_dir = tmp.path().join("state/async-subagent-runs/r");
+    fs::create_dir_all(&run_dir)?;
+    write_persisted(&run_dir, &root, budget.descriptor())?;
+    let copy = tmp.path().join("copy");
+    let copied = std::process::Command::new("cp")
+        .args(["-a"])
+        .arg(tmp.path().join("state"))
+        .arg(&copy)
+        .status()?;
+    assert!(copied.success());
+    let new_root = copy.join(BUDGET_ROOT_DIR);
+    let new_run = copy.join("async-subagent-runs/r");
+    let read = read_persisted(&new_run, &new_root)?.expect("persisted");
+    assert!(
+        read.descriptor()
+            .directory
+            .starts_with(fs::canonicalize(&new_root)?),
+        "{:?}",
+        read.descriptor().directory
+    );
+    // Moved: the old root is gone.
+    fs::remove_dir_all(tmp.path().join("state"))?;
+    assert!(read_persisted(&new_run, &new_root)?.is_some());
+    // A same-named budget that is a symlink out of the new root stays refused.
+    let name = budget
+        .descriptor()
+        .directory
+        .file_name()
+        .unwrap()
+        .to_owned();
+    let outside = tmp.path().join("outside");
+    fs::rename(new_root.join(&name), &outside)?;
+    symlink(&outside, new_root.join(&name))?;
+    let err = read_persisted(&new_run, &new_root).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("resolves outside the managed budget root"),
+        "{err}"
+    );
+    Ok(())
+}

@@ -1,7 +1,5 @@
 //! The JSON records of the handshake files and how they are read.
 
-use std::fs;
-use std::io;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -21,9 +19,9 @@ pub(crate) enum FileRead {
 /// Reads and parses a JSON file. Files are replaced by rename, so a present
 /// file is always whole.
 pub(crate) fn read_json(path: &Path) -> FileRead {
-    match fs::read(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => FileRead::Missing,
-        Err(e) => FileRead::Broken(e.to_string()),
+    match atomic_file::read::read_file(path) {
+        Err(e) if e.is_not_found() => FileRead::Missing,
+        Err(e) => FileRead::Broken(e.into_io().to_string()),
         Ok(bytes) => match serde_json::from_slice(&bytes) {
             Ok(value) => FileRead::Json(value),
             Err(e) => FileRead::Broken(e.to_string()),

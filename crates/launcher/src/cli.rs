@@ -11,6 +11,11 @@ pub struct Cli {
     /// State root (else $SUBAGENTS_ROOT, $XDG_STATE_HOME/subagents, ~/.local/state/subagents).
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
+    /// Trust a state root (or state directories and files in it) that other
+    /// users own or can write to (also $SUBAGENTS_ALLOW_SHARED_ROOT=1).
+    /// Without it such a root is refused: another user could plant files in it.
+    #[arg(long, global = true)]
+    pub allow_shared_root: bool,
     /// The command.
     #[command(subcommand)]
     pub command: Command,

@@ -60,8 +60,17 @@ pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
         fanout: Some(&fanout),
         on_repaired: Some(&crate::procs::kill_step_groups),
     };
-    status::list::load(layout, &id, true, now_ms(), &hooks)?
-        .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))
+    let mut skipped = Vec::new();
+    let run = status::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
+    report_skipped(&skipped);
+    run?.ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))
+}
+
+/// One stderr line per repair a read-only command could not write.
+pub fn report_skipped(skipped: &[String]) {
+    for line in skipped {
+        eprintln!("subagents: warning: {line}");
+    }
 }
 
 /// `subagents status`.
@@ -131,15 +140,28 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
             on_repaired: Some(&crate::procs::kill_step_groups),
         },
     };
-    let runs = status::list::list(layout, &options)?;
+    let listing = status::list::list(layout, &options)?;
+    report_skipped(&listing.skipped_repairs);
+    let runs = listing.runs;
     admission::release_finished(
         layout,
         runs.iter().filter_map(|r| r.status.session_id.as_deref()),
     );
     if args.json {
+        // Unreadable runs follow the readable ones as `{id, asyncDir, state: "unreadable", error}`.
+        let mut entries: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap_or_default())
+            .collect();
+        entries.extend(
+            listing
+                .unreadable
+                .iter()
+                .map(|u| serde_json::to_value(u).unwrap_or_default()),
+        );
         println!(
             "{}",
-            serde_json::to_string_pretty(&runs).unwrap_or_default()
+            serde_json::to_string_pretty(&entries).unwrap_or_default()
         );
     } else {
         let heading = if args.all {
@@ -151,8 +173,23 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
             "{}",
             status::format::format_run_list(&runs, heading, now_ms(), home().as_deref())
         );
+        print_unreadable(&listing.unreadable);
     }
     Ok(())
+}
+
+fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
+    if unreadable.is_empty() {
+        return;
+    }
+    println!("\nUnreadable runs: {}\n", unreadable.len());
+    for run in unreadable {
+        println!(
+            "- {} | unreadable | {}",
+            atomic_file::escape(&run.id),
+            run.error
+        );
+    }
 }
 
 /// `subagents stop`: ask the runner (SIGTERM), then force the groups.
@@ -279,7 +316,11 @@ pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
     .map(|n| dir.join(n))
     .collect();
     if !follow {
-        let output = run.status.output_file.as_ref().map(|o| dir.join(o));
+        let output = run
+            .status
+            .output_file
+            .as_ref()
+            .map(|o| rebased_output(&dir, o));
         let terminal = !run.status.state.is_active();
         let mut shown = false;
         if let Some(output) = output.filter(|o| terminal && o.exists()) {
@@ -294,17 +335,34 @@ pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
     follow_logs(layout, &run.id, &sources)
 }
 
+/// The output file of a run whose root was moved or copied: the status still
+/// records the old absolute path inside the old run directory; the file now
+/// lives in `dir`. Other absolute paths stay as recorded.
+fn rebased_output(dir: &Path, recorded: &str) -> PathBuf {
+    let path = dir.join(recorded);
+    if path.starts_with(dir) {
+        return path;
+    }
+    let same_run = path.parent().and_then(Path::file_name) == dir.file_name();
+    match path.file_name().map(|name| dir.join(name)) {
+        Some(moved) if same_run && moved.exists() => moved,
+        _ => path,
+    }
+}
+
 fn print_file(path: &Path, label: &str, shown: &mut bool) -> CliResult<bool> {
-    let text = std::fs::read(path).unwrap_or_default();
-    if text.is_empty() {
+    // A FIFO or symlink in place of a log is skipped, never waited on.
+    let Ok(mut file) = atomic_file::read::open_regular(path) else {
+        return Ok(false);
+    };
+    if file.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
         return Ok(false);
     }
     if *shown || label != "output" {
-        eprintln!("==> {label} ({}) <==", path.display());
+        eprintln!("==> {label} ({}) <==", atomic_file::escape_path(path));
     }
     *shown = true;
-    std::io::stdout()
-        .write_all(&text)
+    std::io::copy(&mut file, &mut std::io::stdout())
         .map_err(|e| CliError::failed(format!("failed to write logs: {e}")))?;
     Ok(true)
 }
@@ -326,7 +384,7 @@ fn follow_logs(layout: &Layout, id: &str, sources: &[PathBuf]) -> CliResult {
 }
 
 fn copy_new_bytes(path: &Path, offset: u64) -> CliResult<u64> {
-    let Ok(mut file) = std::fs::File::open(path) else {
+    let Ok(mut file) = atomic_file::read::open_regular(path) else {
         return Ok(0);
     };
     file.seek(SeekFrom::Start(offset))
@@ -349,11 +407,26 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     names.sort();
     names.dedup();
     let mut sessions = Vec::new();
+    let mut unreadable = Vec::new();
     for id in names {
         let Some(dir) = status::list::exact_run_dir(layout, &id) else {
             continue;
         };
-        let outcome = reconcile::reconcile_run(&dir, reconcile::Options::at(now_ms()))?;
+        // One unreadable run or one repair that cannot be written never stops the others.
+        let outcome = match reconcile::reconcile_run(&dir, reconcile::Options::at(now_ms())) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                match status::model::read_status(&dir) {
+                    Ok(_) => report_skipped(&[format!(
+                        "skipped the stale-run repair of '{}': {}",
+                        atomic_file::escape(&id),
+                        atomic_file::escape(&e.to_string())
+                    )]),
+                    Err(e) => unreadable.push(status::list::UnreadableRun::new(&id, &dir, &e)),
+                }
+                continue;
+            }
+        };
         if let Some(session) = outcome.status().and_then(|s| s.session_id.clone()) {
             sessions.push(session);
         }
@@ -365,7 +438,10 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     }
     admission::release_finished(layout, sessions.iter().map(String::as_str));
     if json {
-        println!("{}", json!({"repaired": repaired}));
+        println!(
+            "{}",
+            json!({"repaired": repaired, "unreadable": unreadable})
+        );
     } else if repaired.is_empty() {
         println!("No stale runs.");
     } else {
@@ -376,6 +452,9 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
                 r["message"].as_str().unwrap_or("")
             );
         }
+    }
+    if !json {
+        print_unreadable(&unreadable);
     }
     Ok(())
 }

@@ -352,12 +352,16 @@ fn open_file(
     file: &std::path::Path,
 ) -> crate::error::CliResult<fanout_budget::OpenBudget> {
     use crate::error::CliError;
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        CliError::failed(format!(
-            "failed to read descriptor '{}': {e}",
-            file.display()
-        ))
-    })?;
+    let text = atomic_file::read::read_input_file(file)
+        .map_err(|e| CliError::failed(format!("failed to read descriptor: {e}")))
+        .and_then(|bytes| {
+            String::from_utf8(bytes).map_err(|e| {
+                CliError::failed(format!(
+                    "failed to read descriptor '{}': {e}",
+                    atomic_file::escape_path(file)
+                ))
+            })
+        })?;
     let descriptor = Descriptor::from_json(&text)
         .map_err(|e| CliError::failed(format!("invalid descriptor '{}': {e}", file.display())))?;
     fanout_budget::OpenBudget::open(root, &descriptor)

@@ -158,7 +158,8 @@ fn failure_reason(run_dir: &Path, e: &std::io::Error) -> String {
         .ok()
         .flatten()
         .and_then(|s| s.error);
-    let stderr = std::fs::read_to_string(run_dir.join(files::RUNNER_STDERR)).unwrap_or_default();
+    let stderr =
+        atomic_file::read::read_to_string(&run_dir.join(files::RUNNER_STDERR)).unwrap_or_default();
     let last = stderr
         .lines()
         .rev()

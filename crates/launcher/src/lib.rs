@@ -45,9 +45,10 @@ pub fn main() -> i32 {
                 if json {
                     println!("{}", e.to_json());
                 }
-                eprintln!("subagents: {}", e.message);
+                // One line per message, whatever ids or paths it quotes.
+                eprintln!("subagents: {}", atomic_file::escape(&e.message));
                 for note in &e.notes {
-                    eprintln!("  {note}");
+                    eprintln!("  {}", atomic_file::escape(note));
                 }
                 if let Some(hint) = &e.hint {
                     eprintln!("  hint: {hint}");
@@ -83,6 +84,19 @@ fn wants_json(command: &Command) -> bool {
 
 fn dispatch(cli: Cli) -> CliResult {
     let layout = status::Layout::new(root::state_root(cli.root));
+    if !matches!(
+        cli.command,
+        Command::Monitor | Command::Runner | Command::Completions { .. }
+    ) {
+        let shared = root::allow_shared_root(cli.allow_shared_root);
+        atomic_file::read::set_allow_foreign_owner(shared);
+        if !shared {
+            root::check_trusted(&layout).map_err(error::CliError::failed)?;
+        }
+    } else {
+        // The processes of a run were started by a launcher that checked the root.
+        atomic_file::read::set_allow_foreign_owner(root::allow_shared_root(false));
+    }
     match cli.command {
         Command::Run(args) => commands::run(&layout, &args),
         Command::Status { run, json } => commands::status(&layout, &run, json),

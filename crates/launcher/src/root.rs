@@ -1,7 +1,10 @@
 //! Resolving the state root and small shared helpers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use atomic_file::read::check_private_dir;
+use status::Layout;
 
 /// `--root`, else `$SUBAGENTS_ROOT`, else `$XDG_STATE_HOME/subagents`, else
 /// `~/.local/state/subagents`.
@@ -18,6 +21,52 @@ pub fn state_root(flag: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".subagents"));
     // The monitor and runner change directory; a relative root must not move with them.
     std::path::absolute(&root).unwrap_or(root)
+}
+
+/// Whether `--allow-shared-root` or `SUBAGENTS_ALLOW_SHARED_ROOT=1` asks to
+/// trust a state root that other users can write into.
+pub fn allow_shared_root(flag: bool) -> bool {
+    flag || std::env::var("SUBAGENTS_ALLOW_SHARED_ROOT").is_ok_and(|v| v == "1")
+}
+
+/// Refuses a state root that another user could plant files in: the root and
+/// the state directories inside it (the runs directory, the active index,
+/// fan-out budgets and their claims, capacity pools and slots, session
+/// leases) must be owned by this user (or root) and not writable by group or
+/// others. Run directories are checked when a run is read (listings show an
+/// untrusted one as unreadable), so this stays cheap for large roots. Missing
+/// directories are fine; they are created 0700. The parent of the root is not
+/// checked, so a root under a sticky `/tmp` is fine.
+pub fn check_trusted(layout: &Layout) -> Result<(), String> {
+    let check = |dir: &Path| check_private_dir(dir).map_err(|e| e.to_string());
+    check(layout.root())?;
+    check(&layout.runs_dir())?;
+    check(&layout.active_index_dir())?;
+    for dir in [
+        layout.fanout_budgets_dir(),
+        layout.capacity_dir(),
+        layout.session_leases_dir(),
+    ] {
+        check(&dir)?;
+        check_children(&dir, 2)?;
+    }
+    Ok(())
+}
+
+fn check_children(dir: &Path, depth: u32) -> Result<(), String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        // Symlinked entries are refused by the readers themselves.
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            check_private_dir(&entry.path()).map_err(|e| e.to_string())?;
+            if depth > 1 {
+                check_children(&entry.path(), depth - 1)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The home directory used to shorten paths in human output.

@@ -84,9 +84,9 @@ impl Plan {
 
 /// Reads and validates a spec file.
 pub fn read_plan(path: &Path) -> Result<Plan, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("failed to read spec file '{}': {e}", path.display()))?;
-    let value: Value = serde_json::from_str(&text)
+    let bytes = atomic_file::read::read_input_file(path)
+        .map_err(|e| format!("failed to read spec file: {e}"))?;
+    let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| format!("invalid spec file '{}': {e}", path.display()))?;
     parse_plan(&value).map_err(|e| format!("invalid spec file '{}': {e}", path.display()))
 }

@@ -34,8 +34,7 @@ pub enum Kind {
 
 /// Validates `file` as `kind`: `Ok(())` or the reader's error naming the field.
 pub fn check(layout: &Layout, kind: Kind, file: &Path) -> Result<(), String> {
-    let bytes =
-        std::fs::read(file).map_err(|e| format!("failed to read '{}': {e}", file.display()))?;
+    let bytes = atomic_file::read::read_input_file(file).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&bytes);
     let label = file.display().to_string();
     let json = || {
@@ -45,7 +44,7 @@ pub fn check(layout: &Layout, kind: Kind, file: &Path) -> Result<(), String> {
     match kind {
         Kind::Recovery => {
             let mut descriptor =
-                recovery::validate_descriptor_file(file).map_err(|e| e.to_string())?;
+                recovery::parse_descriptor(&bytes, file).map_err(|e| e.to_string())?;
             let root = layout.fanout_budgets_dir();
             let check = crate::fanout::live_check(&root);
             recovery::check_fanout_budget(&mut descriptor, file, &check).map_err(|e| e.to_string())

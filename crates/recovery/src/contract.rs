@@ -205,9 +205,9 @@ pub fn read_launch_contract(
     let Some(expected) = descriptor.launch_contract_digest.as_deref() else {
         return Err(ContractError::DigestMissing { path });
     };
-    let bytes = std::fs::read(&path).map_err(|source| ContractError::Read {
+    let bytes = atomic_file::read::read_file(&path).map_err(|e| ContractError::Read {
         path: path.clone(),
-        source,
+        source: e.into_io(),
     })?;
     let actual = sha256_hex(&bytes);
     if actual != expected {

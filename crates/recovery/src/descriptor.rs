@@ -101,9 +101,9 @@ pub fn descriptor_path(run_dir: &Path) -> PathBuf {
 /// §3–5) and returns it normalised. A missing file is an error here; this is
 /// what `subagents validate --kind recovery FILE` calls.
 pub fn validate_descriptor_file(path: &Path) -> Result<RecoveryDescriptor, DescriptorError> {
-    let bytes = std::fs::read(path).map_err(|source| DescriptorError::Read {
+    let bytes = atomic_file::read::read_file(path).map_err(|e| DescriptorError::Read {
         path: path.to_path_buf(),
-        source,
+        source: e.into_io(),
     })?;
     parse_descriptor(&bytes, path)
 }

@@ -599,7 +599,7 @@ enum OwnerRead {
 
 /// Reads an owner record; anything breaking §4 is unreadable.
 fn read_owner(owner_file: &Path) -> OwnerRead {
-    let bytes = match fs::read(owner_file) {
+    let bytes = match atomic_file::read::read_file(owner_file) {
         Ok(bytes) => bytes,
         Err(_) if owner_file.parent().is_some_and(|dir| !dir.exists()) => {
             return OwnerRead::NoLease;

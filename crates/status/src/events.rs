@@ -31,11 +31,17 @@ pub fn append(
 }
 
 /// Reads every parseable event of a run (unparseable lines are skipped).
+/// Streamed line by line through a safe handle: a FIFO or a symlink reads as
+/// no events, and memory stays bounded by the longest line kept.
 pub fn read_all(run_dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join(files::EVENTS))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
+    use std::io::{BufRead, Read};
+    let Ok(file) = atomic_file::read::open_regular(&run_dir.join(files::EVENTS)) else {
+        return Vec::new();
+    };
+    std::io::BufReader::new(file.take(atomic_file::read::STATE_FILE_LIMIT * 4))
+        .split(b'\n')
+        .map_while(std::result::Result::ok)
+        .filter_map(|l| serde_json::from_slice::<Value>(&l).ok())
         .collect()
 }
 

@@ -36,6 +36,9 @@ pub enum Error {
     /// A file operation failed.
     #[error(transparent)]
     Io(#[from] atomic_file::Error),
+    /// A state file could not be read safely (FIFO, symlink, oversize, ...).
+    #[error(transparent)]
+    Read(#[from] atomic_file::read::ReadError),
     /// A file exists but its content is not what the reader accepts.
     #[error("failed to parse {what} '{path}': {reason}")]
     Invalid {

@@ -46,6 +46,48 @@ impl RunSummary {
     }
 }
 
+/// A run directory whose files could not be read or validated (a FIFO,
+/// device or symlink in place of `status.json`, an oversize or corrupt file,
+/// wrong field types, a broken fan-out snapshot). Listings show it instead of
+/// failing for the whole root; in JSON it is
+/// `{"id", "asyncDir", "state": "unreadable", "error"}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreadableRun {
+    /// The run directory's name.
+    pub id: String,
+    /// Run directory.
+    pub async_dir: PathBuf,
+    /// Always `"unreadable"`.
+    pub state: &'static str,
+    /// Why, one line, naming the file.
+    pub error: String,
+}
+
+impl UnreadableRun {
+    /// An unreadable entry for `dir` with the reader's error.
+    pub fn new(id: &str, dir: &Path, error: &crate::Error) -> Self {
+        Self {
+            id: id.to_owned(),
+            async_dir: dir.to_path_buf(),
+            state: "unreadable",
+            error: atomic_file::escape(&error.to_string()),
+        }
+    }
+}
+
+/// What a listing found.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The runs, sorted as the reference sorts.
+    pub runs: Vec<RunSummary>,
+    /// Runs that could not be read, by name.
+    pub unreadable: Vec<UnreadableRun>,
+    /// Repairs that could not be written (read-only root, disk full): one
+    /// line each. The listing shows what it read instead.
+    pub skipped_repairs: Vec<String>,
+}
+
 /// Callbacks of the launcher that the listing calls on its way.
 #[derive(Default, Clone, Copy)]
 pub struct Hooks<'a> {
@@ -88,7 +130,8 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
     if !is_safe_run_id(id) {
         return Ok(Resolved::NotFound);
     }
-    if exact_run_dir(layout, id).is_some() {
+    if let Some(dir) = exact_run_dir(layout, id) {
+        atomic_file::read::check_private_dir(&dir)?;
         return Ok(Resolved::Run(id.to_owned()));
     }
     let mut matches: Vec<String> = run_names(layout)?
@@ -97,7 +140,10 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
         .collect();
     Ok(match matches.len() {
         0 => Resolved::NotFound,
-        1 => Resolved::Run(matches.remove(0)),
+        1 => {
+            atomic_file::read::check_private_dir(&layout.run_dir(&matches[0]))?;
+            Resolved::Run(matches.remove(0))
+        }
         _ => Resolved::Ambiguous(matches),
     })
 }
@@ -141,7 +187,8 @@ pub fn run_names(layout: &Layout) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Loads one run's summary, reconciling it first when asked.
+/// Loads one run's summary, reconciling it first when asked. A repair that
+/// cannot be written is skipped (see [`load_noting`]).
 pub fn load(
     layout: &Layout,
     id: &str,
@@ -149,8 +196,21 @@ pub fn load(
     now: u64,
     hooks: &Hooks<'_>,
 ) -> Result<Option<RunSummary>> {
+    load_noting(layout, id, reconcile, now, hooks, &mut Vec::new())
+}
+
+/// [`load`] that pushes one line to `skipped` for a stale repair that could
+/// not be written (read-only root, disk full); the run is then shown as read.
+pub fn load_noting(
+    layout: &Layout,
+    id: &str,
+    reconcile: bool,
+    now: u64,
+    hooks: &Hooks<'_>,
+    skipped: &mut Vec<String>,
+) -> Result<Option<RunSummary>> {
     match exact_run_dir(layout, id) {
-        Some(dir) => load_dir(&dir, id, reconcile, now, hooks),
+        Some(dir) => load_dir(&dir, id, reconcile, now, hooks, skipped),
         None => Ok(None),
     }
 }
@@ -162,15 +222,32 @@ fn load_dir(
     reconcile: bool,
     now: u64,
     hooks: &Hooks<'_>,
+    skipped: &mut Vec<String>,
 ) -> Result<Option<RunSummary>> {
+    // Another user could have planted the files of a shared run directory.
+    atomic_file::read::check_private_dir(dir)?;
     let status = if reconcile {
-        let outcome = reconcile::reconcile_run(dir, reconcile::Options::at(now))?;
-        if let (reconcile::Outcome::Repaired { status, .. }, Some(hook)) =
-            (&outcome, hooks.on_repaired)
-        {
-            hook(status);
+        match reconcile::reconcile_run(dir, reconcile::Options::at(now)) {
+            Ok(outcome) => {
+                if let (reconcile::Outcome::Repaired { status, .. }, Some(hook)) =
+                    (&outcome, hooks.on_repaired)
+                {
+                    hook(status);
+                }
+                outcome.status().cloned()
+            }
+            // The status reads but the repair could not be written: a
+            // read-only command must not need a writable root.
+            Err(write) => {
+                let status = read_status(dir)?;
+                skipped.push(format!(
+                    "skipped the stale-run repair of '{}': {}",
+                    atomic_file::escape(id),
+                    atomic_file::escape(&write.to_string())
+                ));
+                status
+            }
         }
-        outcome.status().cloned()
     } else {
         read_status(dir)?
     };
@@ -233,13 +310,17 @@ fn run_id_of(status: &RunStatus, dir_name: &str) -> String {
 
 /// Lists runs: the active index by default (never reading finished runs'
 /// history), every run with `all`. Sorted as the reference sorts.
-pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary>> {
+///
+/// One run that cannot be read never fails the listing: it lands in
+/// [`Listing::unreadable`]. Marker releases and stale repairs that cannot be
+/// written land in [`Listing::skipped_repairs`].
+pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Listing> {
     let names = if options.all {
         run_names(layout)?
     } else {
         index::read_index(&layout.runs_dir())?
     };
-    let mut runs = Vec::new();
+    let mut listing = Listing::default();
     let real_root = layout.runs_dir().canonicalize().ok();
     for name in names {
         let Some(dir) = real_root
@@ -247,16 +328,30 @@ pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary
             .and_then(|root| run_dir_under(layout, root, &name))
         else {
             if !options.all {
-                index::release_marker(&layout.run_dir(&name))?;
+                release(&layout.run_dir(&name), &name, &mut listing.skipped_repairs);
             }
             continue;
         };
-        let Some(summary) = load_dir(&dir, &name, options.reconcile, options.now, &options.hooks)?
-        else {
-            if !options.all {
-                index::release_marker(&dir)?;
+        let loaded = load_dir(
+            &dir,
+            &name,
+            options.reconcile,
+            options.now,
+            &options.hooks,
+            &mut listing.skipped_repairs,
+        );
+        let summary = match loaded {
+            Ok(Some(summary)) => summary,
+            Ok(None) => {
+                if !options.all {
+                    release(&dir, &name, &mut listing.skipped_repairs);
+                }
+                continue;
             }
-            continue;
+            Err(e) => {
+                listing.unreadable.push(UnreadableRun::new(&name, &dir, &e));
+                continue;
+            }
         };
         let observed = summary
             .proof()
@@ -264,12 +359,13 @@ pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary
         if !options.all && !summary.status.state.is_active() && observed {
             // A monitor that died between its proof and the release leaves
             // the marker behind; the observed proof still releases it.
-            index::release_marker(&dir)?;
+            release(&dir, &name, &mut listing.skipped_repairs);
         }
         if keep(&summary, options) {
-            runs.push(summary);
+            listing.runs.push(summary);
         }
     }
+    let runs = &mut listing.runs;
     runs.sort_by(|a, b| {
         state_rank(&a.status)
             .cmp(&state_rank(&b.status))
@@ -278,7 +374,18 @@ pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Vec<RunSummary
     if let Some(limit) = options.limit {
         runs.truncate(limit);
     }
-    Ok(runs)
+    Ok(listing)
+}
+
+/// Releases a marker, noting (not failing on) a release that cannot be written.
+fn release(dir: &Path, name: &str, skipped: &mut Vec<String>) {
+    if let Err(e) = index::release_marker(dir) {
+        skipped.push(format!(
+            "skipped releasing the active marker of '{}': {}",
+            atomic_file::escape(name),
+            atomic_file::escape(&e.to_string())
+        ));
+    }
 }
 
 fn keep(summary: &RunSummary, options: &ListOptions<'_>) -> bool {
@@ -339,15 +446,67 @@ mod tests {
         }
         std::fs::write(layout.run_dir("done-7").join("status.json"), "{broken").unwrap();
         run(&layout, "live", RunState::Running, true, 5);
-        let runs = list(&layout, &options(false)).unwrap();
+        let runs = list(&layout, &options(false)).unwrap().runs;
         assert_eq!(
             runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
             vec!["live"]
         );
-        assert!(
-            list(&layout, &options(true)).is_err(),
-            "a full scan meets the broken file"
-        );
+        let all = list(&layout, &options(true)).unwrap();
+        assert_eq!(all.runs.len(), 200, "the full scan lists every other run");
+        assert_eq!(all.unreadable.len(), 1, "and meets the broken file");
+        assert_eq!(all.unreadable[0].id, "done-7");
+    }
+
+    #[test]
+    fn one_unreadable_run_does_not_hide_the_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        run(&layout, "fifo", RunState::Running, true, 1);
+        run(&layout, "corrupt", RunState::Running, true, 1);
+        run(&layout, "types", RunState::Running, true, 1);
+        run(&layout, "big", RunState::Running, true, 1);
+        run(&layout, "good", RunState::Running, true, 2);
+        let fifo = layout.run_dir("fifo").join("status.json");
+        std::fs::remove_file(&fifo).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        std::fs::write(layout.run_dir("corrupt").join("status.json"), "{").unwrap();
+        std::fs::write(
+            layout.run_dir("types").join("status.json"),
+            r#"{"state":"running","steps":"x"}"#,
+        )
+        .unwrap();
+        let big = std::fs::File::create(layout.run_dir("big").join("status.json")).unwrap();
+        big.set_len(atomic_file::read::STATE_FILE_LIMIT + 1)
+            .unwrap();
+        for all in [false, true] {
+            let mut options = options(all);
+            options.reconcile = true;
+            let listing = list(&layout, &options).unwrap();
+            assert_eq!(
+                listing
+                    .runs
+                    .iter()
+                    .map(|r| r.id.as_str())
+                    .collect::<Vec<_>>(),
+                vec!["good"]
+            );
+            let errors: Vec<(&str, &str)> = listing
+                .unreadable
+                .iter()
+                .map(|u| (u.id.as_str(), u.error.as_str()))
+                .collect();
+            assert_eq!(errors.len(), 4, "{errors:?}");
+            assert!(errors[0].0 == "big" && errors[0].1.contains("exceeds the 16 MiB limit"));
+            assert!(errors[1].0 == "corrupt" && errors[1].1.contains("failed to parse"));
+            assert!(errors[2].0 == "fifo" && errors[2].1.contains("not a regular file (FIFO)"));
+            assert!(errors[3].0 == "types" && errors[3].1.contains("steps"));
+            let json = serde_json::to_value(&listing.unreadable[2]).unwrap();
+            assert_eq!(json["state"], "unreadable");
+            assert!(json["asyncDir"].as_str().unwrap().ends_with("fifo"));
+            assert!(listing.unreadable.iter().all(|u| !u.error.contains('\n')));
+            assert!(layout.run_dir("fifo").join("status.json").exists());
+        }
     }
 
     #[test]
@@ -360,6 +519,7 @@ mod tests {
         run(&layout, "d", RunState::Failed, false, 5);
         let ids: Vec<_> = list(&layout, &options(true))
             .unwrap()
+            .runs
             .into_iter()
             .map(|r| r.id)
             .collect();

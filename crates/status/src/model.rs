@@ -4,9 +4,7 @@
 //! back unchanged, because several writers (runner, finalizer, reconciler,
 //! reference tools) share the file.
 
-use std::fs::{File, OpenOptions};
-use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::Path;
 
 use process_identity::ProcessIdentity;
@@ -297,7 +295,7 @@ pub fn parse_status(path: &Path, text: &str) -> Result<RunStatus> {
 fn invalid(path: &Path, reason: String) -> Error {
     Error::Invalid {
         what: "async status file",
-        path: path.display().to_string(),
+        path: atomic_file::escape_path(path),
         reason,
     }
 }
@@ -305,10 +303,10 @@ fn invalid(path: &Path, reason: String) -> Error {
 /// Reads `<run_dir>/status.json`; `Ok(None)` when it does not exist.
 pub fn read_status(run_dir: &Path) -> Result<Option<RunStatus>> {
     let path = run_dir.join(files::STATUS);
-    match std::fs::read_to_string(&path) {
+    match atomic_file::read::read_to_string(&path) {
         Ok(text) => parse_status(&path, &text).map(Some),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err("read async status file", &path, e)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -328,13 +326,8 @@ pub struct StatusLock {
 /// Takes the run's status lock, blocking until it is free.
 pub fn lock_status(run_dir: &Path) -> Result<StatusLock> {
     let path = run_dir.join(files::STATUS_LOCK);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(atomic_file::FILE_MODE)
-        .open(&path)
-        .map_err(|e| io_err("open status lock", &path, e))?;
+    // Never blocks on a FIFO planted in place of the lock file.
+    let file = atomic_file::read::open_lock_file(&path)?;
     file.lock().map_err(|e| io_err("lock", &path, e))?;
     Ok(StatusLock { _file: file })
 }

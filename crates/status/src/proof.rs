@@ -386,16 +386,10 @@ pub fn unreadable_proof(run_id: &str, runner_id: &str, diagnostic: String) -> Pr
 /// mismatched file yields the synthetic unknown proof (2.4 `readProcessTerminal`).
 pub fn read_proof(run_dir: &Path, fallback: &Fallback) -> Option<ProcessTerminal> {
     let path = run_dir.join(files::PROOF);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match atomic_file::read::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            return Some(synthetic(
-                run_dir,
-                fallback,
-                format!("failed to read '{}': {e}", path.display()),
-            ));
-        }
+        Err(e) if e.is_not_found() => return None,
+        Err(e) => return Some(synthetic(run_dir, fallback, e.to_string())),
     };
     let label = run_dir.display().to_string();
     let parsed = serde_json::from_str::<Value>(&text)
@@ -439,10 +433,10 @@ pub fn sanitize(
 /// Reads and validates the candidate (2.4): `Ok(None)` when absent.
 pub fn read_candidate(run_dir: &Path) -> Result<Option<Candidate>, String> {
     let path = run_dir.join(files::CANDIDATE);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match atomic_file::read::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("failed to read '{}': {e}", path.display())),
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.to_string()),
     };
     let invalid = || {
         format!(

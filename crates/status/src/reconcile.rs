@@ -204,13 +204,14 @@ pub fn with_stderr_tail(run_dir: &Path, message: String) -> String {
 }
 
 fn stderr_tail(path: &Path) -> String {
-    let Ok(mut file) = std::fs::File::open(path) else {
+    // Never blocks on a FIFO; reads at most the 64 KiB tail.
+    let Ok(mut file) = atomic_file::read::open_regular(path) else {
         return String::new();
     };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let _ = file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
     let mut bytes = Vec::new();
-    let _ = file.read_to_end(&mut bytes);
+    let _ = file.take(64 * 1024).read_to_end(&mut bytes);
     let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.trim().lines().collect();
     let tail = lines[lines.len().saturating_sub(30)..].join("\n");

@@ -106,7 +106,7 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
         now: NOW,
         hooks: Hooks::default(),
     };
-    let runs = list(&layout, &options)?;
+    let runs = list(&layout, &options)?.runs;
     let human = status::format::format_run_list(&runs, "Async runs", NOW, None);
     Ok(vec![
         scratch

@@ -1,0 +1,489 @@
+//! Bounded, non-blocking reads of state files.
+//!
+//! A state root is data other processes (and, on a shared machine, other
+//! users) can touch. A FIFO planted in place of `status.json` would block a
+//! plain `open` forever, a device or a 300 MB file would stall every command,
+//! and a symlink could point anywhere. Every reader of a state file goes
+//! through [`read_file`] (or [`open_regular`] for logs, which are streamed):
+//!
+//! * open with `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`, so neither a symlink
+//!   nor a FIFO is followed or waited on;
+//! * `fstat` the handle and refuse anything that is not a regular file;
+//! * refuse files over the cap ([`STATE_FILE_LIMIT`] by default) and read at
+//!   most cap + 1 bytes, so a file growing under us is still bounded.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::escape_path;
+
+/// The largest state file any reader accepts (16 MiB).
+pub const STATE_FILE_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// Why a state file could not be read. Every message names the path, on one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// open/fstat/read failed.
+    #[error("failed to read '{}': {source}", escape_path(path))]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The path is a symlink (never followed).
+    #[error("failed to read '{}': is a symbolic link", escape_path(path))]
+    Symlink {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The path is a FIFO, device, socket or directory.
+    #[error("failed to read '{}': not a regular file ({kind})", escape_path(path))]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead ("FIFO", "directory", ...).
+        kind: &'static str,
+    },
+    /// The file is larger than the cap.
+    #[error(
+        "failed to read '{}': {} exceeds the {} limit for state files",
+        escape_path(path),
+        human_size(*size),
+        human_size(*limit)
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size (or at least cap + 1 when it grew while read).
+        size: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// A state directory other users can write to or that another user owns.
+    #[error(
+        "refusing state directory '{}': {why}; fix it, or pass --allow-shared-root (or set SUBAGENTS_ALLOW_SHARED_ROOT=1) to trust it",
+        escape_path(path)
+    )]
+    SharedDir {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The file belongs to another user (see [`set_allow_foreign_owner`]).
+    #[error(
+        "failed to read '{}': owned by uid {uid}, not by this user (pass --allow-shared-root to trust it)",
+        escape_path(path)
+    )]
+    ForeignOwner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+}
+
+impl ReadError {
+    /// True when the file does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Io { path, .. }
+            | Self::Symlink { path }
+            | Self::NotRegular { path, .. }
+            | Self::TooLarge { path, .. }
+            | Self::SharedDir { path, .. }
+            | Self::ForeignOwner { path, .. } => path,
+        }
+    }
+
+    /// The error as an `io::Error` without the path (for callers whose error
+    /// type wraps one and names the path itself).
+    pub fn into_io(self) -> io::Error {
+        let reason = match self {
+            Self::Io { source, .. } => return source,
+            Self::Symlink { .. } => "is a symbolic link".to_owned(),
+            Self::NotRegular { kind, .. } => format!("not a regular file ({kind})"),
+            Self::TooLarge { size, limit, .. } => format!(
+                "{} exceeds the {} limit for state files",
+                human_size(size),
+                human_size(limit)
+            ),
+            Self::SharedDir { why, .. } => why,
+            Self::ForeignOwner { uid, .. } => format!(
+                "owned by uid {uid}, not by this user (pass --allow-shared-root to trust it)"
+            ),
+        };
+        io::Error::new(io::ErrorKind::InvalidData, reason)
+    }
+}
+
+static ALLOW_FOREIGN_OWNER: AtomicBool = AtomicBool::new(false);
+
+/// Trusts state files owned by other users (the `--allow-shared-root`
+/// escape hatch). By default a file owned by neither this user nor root is
+/// refused: on a shared root another user could have planted it.
+pub fn set_allow_foreign_owner(allow: bool) {
+    ALLOW_FOREIGN_OWNER.store(allow, Ordering::Relaxed);
+}
+
+/// Whether [`set_allow_foreign_owner`] was turned on.
+pub fn allow_foreign_owner() -> bool {
+    ALLOW_FOREIGN_OWNER.load(Ordering::Relaxed)
+}
+
+/// Reads a whole state file, capped at [`STATE_FILE_LIMIT`].
+pub fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
+    read_file_capped(path, STATE_FILE_LIMIT)
+}
+
+/// Reads a whole file, refusing one larger than `limit` bytes.
+pub fn read_file_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    read_opened(open_regular(path)?, path, limit)
+}
+
+/// Reads a file the caller opened itself (e.g. with `openat` relative to a
+/// directory handle, with `O_NOFOLLOW | O_NONBLOCK`): checks through the
+/// handle that it is a trusted regular file, then reads at most `limit` bytes.
+/// `path` names the file in errors.
+pub fn read_opened(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    check_regular(&file, path)?;
+    read_checked(file, path, limit)
+}
+
+fn read_checked(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = file.metadata().map_err(io)?.len();
+    if size > limit {
+        return Err(too_large(path, size, limit));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(path, bytes.len() as u64, limit));
+    }
+    Ok(bytes)
+}
+
+/// Reads a file the user named on the command line (a spec, a descriptor, the
+/// input of `validate`): symlinks are followed and any owner is accepted, but
+/// a FIFO, device or directory is refused at once and the size is capped at
+/// [`STATE_FILE_LIMIT`].
+pub fn read_input_file(path: &Path) -> Result<Vec<u8>, ReadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_kind(&file, path)?;
+    read_checked(file, path, STATE_FILE_LIMIT)
+}
+
+/// [`read_file`] as UTF-8 text.
+pub fn read_to_string(path: &Path) -> Result<String, ReadError> {
+    String::from_utf8(read_file(path)?).map_err(|e| ReadError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()),
+    })
+}
+
+/// [`read_file`] with a missing file as `None`.
+pub fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, ReadError> {
+    match read_file(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens `path` for reading without following a symlink or blocking on a
+/// FIFO, and checks through the handle that it is a regular file owned by
+/// this user (or root). For files read in a stream (logs, events) that have
+/// no size cap.
+pub fn open_regular(path: &Path) -> Result<File, ReadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_regular(&file, path)?;
+    Ok(file)
+}
+
+/// Opens (creating 0600 if missing) a lock file for `flock`, without
+/// following a symlink or blocking on a FIFO; refuses anything that is not a
+/// regular file.
+pub fn open_lock_file(path: &Path) -> Result<File, ReadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(crate::FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_regular(&file, path)?;
+    Ok(file)
+}
+
+fn open_error(path: &Path, source: io::Error) -> ReadError {
+    // O_NOFOLLOW on a symlink fails with ELOOP; an O_NONBLOCK write-open of a
+    // FIFO without a reader fails with ENXIO.
+    match source.raw_os_error() {
+        Some(libc::ELOOP) => ReadError::Symlink {
+            path: path.to_path_buf(),
+        },
+        Some(libc::ENXIO) => ReadError::NotRegular {
+            path: path.to_path_buf(),
+            kind: "FIFO or device",
+        },
+        _ => ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+fn check_regular(file: &File, path: &Path) -> Result<(), ReadError> {
+    let meta = check_kind(file, path)?;
+    if !trusted_owner(meta.uid()) {
+        return Err(ReadError::ForeignOwner {
+            path: path.to_path_buf(),
+            uid: meta.uid(),
+        });
+    }
+    Ok(())
+}
+
+fn check_kind(file: &File, path: &Path) -> Result<std::fs::Metadata, ReadError> {
+    let meta = file.metadata().map_err(|source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let kind = if kind.is_fifo() {
+            "FIFO"
+        } else if kind.is_dir() {
+            "directory"
+        } else if kind.is_socket() {
+            "socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "device"
+        } else {
+            "special file"
+        };
+        return Err(ReadError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    Ok(meta)
+}
+
+/// Refuses a state directory that another user could plant files in: one
+/// writable by group or others, or owned by neither this user nor root
+/// (unless [`set_allow_foreign_owner`] was turned on). A missing directory
+/// is fine.
+pub fn check_private_dir(dir: &Path) -> Result<(), ReadError> {
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(());
+    };
+    if allow_foreign_owner() {
+        return Ok(());
+    }
+    let refuse = |why: String| {
+        Err(ReadError::SharedDir {
+            path: dir.to_path_buf(),
+            why,
+        })
+    };
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return refuse(format!(
+            "it is writable by group or others (mode {mode:04o})"
+        ));
+    }
+    if !trusted_owner(meta.uid()) {
+        // SAFETY: geteuid has no failure modes and no memory effects.
+        let me = unsafe { libc::geteuid() };
+        return refuse(format!(
+            "it is owned by uid {}, not by this user (uid {me})",
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// True when a file or directory owned by `uid` may be trusted: ours, root's,
+/// or anyone's once [`set_allow_foreign_owner`] was turned on.
+pub fn trusted_owner(uid: u32) -> bool {
+    // SAFETY: geteuid has no failure modes and no memory effects.
+    let me = unsafe { libc::geteuid() };
+    uid == me || uid == 0 || allow_foreign_owner()
+}
+
+fn too_large(path: &Path, size: u64, limit: u64) -> ReadError {
+    ReadError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        limit,
+    }
+}
+
+/// `318 MiB`, `12 KiB`, `900 bytes`.
+pub fn human_size(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= 1024 {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::process::Command;
+
+    fn mkfifo(path: &Path) {
+        assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+    }
+
+    #[test]
+    fn reads_a_regular_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        std::fs::write(&file, "{}").unwrap();
+        assert_eq!(read_file(&file).unwrap(), b"{}");
+        assert_eq!(read_to_string(&file).unwrap(), "{}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("status.json");
+        mkfifo(&fifo);
+        let err = read_file(&fifo).unwrap_err();
+        assert!(
+            matches!(err, ReadError::NotRegular { kind: "FIFO", .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("not a regular file (FIFO)"),
+            "{err}"
+        );
+        let lock = open_lock_file(&fifo).unwrap_err();
+        assert!(matches!(lock, ReadError::NotRegular { .. }), "{lock}");
+    }
+
+    #[test]
+    fn devices_directories_and_symlinks_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            read_file(Path::new("/dev/zero")).unwrap_err(),
+            ReadError::NotRegular { kind: "device", .. }
+        ));
+        assert!(matches!(
+            read_file(tmp.path()).unwrap_err(),
+            ReadError::NotRegular {
+                kind: "directory",
+                ..
+            }
+        ));
+        let target = tmp.path().join("target");
+        std::fs::write(&target, "x").unwrap();
+        let link = tmp.path().join("link");
+        symlink(&target, &link).unwrap();
+        assert!(matches!(
+            read_file(&link).unwrap_err(),
+            ReadError::Symlink { .. }
+        ));
+        assert!(matches!(
+            open_lock_file(&link).unwrap_err(),
+            ReadError::Symlink { .. }
+        ));
+    }
+
+    #[test]
+    fn oversize_files_are_refused_naming_size_and_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        let big = File::create(&file).unwrap();
+        big.set_len(318 * 1024 * 1024).unwrap();
+        let err = read_file(&file).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "failed to read '{}': 318 MiB exceeds the 16 MiB limit for state files",
+                file.display()
+            )
+        );
+        std::fs::write(&file, "12345").unwrap();
+        assert!(matches!(
+            read_file_capped(&file, 4).unwrap_err(),
+            ReadError::TooLarge {
+                size: 5,
+                limit: 4,
+                ..
+            }
+        ));
+        assert_eq!(read_file_capped(&file, 5).unwrap(), b"12345");
+    }
+
+    #[test]
+    fn shared_state_directories_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("runs");
+        assert!(check_private_dir(&dir).is_ok(), "missing is fine");
+        crate::ensure_private_dir(&dir).unwrap();
+        assert!(check_private_dir(&dir).is_ok());
+        for mode in [0o777, 0o1777, 0o720, 0o702] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = check_private_dir(&dir).unwrap_err().to_string();
+            assert!(
+                err.contains("writable by group or others") && err.contains("--allow-shared-root"),
+                "{mode:o}: {err}"
+            );
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(
+            check_private_dir(&dir).is_ok(),
+            "readable by others is fine"
+        );
+    }
+
+    #[test]
+    fn escaping_keeps_one_line() {
+        assert_eq!(crate::escape("plain/path"), "plain/path");
+        assert_eq!(crate::escape("a\nb\r\u{1b}[2J"), "a\\nb\\r\\u{1b}[2J");
+    }
+
+    #[test]
+    fn missing_files_are_none_and_errors_stay_on_one_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("a\nb");
+        assert!(read_optional(&file).unwrap().is_none());
+        let err = read_file(&file).unwrap_err();
+        assert!(err.is_not_found());
+        assert!(!err.to_string().contains('\n'), "{err}");
+        assert!(err.to_string().contains("a\\nb"), "{err}");
+    }
+}
