@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use process_identity::Liveness;
-use serde_json::json;
+use serde_json::{Value, json};
 use status::layout::files;
 use status::list::{Hooks, ListOptions, Resolved, RunSummary};
 use status::model::update_status;
@@ -267,8 +267,11 @@ fn force_stop(dir: &Path, reason: &str) -> CliResult {
 }
 
 /// `subagents logs`.
-pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
+pub fn logs(layout: &Layout, id: &str, follow: bool, json: bool) -> CliResult {
     let run = load(layout, id)?;
+    if json {
+        return logs_json(&run);
+    }
     let dir = run.async_dir.clone();
     let sources: Vec<PathBuf> = [
         "external-0.stdout.log",
@@ -292,6 +295,35 @@ pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
         return Ok(());
     }
     follow_logs(layout, &run.id, &sources)
+}
+
+/// `logs --json`: the same files as the text form, each with its content.
+fn logs_json(run: &RunSummary) -> CliResult {
+    let dir = &run.async_dir;
+    let output = run.status.output_file.as_ref().map(|o| dir.join(o));
+    let mut named: Vec<(&str, PathBuf)> = Vec::new();
+    match output.filter(|o| !run.status.state.is_active() && o.exists()) {
+        Some(output) => {
+            named.push(("output", output));
+            named.push(("stderr", dir.join("external-0.stderr.log")));
+        }
+        None => {
+            named.push(("stdout", dir.join("external-0.stdout.log")));
+            named.push(("stderr", dir.join("external-0.stderr.log")));
+            named.push(("runner stderr", dir.join(files::RUNNER_STDERR)));
+        }
+    }
+    let logs: Vec<Value> = named
+        .into_iter()
+        .filter_map(|(name, path)| {
+            let bytes = std::fs::read(&path).ok().filter(|b| !b.is_empty())?;
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            Some(json!({"name": name, "path": path.display().to_string(), "text": text}))
+        })
+        .collect();
+    let out = json!({"runId": run.id, "state": run.status.state.as_str(), "logs": logs});
+    println!("{out}");
+    Ok(())
 }
 
 fn print_file(path: &Path, label: &str, shown: &mut bool) -> CliResult<bool> {
@@ -381,7 +413,7 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
 }
 
 /// `subagents dismiss`: display-only; processes and the marker stay.
-pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
+pub fn dismiss(layout: &Layout, id: &str, json: bool) -> CliResult {
     let id = resolve(layout, id)?;
     let dir = layout.run_dir(&id);
     let now = now_ms();
@@ -391,7 +423,11 @@ pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
         Some(s)
     })?
     .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
-    println!("{id} dismissed");
+    if json {
+        println!("{}", json!({"runId": id, "displayDismissedAt": now}));
+    } else {
+        println!("{id} dismissed");
+    }
     Ok(())
 }
 
