@@ -223,3 +223,68 @@ fn the_reference_claims_at_once_after_ours() {
     assert_eq!(line["snapshot"]["used"], 2);
     assert_eq!(slot_count(&budget_dir), 2);
 }
+
+/// Runs `child.mts` as the COMMAND of one of our runs on `root` (with
+/// `TMPDIR` = `tmpdir` for us and the child); returns its JSON line and the
+/// run's budget snapshot.
+fn pi_child_in_our_run(reference: &Path, root: &Path, tmpdir: &Path) -> (Value, Value) {
+    let pkg = reference.join("node_modules/pi-subagents");
+    let out = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .arg("--root")
+        .arg(root)
+        .args(["run", "--json", "--wait", "--cwd"])
+        .arg(reference)
+        .args(["--", "node", "--import", "tsx"])
+        .arg(script("child.mts"))
+        .env("TMPDIR", tmpdir)
+        .env("PI_SUBAGENTS_PKG", &pkg)
+        .env_remove("SUBAGENTS_RUN_FANOUT_BUDGET")
+        .env_remove("PI_SUBAGENT_RUN_FANOUT_BUDGET")
+        .env_remove("SUBAGENTS_SESSION_ID")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let run_id = text
+        .lines()
+        .find_map(|l| serde_json::from_str::<Value>(l).ok()?["runId"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no run id: {out:?}"));
+    let run_dir = root.join("async-subagent-runs").join(&run_id);
+    let output = fs::read_to_string(run_dir.join("output-0.log"))
+        .or_else(|_| fs::read_to_string(run_dir.join("external-0.stdout.log")))
+        .unwrap();
+    let line: Value = serde_json::from_str(output.trim().lines().last().unwrap()).unwrap();
+    let show = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .arg("--root")
+        .arg(root)
+        .args(["budget", "show", &run_id, "--json"])
+        .output()
+        .unwrap();
+    assert!(show.status.success(), "{show:?}");
+    (line, serde_json::from_slice(&show.stdout).unwrap())
+}
+
+#[test]
+fn a_pi_child_in_a_run_on_the_reference_root_counts_against_the_run_budget() {
+    let Some(reference) = reference() else { return };
+    let shared = SharedRoot::new();
+    let (line, snapshot) = pi_child_in_our_run(&reference, &shared.root, shared.tmp.path());
+    eprintln!("pi child: {line}; run budget after: {snapshot}");
+    assert_eq!(line["hasEnv"], true, "{line}");
+    assert!(line.get("error").is_none(), "{line}");
+    // The child's claim is on the run's own budget: it sees the same count.
+    assert_eq!(line["snapshot"]["used"], snapshot["used"], "{line} {snapshot}");
+    assert_eq!(line["snapshot"]["limit"], snapshot["limit"]);
+}
+
+#[test]
+fn a_pi_child_in_a_run_elsewhere_gets_no_reference_budget_and_still_starts() {
+    let Some(reference) = reference() else { return };
+    let shared = SharedRoot::new();
+    let elsewhere = shared.tmp.path().join("our-own-root");
+    let (line, _) = pi_child_in_our_run(&reference, &elsewhere, shared.tmp.path());
+    eprintln!("pi child: {line}");
+    // Exported there, the package would refuse it ("outside the managed
+    // budget root") and the child would fail.
+    assert_eq!(line["hasEnv"], false, "{line}");
+    assert!(line.get("error").is_none(), "{line}");
+}

@@ -23,6 +23,7 @@ mod budget;
 mod descriptor;
 mod error;
 mod limit;
+mod reference_env;
 mod reference_lock;
 mod sources;
 
@@ -38,6 +39,7 @@ pub use limit::{
     LimitSource, ResolvedLimit, limit_env_value, normalize_limit, normalize_limit_str,
     resolve_limit,
 };
+pub use reference_env::{node_tmpdir, reference_accepts, reference_state_root};
 pub use reference_lock::{OWNER_FILE, REFERENCE_LOCK_DIR, ReferenceLock, STALE_AFTER};
 pub use sources::Sources;
 
