@@ -257,6 +257,24 @@ fn listing_a_reference_root_matches_the_reference_and_rewrites_only_what_it_does
             .map_or(Value::Null, |r| r["state"].clone());
         assert_eq!(result_state, expect["resultFileState"], "{id} result state");
     }
+    // The text listing: the same blocks as the reference's formatter. Runs
+    // repaired in the same listing tie on their sort time, and each side
+    // breaks ties its own way, so blocks are compared as a set.
+    let out = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .arg("--root")
+        .arg(tmp.path())
+        .args(["list", "--all"])
+        .env_remove("SUBAGENTS_SESSION_ID")
+        .output()
+        .unwrap();
+    let ours = String::from_utf8_lossy(&out.stdout)
+        .replace(tmp.path().to_str().unwrap(), "${ROOT}/list");
+    let blocks = |text: &str| {
+        let mut blocks: Vec<String> = text.trim().split("\n\n").map(str::to_owned).collect();
+        blocks.sort();
+        blocks
+    };
+    assert_eq!(blocks(&ours), blocks(fixture["formatted"].as_str().unwrap()));
 }
 
 /// The generator fed files our crates wrote to the reference's readers; the

@@ -241,6 +241,28 @@ fn effective_thinking(model: Option<&Value>, thinking: Option<&Value>) -> Option
     THINKING_LEVELS.contains(&level).then(|| json!(level))
 }
 
+/// The activity time a listing shows for a run, as the reference derives it:
+/// a running run without `lastActivityAt` falls back to its output file's
+/// mtime, the current step's `lastActivityAt`, then (except workflows) the
+/// current step's or the run's start.
+pub fn listed_last_activity(run_dir: &Path, status: &RunStatus) -> Option<u64> {
+    if status.state != RunState::Running || status.last_activity_at.is_some() {
+        return status.last_activity_at;
+    }
+    let current = status.current_step.and_then(|i| status.steps().get(i));
+    let output_mtime = status.output_file.as_ref().and_then(|file| {
+        let modified = std::fs::metadata(run_dir.join(file)).ok()?.modified().ok()?;
+        let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(since.as_millis() as u64)
+    });
+    let step_activity = current.and_then(|s| s.extra.get("lastActivityAt")?.as_u64());
+    let workflow = status.mode.as_deref() == Some("workflow");
+    let started = (!workflow)
+        .then(|| current.and_then(|s| s.started_at).or(status.started_at))
+        .flatten();
+    output_mtime.or(step_activity).or(started)
+}
+
 /// The failed result file of status.md 4.4 for a run repaired with `message`
 /// (`repaired` is the status after the repair, `original` before it).
 pub fn failed_result(
