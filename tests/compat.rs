@@ -82,7 +82,10 @@ impl SharedRoot {
             .arg(script(script_name))
             .args(args)
             .env("TMPDIR", self.tmp.path())
-            .env("PI_SUBAGENTS_PKG", reference.join("node_modules/pi-subagents"));
+            .env(
+                "PI_SUBAGENTS_PKG",
+                reference.join("node_modules/pi-subagents"),
+            );
         command
     }
 
@@ -246,7 +249,11 @@ fn pi_child_in_our_run(reference: &Path, root: &Path, tmpdir: &Path) -> (Value, 
     let text = String::from_utf8_lossy(&out.stdout);
     let run_id = text
         .lines()
-        .find_map(|l| serde_json::from_str::<Value>(l).ok()?["runId"].as_str().map(str::to_owned))
+        .find_map(|l| {
+            serde_json::from_str::<Value>(l).ok()?["runId"]
+                .as_str()
+                .map(str::to_owned)
+        })
         .unwrap_or_else(|| panic!("no run id: {out:?}"));
     let run_dir = root.join("async-subagent-runs").join(&run_id);
     let output = fs::read_to_string(run_dir.join("output-0.log"))
@@ -272,7 +279,10 @@ fn a_pi_child_in_a_run_on_the_reference_root_counts_against_the_run_budget() {
     assert_eq!(line["hasEnv"], true, "{line}");
     assert!(line.get("error").is_none(), "{line}");
     // The child's claim is on the run's own budget: it sees the same count.
-    assert_eq!(line["snapshot"]["used"], snapshot["used"], "{line} {snapshot}");
+    assert_eq!(
+        line["snapshot"]["used"], snapshot["used"],
+        "{line} {snapshot}"
+    );
     assert_eq!(line["snapshot"]["limit"], snapshot["limit"]);
 }
 

@@ -9,8 +9,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
 use launcher::validate::{Kind, check};
+use serde_json::Value;
 
 fn fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -71,7 +71,10 @@ fn complaint(error: &str) -> &str {
 /// Recreates the budget directories the reference wrote.
 fn plant_budget(fill: &Fill, budget: &Value) {
     let dir = PathBuf::from(fill.apply(budget["directory"].as_str().unwrap()));
-    write(&dir.join("manifest.json"), budget["manifest"].as_str().unwrap());
+    write(
+        &dir.join("manifest.json"),
+        budget["manifest"].as_str().unwrap(),
+    );
     fs::create_dir_all(dir.join("claims")).unwrap();
     if let Some(claims) = budget["claims"].as_object() {
         for (name, text) in claims {
@@ -86,7 +89,10 @@ fn assert_same_verdict(kind: Kind, fixture_name: &str, file_name: &str, setup: i
     let fill = Fill::new(tmp.path());
     setup(&fill);
     let layout = status::Layout::new(tmp.path());
-    let file = tmp.path().join("async-subagent-runs/fixture").join(file_name);
+    let file = tmp
+        .path()
+        .join("async-subagent-runs/fixture")
+        .join(file_name);
     let cases = fixture["cases"].as_array().unwrap();
     assert!(cases.len() > 3);
     for case in cases {
@@ -94,7 +100,11 @@ fn assert_same_verdict(kind: Kind, fixture_name: &str, file_name: &str, setup: i
         write(&file, &fill.apply(case["content"].as_str().unwrap()));
         let ours = check(&layout, kind, &file);
         let valid = case["valid"].as_bool().unwrap();
-        assert_eq!(ours.is_ok(), valid, "{fixture_name} {name}: ours {ours:?}, reference {case}");
+        assert_eq!(
+            ours.is_ok(),
+            valid,
+            "{fixture_name} {name}: ours {ours:?}, reference {case}"
+        );
         if let (Err(ours), Some(theirs)) = (&ours, case["error"].as_str()) {
             let expected = complaint(theirs);
             assert!(
@@ -130,8 +140,9 @@ fn a_budget_written_by_the_reference_counts_the_same() {
     let persisted = fill.apply(fixture["cases"][0]["content"].as_str().unwrap());
     let descriptor = fanout_budget::Descriptor::from_json(&persisted).unwrap();
     assert_eq!(manifest.limit, descriptor.limit);
-    let budget = fanout_budget::OpenBudget::open(&tmp.path().join("run-fanout-budgets"), &descriptor)
-        .unwrap();
+    let budget =
+        fanout_budget::OpenBudget::open(&tmp.path().join("run-fanout-budgets"), &descriptor)
+            .unwrap();
     let snapshot = serde_json::to_value(budget.snapshot().unwrap()).unwrap();
     assert_eq!(snapshot, fixture["budget"]["snapshot"]);
 }
@@ -179,7 +190,14 @@ fn capacity_owners_written_by_the_reference_are_read_and_counted_the_same() {
     let out = Command::new(env!("CARGO_BIN_EXE_subagents"))
         .arg("--root")
         .arg(tmp.path())
-        .args(["capacity", "--session", "fixture-session", "--limit", "2", "--json"])
+        .args([
+            "capacity",
+            "--session",
+            "fixture-session",
+            "--limit",
+            "2",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -238,19 +256,38 @@ fn listing_a_reference_root_matches_the_reference_and_rewrites_only_what_it_does
         assert_eq!(summary["state"], expect["state"], "{id}: {summary}");
         let status_file = runs.join(id).join("status.json");
         let after = fs::read(&status_file).unwrap();
-        assert_eq!(after != before, expect["rewritten"] == true, "{id} rewritten?");
+        assert_eq!(
+            after != before,
+            expect["rewritten"] == true,
+            "{id} rewritten?"
+        );
         let status: Value = serde_json::from_slice(&after).unwrap();
-        let steps: Vec<&Value> = status["steps"].as_array().unwrap().iter().map(|s| &s["status"]).collect();
+        let steps: Vec<&Value> = status["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| &s["status"])
+            .collect();
         let expected_steps: Vec<&Value> = expect["stepStates"].as_array().unwrap().iter().collect();
         assert_eq!(steps, expected_steps, "{id} steps");
         if expect["proof"].is_object() {
-            assert_eq!(status["processTerminal"]["state"], expect["proof"]["state"], "{id}");
-            let reason = status["processTerminal"].get("reason").cloned().unwrap_or(Value::Null);
+            assert_eq!(
+                status["processTerminal"]["state"], expect["proof"]["state"],
+                "{id}"
+            );
+            let reason = status["processTerminal"]
+                .get("reason")
+                .cloned()
+                .unwrap_or(Value::Null);
             assert_eq!(reason, expect["proof"]["reason"], "{id}");
         }
         let result_file = results.join(format!("{id}.json"));
         let written = case["result"].is_null() && result_file.exists();
-        assert_eq!(written, expect["resultFileWritten"] == true, "{id} result file written?");
+        assert_eq!(
+            written,
+            expect["resultFileWritten"] == true,
+            "{id} result file written?"
+        );
         let result_state = fs::read(&result_file)
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
@@ -267,14 +304,17 @@ fn listing_a_reference_root_matches_the_reference_and_rewrites_only_what_it_does
         .env_remove("SUBAGENTS_SESSION_ID")
         .output()
         .unwrap();
-    let ours = String::from_utf8_lossy(&out.stdout)
-        .replace(tmp.path().to_str().unwrap(), "${ROOT}/list");
+    let ours =
+        String::from_utf8_lossy(&out.stdout).replace(tmp.path().to_str().unwrap(), "${ROOT}/list");
     let blocks = |text: &str| {
         let mut blocks: Vec<String> = text.trim().split("\n\n").map(str::to_owned).collect();
         blocks.sort();
         blocks
     };
-    assert_eq!(blocks(&ours), blocks(fixture["formatted"].as_str().unwrap()));
+    assert_eq!(
+        blocks(&ours),
+        blocks(fixture["formatted"].as_str().unwrap())
+    );
 }
 
 /// The generator fed files our crates wrote to the reference's readers; the
@@ -294,7 +334,9 @@ fn the_reference_accepts_every_kind_of_file_we_write() {
         "capacity-owner",
         "recovery-descriptor.json",
     ] {
-        let entry = kinds.get(kind).unwrap_or_else(|| panic!("{kind} not recorded"));
+        let entry = kinds
+            .get(kind)
+            .unwrap_or_else(|| panic!("{kind} not recorded"));
         assert_eq!(entry["accepted"], true, "{kind}: {entry}");
     }
 }

@@ -25,7 +25,15 @@ fn budget_create_and_show_take_json() {
     let env = Env::new();
     let (code, descriptor) = json_of(
         &env,
-        &["budget", "create", "--root-run-id", "r", "--limit", "3", "--json"],
+        &[
+            "budget",
+            "create",
+            "--root-run-id",
+            "r",
+            "--limit",
+            "3",
+            "--json",
+        ],
     );
     assert_eq!(code, 0);
     assert_eq!(descriptor["limit"], 3);
@@ -33,20 +41,45 @@ fn budget_create_and_show_take_json() {
     std::fs::write(&file, descriptor.to_string()).unwrap();
     let (code, snapshot) = json_of(
         &env,
-        &["budget", "show", "--descriptor", file.to_str().unwrap(), "--json"],
+        &[
+            "budget",
+            "show",
+            "--descriptor",
+            file.to_str().unwrap(),
+            "--json",
+        ],
     );
     assert_eq!(code, 0);
-    assert_eq!(snapshot, serde_json::json!({"used": 0, "limit": 3, "remaining": 3}));
+    assert_eq!(
+        snapshot,
+        serde_json::json!({"used": 0, "limit": 3, "remaining": 3})
+    );
 
     let (code, error) = json_of(
         &env,
-        &["budget", "create", "--root-run-id", "r", "--limit", "0", "--json"],
+        &[
+            "budget",
+            "create",
+            "--root-run-id",
+            "r",
+            "--limit",
+            "0",
+            "--json",
+        ],
     );
     assert_eq!(code, 1);
     assert_eq!(error_code(&error), "FAILED");
-    let (code, error) = json_of(&env, &["budget", "show", "--descriptor", "/nonexistent", "--json"]);
+    let (code, error) = json_of(
+        &env,
+        &["budget", "show", "--descriptor", "/nonexistent", "--json"],
+    );
     assert_eq!(code, 1);
-    assert!(error["error"]["message"].as_str().unwrap().contains("/nonexistent"));
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent")
+    );
 }
 
 #[test]
@@ -98,7 +131,10 @@ fn usage_errors_are_json_when_json_is_on_the_command_line() {
     }
     // Without --json (or with it only after `--`, where it belongs to COMMAND)
     // clap's own text stays on stderr and stdout is empty.
-    for args in [vec!["list", "--bogus"], vec!["run", "--bogus", "--", "x", "--json"]] {
+    for args in [
+        vec!["list", "--bogus"],
+        vec!["run", "--bogus", "--", "x", "--json"],
+    ] {
         let out = env.run(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");

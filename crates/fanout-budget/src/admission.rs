@@ -183,14 +183,13 @@ impl AdmissionLock {
     fn acquire(budget: &OpenBudget) -> Result<Self> {
         let deadline = Instant::now() + LOCK_TIMEOUT;
         let file = Self::acquire_flock(budget, deadline)?;
-        let reference = ReferenceLock::acquire(&fd_path(&budget.dir), deadline).map_err(|e| {
-            match e {
+        let reference =
+            ReferenceLock::acquire(&fd_path(&budget.dir), deadline).map_err(|e| match e {
                 Error::LockTimeout { .. } => Error::LockTimeout {
                     dir: budget.descriptor.directory.clone(),
                 },
                 other => other,
-            }
-        })?;
+            })?;
         Ok(Self {
             _reference: reference,
             _file: file,

@@ -32,7 +32,10 @@ pub fn reference_state_root(tmpdir: &Path) -> PathBuf {
 /// `directory` (both real paths compared, as it does).
 pub fn reference_accepts(directory: &Path, tmpdir: &Path) -> bool {
     let root = reference_state_root(tmpdir).join(crate::BUDGET_ROOT_DIR);
-    match (std::fs::canonicalize(directory), std::fs::canonicalize(root)) {
+    match (
+        std::fs::canonicalize(directory),
+        std::fs::canonicalize(root),
+    ) {
         (Ok(dir), Ok(root)) => dir.starts_with(root),
         _ => false,
     }
@@ -45,11 +48,22 @@ mod tests {
     #[test]
     fn node_tmpdir_order_and_trailing_slash() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
         };
         assert_eq!(node_tmpdir(env(&[])), PathBuf::from("/tmp"));
-        assert_eq!(node_tmpdir(env(&[("TMP", "/a/"), ("TEMP", "/b")])), PathBuf::from("/a"));
-        assert_eq!(node_tmpdir(env(&[("TMPDIR", ""), ("TEMP", "/b")])), PathBuf::from("/b"));
+        assert_eq!(
+            node_tmpdir(env(&[("TMP", "/a/"), ("TEMP", "/b")])),
+            PathBuf::from("/a")
+        );
+        assert_eq!(
+            node_tmpdir(env(&[("TMPDIR", ""), ("TEMP", "/b")])),
+            PathBuf::from("/b")
+        );
         assert_eq!(node_tmpdir(env(&[("TMPDIR", "/")])), PathBuf::from("/"));
     }
 

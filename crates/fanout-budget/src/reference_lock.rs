@@ -123,7 +123,11 @@ impl ReferenceLock {
             .and_then(|()| fs::rename(&tmp, lock.join(OWNER_FILE)));
         if let Err(e) = written {
             let _ = fs::remove_dir_all(lock);
-            return Err(Error::io("write admission lock owner", lock.join(OWNER_FILE), e));
+            return Err(Error::io(
+                "write admission lock owner",
+                lock.join(OWNER_FILE),
+                e,
+            ));
         }
         Ok(Self {
             budget_dir: budget_dir.to_path_buf(),

@@ -50,9 +50,11 @@ fn live_child() -> Result<Child> {
 }
 
 fn no_stale_leftovers(budget_dir: &Path) -> Result<bool> {
-    Ok(fs::read_dir(budget_dir)?
-        .filter_map(|e| e.ok())
-        .all(|e| !e.file_name().to_string_lossy().starts_with("admission.stale-")))
+    Ok(fs::read_dir(budget_dir)?.filter_map(|e| e.ok()).all(|e| {
+        !e.file_name()
+            .to_string_lossy()
+            .starts_with("admission.stale-")
+    }))
 }
 
 #[test]
@@ -82,7 +84,11 @@ fn a_lock_whose_owner_is_alive_is_waited_for() -> Result<()> {
 
     let err = ReferenceLock::acquire(&dir, Instant::now()).unwrap_err();
     assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
-    assert_eq!(owner_token(&dir)?, "theirs", "a live owner's lock is untouched");
+    assert_eq!(
+        owner_token(&dir)?,
+        "theirs",
+        "a live owner's lock is untouched"
+    );
 
     let (tx, rx) = mpsc::channel();
     let waiter_dir = dir.clone();
@@ -92,7 +98,10 @@ fn a_lock_whose_owner_is_alive_is_waited_for() -> Result<()> {
         tx.send(token).unwrap();
         lock.map(drop)
     });
-    assert!(rx.try_recv().is_err(), "still waiting while the owner holds it");
+    assert!(
+        rx.try_recv().is_err(),
+        "still waiting while the owner holds it"
+    );
     // The owner releases the way 0.49 does: remove the directory.
     fs::remove_dir_all(dir.join(REFERENCE_LOCK_DIR))?;
     let token = rx.recv_timeout(Duration::from_secs(30))?;
@@ -156,8 +165,14 @@ fn a_claim_reclaims_a_dead_reference_lock_and_leaves_no_lock_behind() -> Result<
     plant_lock(&dir, dead_pid()?, "crashed-reference")?;
 
     assert_eq!(budget.claim(&["a"])?, Snapshot::new(1, 2));
-    assert!(!dir.join(REFERENCE_LOCK_DIR).exists(), "no directory lock left");
-    assert!(dir.join(LOCK_FILE).is_file(), "our flock file has its own name");
+    assert!(
+        !dir.join(REFERENCE_LOCK_DIR).exists(),
+        "no directory lock left"
+    );
+    assert!(
+        dir.join(LOCK_FILE).is_file(),
+        "our flock file has its own name"
+    );
     assert_ne!(LOCK_FILE, REFERENCE_LOCK_DIR);
     assert!(no_stale_leftovers(&dir)?);
     Ok(())

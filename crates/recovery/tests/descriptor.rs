@@ -431,5 +431,9 @@ fn null_grace_turns_reads_as_the_default_one() {
     let budget = json!({"maxTurns": 4, "graceTurns": "1"});
     store(dir.path(), &with(minimal(), "initialTurnBudget", budget));
     let err = read_descriptor(dir.path()).unwrap_err();
-    assert!(err.to_string().contains("graceTurns must be an integer >= 0"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("graceTurns must be an integer >= 0"),
+        "{err}"
+    );
 }

@@ -136,7 +136,11 @@ fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
 
 /// Result-based repair (status.md 4.3) when an active run's result file
 /// exists; it wins over any liveness verdict.
-fn repair_with_result(run_dir: &Path, status: &RunStatus, options: Options) -> Result<Option<Outcome>> {
+fn repair_with_result(
+    run_dir: &Path,
+    status: &RunStatus,
+    options: Options,
+) -> Result<Option<Outcome>> {
     let Some(path) = reference::result_path(run_dir, &run_id_of(run_dir, status)) else {
         return Ok(None);
     };

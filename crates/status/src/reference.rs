@@ -51,7 +51,11 @@ pub fn result_path(run_dir: &Path, run_id: &str) -> Option<PathBuf> {
     if runs.file_name()? != "async-subagent-runs" {
         return None;
     }
-    Some(runs.parent()?.join(RESULTS_DIR).join(format!("{run_id}.json")))
+    Some(
+        runs.parent()?
+            .join(RESULTS_DIR)
+            .join(format!("{run_id}.json")),
+    )
 }
 
 /// Why a reference record is stale (status.md 4.2 steps 5, 7, 8), or `None`.
@@ -251,7 +255,10 @@ pub fn listed_last_activity(run_dir: &Path, status: &RunStatus) -> Option<u64> {
     }
     let current = status.current_step.and_then(|i| status.steps().get(i));
     let output_mtime = status.output_file.as_ref().and_then(|file| {
-        let modified = std::fs::metadata(run_dir.join(file)).ok()?.modified().ok()?;
+        let modified = std::fs::metadata(run_dir.join(file))
+            .ok()?
+            .modified()
+            .ok()?;
         let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
         Some(since.as_millis() as u64)
     });
@@ -281,7 +288,11 @@ pub fn failed_result(
     let mut result = Map::new();
     result.insert("id".into(), json!(original.run_id));
     result.insert("agent".into(), json!(agent));
-    insert_some(&mut result, "mode", original.mode.as_ref().map(|m| json!(m)));
+    insert_some(
+        &mut result,
+        "mode",
+        original.mode.as_ref().map(|m| json!(m)),
+    );
     result.insert("success".into(), json!(false));
     result.insert("state".into(), json!("failed"));
     result.insert("summary".into(), json!(message));
@@ -293,8 +304,16 @@ pub fn failed_result(
     let duration = original.started_at.map(|s| json!(now.saturating_sub(s)));
     result.insert("durationMs".into(), duration.unwrap_or(Value::Null));
     result.insert("asyncDir".into(), json!(run_dir.display().to_string()));
-    insert_some(&mut result, "sessionId", original.session_id.as_ref().map(|s| json!(s)));
-    insert_some(&mut result, "sessionFile", original.session_file.as_ref().map(|s| json!(s)));
+    insert_some(
+        &mut result,
+        "sessionId",
+        original.session_id.as_ref().map(|s| json!(s)),
+    );
+    insert_some(
+        &mut result,
+        "sessionFile",
+        original.session_file.as_ref().map(|s| json!(s)),
+    );
     Value::Object(result)
 }
 
@@ -332,8 +351,8 @@ pub fn write_failed_result(path: &Path, result: &Value) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::{Outcome, reconcile_run};
     use crate::model::{read_status, write_status};
+    use crate::reconcile::{Outcome, reconcile_run};
 
     const DAY: u64 = 24 * 60 * 60 * 1000;
 
@@ -349,7 +368,12 @@ mod tests {
         status.last_update = Some(1_000);
         status.steps = Some(vec![Step {
             agent: "worker".into(),
-            status: if state == RunState::Queued { "pending" } else { "running" }.into(),
+            status: if state == RunState::Queued {
+                "pending"
+            } else {
+                "running"
+            }
+            .into(),
             started_at: Some(1_000),
             ..Default::default()
         }]);
@@ -382,22 +406,36 @@ mod tests {
         for dir in [&queued_live, &queued_dead, &queued_bare, &running_bare] {
             assert!(unchanged(dir, 10 * DAY), "{}", dir.display());
         }
-        assert!(!tmp.path().join(RESULTS_DIR).exists(), "no result file written");
+        assert!(
+            !tmp.path().join(RESULTS_DIR).exists(),
+            "no result file written"
+        );
     }
 
     #[test]
     fn a_live_pid_is_trusted_for_a_day_then_failed_with_a_result_file() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = reference_run(tmp.path(), "live", RunState::Running, Some(std::process::id()));
+        let dir = reference_run(
+            tmp.path(),
+            "live",
+            RunState::Running,
+            Some(std::process::id()),
+        );
         assert!(unchanged(&dir, 1_000 + DAY));
         let now = 1_000 + DAY + 1;
         let Outcome::Repaired { status, message } = reconcile_run(&dir, Options::at(now)).unwrap()
         else {
             panic!("not repaired")
         };
-        assert!(message.contains(&format!("not updated for {}ms", DAY + 1)), "{message}");
+        assert!(
+            message.contains(&format!("not updated for {}ms", DAY + 1)),
+            "{message}"
+        );
         assert_eq!(status.state, RunState::Failed);
-        assert_eq!(status.process_terminal.as_ref().unwrap()["reason"], "stale-repair");
+        assert_eq!(
+            status.process_terminal.as_ref().unwrap()["reason"],
+            "stale-repair"
+        );
         let result_path = tmp.path().join(RESULTS_DIR).join("live.json");
         let result: Value =
             serde_json::from_str(&std::fs::read_to_string(&result_path).unwrap()).unwrap();
@@ -412,7 +450,10 @@ mod tests {
         assert_eq!(result["results"][0]["success"], false);
         assert_eq!(result["asyncDir"], json!(dir.display().to_string()));
         let event = crate::events::read_all(&dir).pop().unwrap();
-        assert_eq!(event["resultPath"], json!(result_path.display().to_string()));
+        assert_eq!(
+            event["resultPath"],
+            json!(result_path.display().to_string())
+        );
     }
 
     #[test]
@@ -434,15 +475,36 @@ mod tests {
     fn an_existing_result_file_decides_the_state() {
         let tmp = tempfile::tempdir().unwrap();
         let cases = [
-            ("ok", json!({"success": true, "results": [{"success": true, "model": "m:high", "sessionFile": "/s"}]}), "complete", "complete"),
-            ("stop", json!({"success": false, "state": "stopped", "results": [{"error": "halt"}]}), "stopped", "stopped"),
-            ("pause", json!({"success": false, "exitCode": 0}), "paused", "paused"),
-            ("bad", json!({"success": false, "results": [{"success": false, "error": "boom"}]}), "failed", "failed"),
+            (
+                "ok",
+                json!({"success": true, "results": [{"success": true, "model": "m:high", "sessionFile": "/s"}]}),
+                "complete",
+                "complete",
+            ),
+            (
+                "stop",
+                json!({"success": false, "state": "stopped", "results": [{"error": "halt"}]}),
+                "stopped",
+                "stopped",
+            ),
+            (
+                "pause",
+                json!({"success": false, "exitCode": 0}),
+                "paused",
+                "paused",
+            ),
+            (
+                "bad",
+                json!({"success": false, "results": [{"success": false, "error": "boom"}]}),
+                "failed",
+                "failed",
+            ),
         ];
         for (id, result, run_state, step_state) in cases {
             // A live pid: the result wins over any liveness verdict.
             let dir = reference_run(tmp.path(), id, RunState::Running, Some(std::process::id()));
-            let before = std::fs::read(tmp.path().join(RESULTS_DIR).join(format!("{id}.json"))).ok();
+            let before =
+                std::fs::read(tmp.path().join(RESULTS_DIR).join(format!("{id}.json"))).ok();
             with_result(tmp.path(), id, result.clone());
             let Outcome::Repaired { status, message } =
                 reconcile_run(&dir, Options::at(5_000)).unwrap()
@@ -469,11 +531,15 @@ mod tests {
             .unwrap();
             assert_eq!(after, result);
         }
-        let ok = read_status(&tmp.path().join("async-subagent-runs/ok")).unwrap().unwrap();
+        let ok = read_status(&tmp.path().join("async-subagent-runs/ok"))
+            .unwrap()
+            .unwrap();
         assert_eq!(ok.steps()[0].exit_code, Some(0));
         assert_eq!(ok.steps()[0].extra["thinking"], "high");
         assert_eq!(ok.steps()[0].extra["sessionFile"], "/s");
-        let stop = read_status(&tmp.path().join("async-subagent-runs/stop")).unwrap().unwrap();
+        let stop = read_status(&tmp.path().join("async-subagent-runs/stop"))
+            .unwrap()
+            .unwrap();
         assert_eq!(stop.stopped, Some(true));
         assert_eq!(stop.steps()[0].error.as_deref(), Some("halt"));
         assert_eq!(stop.steps()[0].exit_code, Some(1));
@@ -483,8 +549,16 @@ mod tests {
     fn a_malformed_result_model_names_the_field() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = reference_run(tmp.path(), "m", RunState::Running, None);
-        with_result(tmp.path(), "m", json!({"success": true, "results": [{"model": 5}]}));
+        with_result(
+            tmp.path(),
+            "m",
+            json!({"success": true, "results": [{"model": 5}]}),
+        );
         let err = reconcile_run(&dir, Options::at(5_000)).unwrap_err();
-        assert!(err.to_string().contains("results[0].model must be a string"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("results[0].model must be a string"),
+            "{err}"
+        );
     }
 }
