@@ -4,17 +4,16 @@ use std::collections::BTreeSet;
 use std::fs::{File, TryLockError};
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::MetadataExt;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, openat};
-use nix::sys::stat::{Mode, fstatat};
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::Mode;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde_json::json;
 
 use crate::budget::{fd_path, slot_name};
+use crate::reference_lock::ReferenceLock;
 use crate::{
     CommitError, Error, LOCK_FILE, LOCK_TIMEOUT, OpenBudget, Result, RunFanoutLimitError, Snapshot,
     Sources,
@@ -168,22 +167,41 @@ fn roll_back(claims: &OwnedFd, created: &[u32]) {
     let _ = atomic_file::sync_dir(&fd_path(claims));
 }
 
-/// The admission lock: an exclusive `flock` on `<budget dir>/admission.lock`.
+/// The admission lock: an exclusive `flock` on `<budget dir>/admission.flock`
+/// (our claimers), then the reference's directory lock `admission.lock/`
+/// (pi-subagents 0.49 claimers on the same budget).
 ///
-/// The kernel drops it when the holder exits or dies, so there is no
-/// staleness guess. Closing the file (drop) releases it.
+/// The kernel drops the flock when the holder exits or dies, so there is no
+/// staleness guess among our processes. Dropping releases the directory lock
+/// first (fields drop in order), then the flock.
 struct AdmissionLock {
+    _reference: ReferenceLock,
     _file: File,
 }
 
 impl AdmissionLock {
-    /// Polls for the lock until [`LOCK_TIMEOUT`] has passed.
+    /// Polls for both locks until [`LOCK_TIMEOUT`] has passed.
     fn acquire(budget: &OpenBudget) -> Result<Self> {
         let deadline = Instant::now() + LOCK_TIMEOUT;
+        let file = Self::acquire_flock(budget, deadline)?;
+        let reference =
+            ReferenceLock::acquire(&fd_path(&budget.dir), deadline).map_err(|e| match e {
+                Error::LockTimeout { .. } => Error::LockTimeout {
+                    dir: budget.descriptor.directory.clone(),
+                },
+                other => other,
+            })?;
+        Ok(Self {
+            _reference: reference,
+            _file: file,
+        })
+    }
+
+    fn acquire_flock(budget: &OpenBudget, deadline: Instant) -> Result<File> {
         let mut pause = Duration::from_millis(1);
         loop {
-            if let Some(lock) = Self::try_acquire(budget)? {
-                return Ok(lock);
+            if let Some(file) = Self::try_flock(budget)? {
+                return Ok(file);
             }
             if Instant::now() >= deadline {
                 return Err(Error::LockTimeout {
@@ -195,7 +213,7 @@ impl AdmissionLock {
         }
     }
 
-    fn try_acquire(budget: &OpenBudget) -> Result<Option<Self>> {
+    fn try_flock(budget: &OpenBudget) -> Result<Option<File>> {
         let path = || budget.descriptor.directory.join(LOCK_FILE);
         // O_NONBLOCK: a FIFO in place of the lock is refused below, not waited on.
         let flags = OFlag::O_RDWR
@@ -203,42 +221,22 @@ impl AdmissionLock {
             | OFlag::O_NOFOLLOW
             | OFlag::O_NONBLOCK
             | OFlag::O_CLOEXEC;
-        let fd = match openat(
+        let fd = openat(
             &budget.dir,
             LOCK_FILE,
             flags,
             Mode::from_bits_truncate(0o600),
-        ) {
-            Ok(fd) => fd,
-            // A pi-subagents 0.49 process holds its mkdir lock of the same name.
-            Err(Errno::EISDIR) => return Ok(None),
-            Err(e) => return Err(Error::io("open admission lock", path(), e.into())),
-        };
+        )
+        .map_err(|e| Error::io("open admission lock", path(), e.into()))?;
         let file = File::from(fd);
         if !file.metadata().is_ok_and(|m| m.is_file()) {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
             return Err(Error::io("open admission lock", path(), e));
         }
         match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Ok(None),
-            Err(TryLockError::Error(e)) => return Err(Error::io("lock admission lock", path(), e)),
+            Ok(()) => Ok(Some(file)),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(Error::io("lock admission lock", path(), e)),
         }
-        if !still_named(budget, &file) {
-            return Ok(None);
-        }
-        // A fresh mtime keeps a 0.49 process from judging the name stale.
-        let _ = file.set_modified(SystemTime::now());
-        Ok(Some(Self { _file: file }))
     }
-}
-
-/// True when `admission.lock` still names the locked file (a 0.49 process
-/// may have moved a stale-looking lock aside between our open and lock).
-fn still_named(budget: &OpenBudget, file: &File) -> bool {
-    let Ok(named) = fstatat(&budget.dir, LOCK_FILE, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-        return false;
-    };
-    file.metadata()
-        .is_ok_and(|m| m.dev() == named.st_dev && m.ino() == named.st_ino)
 }

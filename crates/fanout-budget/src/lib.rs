@@ -11,8 +11,10 @@
 //! stay inside the managed root, the manifest must agree) and keeps the
 //! directory open; everything afterwards works relative to that handle.
 //! [`OpenBudget::claim`] admits a batch of paths entirely or not at all under
-//! an exclusive `flock` on `admission.lock`, which the kernel releases when a
-//! holder dies. The behaviour follows pi-subagents 0.49.0 as described in
+//! an exclusive `flock` on `admission.flock`, which the kernel releases when a
+//! holder dies, and, while holding it, the reference's directory lock
+//! `admission.lock/` ([`ReferenceLock`]) so that pi-subagents 0.49 claimers
+//! on the same budget are excluded too. The behaviour follows pi-subagents 0.49.0 as described in
 //! `shared/spec/fanout-budget.md`, including its error texts.
 #![warn(missing_docs)]
 
@@ -21,6 +23,8 @@ mod budget;
 mod descriptor;
 mod error;
 mod limit;
+mod reference_env;
+mod reference_lock;
 mod sources;
 
 use std::time::Duration;
@@ -35,6 +39,8 @@ pub use limit::{
     LimitSource, ResolvedLimit, limit_env_value, normalize_limit, normalize_limit_str,
     resolve_limit,
 };
+pub use reference_env::{node_tmpdir, reference_accepts, reference_state_root};
+pub use reference_lock::{OWNER_FILE, REFERENCE_LOCK_DIR, ReferenceLock, STALE_AFTER};
 pub use sources::Sources;
 
 /// Env var carrying the inherited descriptor (base64url JSON, no padding).
@@ -57,7 +63,10 @@ pub const PERSISTED_FILE: &str = "run-fanout-budget.json";
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// Name of the claims directory in a budget directory.
 pub const CLAIMS_DIR: &str = "claims";
-/// Name of the admission lock file in a budget directory.
-pub const LOCK_FILE: &str = "admission.lock";
+/// Name of our admission lock file (an `flock` target) in a budget directory.
+///
+/// Never `admission.lock`: pi-subagents 0.49 `mkdir`s its lock under that
+/// name and a regular file there would block every one of its claims.
+pub const LOCK_FILE: &str = "admission.flock";
 /// How long a claim waits for the admission lock before giving up.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(8);

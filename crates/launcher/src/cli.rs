@@ -66,6 +66,9 @@ pub enum Command {
         /// Keep printing new output until the run is over.
         #[arg(long, short)]
         follow: bool,
+        /// Print {runId, state, logs: [{name, path, text}]} as JSON (not with --follow).
+        #[arg(long, conflicts_with = "follow")]
+        json: bool,
     },
     /// Repair stale runs and finalize what the evidence allows.
     Reconcile {
@@ -77,6 +80,9 @@ pub enum Command {
     Dismiss {
         /// Run id or unique prefix.
         run: String,
+        /// Print {runId, displayDismissedAt} as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Revive a finished run with a follow-up task (same agent, same contract).
     Resume(ResumeArgs),
@@ -224,6 +230,9 @@ pub enum BudgetAction {
         /// The limit (else $SUBAGENTS_MAX_SPAWNS_PER_RUN, else 64).
         #[arg(long)]
         limit: Option<u64>,
+        /// Errors as JSON too (the descriptor is always JSON).
+        #[arg(long)]
+        json: bool,
     },
     /// Show {used, limit, remaining} of a run's budget or of a descriptor file.
     Show {
@@ -233,6 +242,9 @@ pub enum BudgetAction {
         /// A descriptor JSON file.
         #[arg(long, value_name = "FILE")]
         descriptor: Option<PathBuf>,
+        /// Errors as JSON too (the snapshot is always JSON).
+        #[arg(long)]
+        json: bool,
     },
     /// Claim slots all-or-nothing; exit 3 over the limit.
     Claim {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use process_identity::Liveness;
-use serde_json::json;
+use serde_json::{Value, json};
 use status::layout::files;
 use status::list::{Hooks, ListOptions, Resolved, RunSummary};
 use status::model::update_status;
@@ -304,35 +304,49 @@ fn force_stop(dir: &Path, reason: &str) -> CliResult {
 }
 
 /// `subagents logs`.
-pub fn logs(layout: &Layout, id: &str, follow: bool) -> CliResult {
+pub fn logs(layout: &Layout, id: &str, follow: bool, json: bool) -> CliResult {
     let run = load(layout, id)?;
-    let dir = run.async_dir.clone();
-    let sources: Vec<PathBuf> = [
-        "external-0.stdout.log",
-        "external-0.stderr.log",
-        files::RUNNER_STDERR,
-    ]
-    .iter()
-    .map(|n| dir.join(n))
-    .collect();
-    if !follow {
-        let output = run
-            .status
-            .output_file
-            .as_ref()
-            .map(|o| rebased_output(&dir, o));
-        let terminal = !run.status.state.is_active();
-        let mut shown = false;
-        if let Some(output) = output.filter(|o| terminal && o.exists()) {
-            print_file(&output, "output", &mut shown)?;
-            return print_file(&sources[1], "stderr", &mut shown).map(|_| ());
-        }
-        for (path, label) in sources.iter().zip(["stdout", "stderr", "runner stderr"]) {
-            print_file(path, label, &mut shown)?;
-        }
-        return Ok(());
+    if json {
+        return logs_json(&run);
     }
-    follow_logs(layout, &run.id, &sources)
+    if follow {
+        let dir = &run.async_dir;
+        let sources: Vec<PathBuf> = ["external-0.stdout.log", "external-0.stderr.log"]
+            .iter()
+            .chain(&[files::RUNNER_STDERR])
+            .map(|n| dir.join(n))
+            .collect();
+        return follow_logs(layout, &run.id, &sources);
+    }
+    let mut shown = false;
+    for (label, path) in log_sources(&run) {
+        print_file(&path, label, &mut shown)?;
+    }
+    Ok(())
+}
+
+/// The files `logs` shows, labelled: a finished run's output file and
+/// COMMAND's stderr; otherwise COMMAND's stdout and stderr and the runner's
+/// stderr.
+fn log_sources(run: &RunSummary) -> Vec<(&'static str, PathBuf)> {
+    let dir = &run.async_dir;
+    let output = run
+        .status
+        .output_file
+        .as_ref()
+        .map(|o| rebased_output(dir, o));
+    let terminal = !run.status.state.is_active();
+    match output.filter(|o| terminal && o.exists()) {
+        Some(output) => vec![
+            ("output", output),
+            ("stderr", dir.join("external-0.stderr.log")),
+        ],
+        None => vec![
+            ("stdout", dir.join("external-0.stdout.log")),
+            ("stderr", dir.join("external-0.stderr.log")),
+            ("runner stderr", dir.join(files::RUNNER_STDERR)),
+        ],
+    }
 }
 
 /// The output file of a run whose root was moved or copied: the status still
@@ -348,6 +362,27 @@ fn rebased_output(dir: &Path, recorded: &str) -> PathBuf {
         Some(moved) if same_run && moved.exists() => moved,
         _ => path,
     }
+}
+
+/// `logs --json`: the same files as the text form, each with its content.
+fn logs_json(run: &RunSummary) -> CliResult {
+    let logs: Vec<Value> = log_sources(run)
+        .into_iter()
+        .filter_map(|(name, path)| {
+            // A FIFO or symlink in place of a log is skipped, never waited on.
+            let mut file = atomic_file::read::open_regular(&path).ok()?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut bytes).ok()?;
+            if bytes.is_empty() {
+                return None;
+            }
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            Some(json!({"name": name, "path": path.display().to_string(), "text": text}))
+        })
+        .collect();
+    let out = json!({"runId": run.id, "state": run.status.state.as_str(), "logs": logs});
+    println!("{out}");
+    Ok(())
 }
 
 fn print_file(path: &Path, label: &str, shown: &mut bool) -> CliResult<bool> {
@@ -460,7 +495,7 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
 }
 
 /// `subagents dismiss`: display-only; processes and the marker stay.
-pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
+pub fn dismiss(layout: &Layout, id: &str, json: bool) -> CliResult {
     let id = resolve(layout, id)?;
     let dir = layout.run_dir(&id);
     let now = now_ms();
@@ -470,7 +505,11 @@ pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
         Some(s)
     })?
     .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
-    println!("{id} dismissed");
+    if json {
+        println!("{}", json!({"runId": id, "displayDismissedAt": now}));
+    } else {
+        println!("{id} dismissed");
+    }
     Ok(())
 }
 

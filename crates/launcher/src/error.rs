@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 pub enum Exit {
     /// 1: the operation or the run failed.
     Failed,
+    /// 2: the command line is wrong.
+    Usage,
     /// 3: a limit refused the launch; nothing was started.
     Limit,
     /// 4: no such run, or an ambiguous prefix.
@@ -20,6 +22,7 @@ impl Exit {
     pub fn code(self) -> i32 {
         match self {
             Self::Failed => 1,
+            Self::Usage => 2,
             Self::Limit => 3,
             Self::NotFound => 4,
             Self::Timeout => 124,
@@ -29,6 +32,7 @@ impl Exit {
     fn name(self) -> &'static str {
         match self {
             Self::Failed => "FAILED",
+            Self::Usage => "USAGE",
             Self::Limit => "LIMIT",
             Self::NotFound => "NOT_FOUND",
             Self::Timeout => "TIMEOUT",

@@ -159,12 +159,16 @@ pub fn budget_command(
     };
     match action {
         BudgetAction::Doctor(args) => return doctor(&root, &args),
-        BudgetAction::Create { root_run_id, limit } => {
+        BudgetAction::Create {
+            root_run_id, limit, ..
+        } => {
             let limit = new_root_limit(limit).limit;
             let budget = fanout_budget::create_budget(&root, &root_run_id, limit).map_err(fail)?;
             println!("{}", budget.descriptor().to_json());
         }
-        BudgetAction::Show { run, descriptor } => {
+        BudgetAction::Show {
+            run, descriptor, ..
+        } => {
             let budget = match (run, descriptor) {
                 (_, Some(file)) => open_file(&root, &file)?,
                 (Some(run), None) => {

@@ -28,7 +28,10 @@ use crate::error::CliResult;
 
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     if !matches!(cli.command, Command::Monitor | Command::Runner) {
         // `subagents list | head` should end quietly, like any Unix filter.
         // (Runners keep ignoring SIGPIPE: a vanished launcher must not kill them.)
@@ -59,6 +62,32 @@ pub fn main() -> i32 {
     }
 }
 
+/// A parser error: clap's own output, or with `--json` on the command line
+/// the JSON error object on stdout (exit 2 either way; help and version exit 0).
+fn usage_error(e: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if informational || !json_on_command_line(std::env::args_os().skip(1)) {
+        e.exit();
+    }
+    let rendered = e.render().to_string();
+    let message = rendered
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid command line")
+        .trim_start_matches("error: ")
+        .to_owned();
+    let error = error::CliError::new(error::Exit::Usage, message);
+    println!("{}", error.to_json());
+    eprint!("{rendered}");
+    error.exit.code()
+}
+
+/// True when `--json` appears before a `--` (after it, it belongs to COMMAND).
+fn json_on_command_line(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.take_while(|a| a != "--").any(|a| a == "--json")
+}
+
 fn wants_json(command: &Command) -> bool {
     match command {
         Command::Run(args) => args.json,
@@ -68,7 +97,18 @@ fn wants_json(command: &Command) -> bool {
         | Command::Wait { json, .. }
         | Command::Stop { json, .. }
         | Command::Reconcile { json }
+        | Command::Logs { json, .. }
+        | Command::Dismiss { json, .. }
+        | Command::Validate { json, .. }
         | Command::Capacity { json, .. }
+        | Command::Budget {
+            action: Some(cli::BudgetAction::Create { json, .. }),
+            ..
+        }
+        | Command::Budget {
+            action: Some(cli::BudgetAction::Show { json, .. }),
+            ..
+        }
         | Command::Budget {
             action: Some(cli::BudgetAction::Claim { json, .. }),
             ..
@@ -107,9 +147,9 @@ fn dispatch(cli: Cli) -> CliResult {
             json,
         } => wait::wait_command(&layout, &runs, timeout.as_deref(), json),
         Command::Stop { run, reason, json } => commands::stop(&layout, &run, &reason, json),
-        Command::Logs { run, follow } => commands::logs(&layout, &run, follow),
+        Command::Logs { run, follow, json } => commands::logs(&layout, &run, follow, json),
         Command::Reconcile { json } => commands::reconcile(&layout, json),
-        Command::Dismiss { run } => commands::dismiss(&layout, &run),
+        Command::Dismiss { run, json } => commands::dismiss(&layout, &run, json),
         Command::Budget { doctor, action } => fanout::budget_command(&layout, &doctor, action),
         Command::Resume(args) => revive::resume(&layout, &args),
         Command::Validate { kind, file, json } => validate::command(&layout, kind, &file, json),

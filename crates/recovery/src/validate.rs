@@ -352,8 +352,9 @@ fn turn_budget(value: &Value) -> Checked<Value> {
             format!("{LABEL}.maxTurns must be an integer >= 1."),
         ));
     };
+    // `graceTurns ?? 1` in the reference: null reads as the default too.
     let grace_turns = match budget.get("graceTurns") {
-        None => 1,
+        None | Some(Value::Null) => 1,
         Some(grace) => integer(grace).filter(|g| *g >= 0).ok_or_else(|| {
             fail(
                 FIELD,

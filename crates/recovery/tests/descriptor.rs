@@ -417,3 +417,23 @@ fn live_fanout_check_replaces_or_refuses_the_budget() {
         )
     );
 }
+
+#[test]
+fn null_grace_turns_reads_as_the_default_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for (grace, expected) in [(json!(null), 1), (json!(3), 3)] {
+        let budget = json!({"maxTurns": 4, "graceTurns": grace});
+        store(dir.path(), &with(minimal(), "initialTurnBudget", budget));
+        let read = read_descriptor(dir.path()).unwrap().unwrap();
+        let turns = read.initial_turn_budget.unwrap();
+        assert_eq!((turns.max_turns, turns.grace_turns), (4, expected));
+    }
+    let budget = json!({"maxTurns": 4, "graceTurns": "1"});
+    store(dir.path(), &with(minimal(), "initialTurnBudget", budget));
+    let err = read_descriptor(dir.path()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("graceTurns must be an integer >= 0"),
+        "{err}"
+    );
+}

@@ -12,6 +12,8 @@
 //! * [`index`]: `.active-runs/<run-id>` markers, released only by an
 //!   `observed` proof;
 //! * [`reconcile`]: stale-run repair, safe against pid reuse;
+//! * [`reference`]: the reference's own rules for records it wrote
+//!   (bare-pid staleness, result-based repair, the failed result file);
 //! * [`list`] and [`format`]: run summaries and the reference's list text.
 //!
 //! The formats are those of pi-subagents 0.49.0 (`shared/spec/status.md`),
@@ -26,6 +28,7 @@ pub mod list;
 pub mod model;
 pub mod proof;
 pub mod reconcile;
+pub mod reference;
 
 pub use layout::Layout;
 pub use model::{RunState, RunStatus, Step};

@@ -278,6 +278,7 @@ fn summarize(
     if let Some(proof) = read_proof(dir, &fallback) {
         status.process_terminal = Some(proof.to_value());
     }
+    status.last_activity_at = crate::reference::listed_last_activity(dir, &status);
     if let Some(source) = fanout {
         // One run's missing or corrupt budget must not fail the listing of
         // every other run (the reference throws here): its fan-out line says

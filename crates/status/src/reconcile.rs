@@ -5,7 +5,9 @@
 //! [`ProcessIdentity`] (pid + start time + boot id) when the status has one, so
 //! a recycled pid is never mistaken for the runner and a live runner is never
 //! declared stale for being quiet. Records without an identity (the
-//! reference's files) fall back to `kill(pid, 0)` and the 24-hour rule.
+//! reference's files) follow the reference's rules exactly, in
+//! [`crate::reference`], since a listing writes its repairs into that tool's
+//! own files.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -16,7 +18,7 @@ use serde_json::json;
 use crate::layout::files;
 use crate::model::{RunState, RunStatus, read_status, update_status};
 use crate::proof::ProcessTerminal;
-use crate::{LIFECYCLE_ARTIFACT_VERSION, Result, events};
+use crate::{LIFECYCLE_ARTIFACT_VERSION, Result, events, reference};
 
 /// Tunables of reconciliation.
 #[derive(Debug, Clone, Copy)]
@@ -71,19 +73,42 @@ pub fn reconcile_run(run_dir: &Path, options: Options) -> Result<Outcome> {
     let Some(status) = read_status(run_dir)? else {
         return Ok(Outcome::NoStatus);
     };
+    if let Some(outcome) = repair_with_result(run_dir, &status, options)? {
+        return Ok(outcome);
+    }
     let Some(message) = stale_message(&status, options) else {
         return Ok(Outcome::Unchanged(status));
     };
     let message = with_stderr_tail(run_dir, message);
+    // A reference record's failed repair also writes its result file.
+    let result_file = reference::is_reference_record(&status)
+        .then(|| reference::result_path(run_dir, &run_id_of(run_dir, &status)))
+        .flatten();
+    let mut result_error = None;
     // Re-check under the lock: the runner may have written its final status meanwhile.
     let repaired = update_status(run_dir, |current| {
         let current = current?;
         stale_message(&current, options)?;
-        Some(repair(current, &message, options.now))
+        let repaired = repair(current.clone(), &message, options.now);
+        if let Some(path) = &result_file {
+            let result =
+                reference::failed_result(&current, &repaired, run_dir, &message, options.now);
+            if let Err(e) = reference::write_failed_result(path, &result) {
+                result_error = Some(e);
+                return None;
+            }
+        }
+        Some(repaired)
     })?;
+    if let Some(e) = result_error {
+        return Err(e);
+    }
     match repaired {
         Some(status) => {
-            let fields = json!({"pid": status.pid, "message": message});
+            let mut fields = json!({"pid": status.pid, "message": message});
+            if let Some(path) = &result_file {
+                fields["resultPath"] = json!(path.display().to_string());
+            }
             let _ = events::append(
                 run_dir,
                 "subagent.run.repaired_stale",
@@ -97,8 +122,55 @@ pub fn reconcile_run(run_dir: &Path, options: Options) -> Result<Outcome> {
     }
 }
 
+/// `runId`, else the directory name (as the reference names result files).
+fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
+    if status.run_id.is_empty() {
+        run_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        status.run_id.clone()
+    }
+}
+
+/// Result-based repair (status.md 4.3) when an active run's result file
+/// exists; it wins over any liveness verdict.
+fn repair_with_result(
+    run_dir: &Path,
+    status: &RunStatus,
+    options: Options,
+) -> Result<Option<Outcome>> {
+    let Some(path) = reference::result_path(run_dir, &run_id_of(run_dir, status)) else {
+        return Ok(None);
+    };
+    if !status.state.is_active() || !path.exists() {
+        return Ok(None);
+    }
+    let mut failure = None;
+    let repaired = update_status(run_dir, |current| {
+        match reference::repair_from_result(&current?, &path, options.now) {
+            Ok(repaired) => repaired,
+            Err(e) => {
+                failure = Some(e);
+                None
+            }
+        }
+    })?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(repaired.map(|status| Outcome::Repaired {
+        status,
+        message: reference::RESULT_REPAIR_MESSAGE.to_owned(),
+    }))
+}
+
 /// Why `status` is stale, or `None` when it is not.
 pub fn stale_message(status: &RunStatus, options: Options) -> Option<String> {
+    if reference::is_reference_record(status) {
+        return reference::stale_message(status, options);
+    }
     if status.display_dismissed_at.is_some() || !status.state.is_active() {
         return None;
     }
@@ -317,6 +389,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut status = RunStatus::new("q", RunState::Queued);
         status.last_update = Some(1000);
+        // Ours: the launcher that wrote the record is gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        status.launcher_identity = Some(ProcessIdentity::of(child.id()).unwrap());
+        child.wait().unwrap();
         write_status(dir.path(), &status).unwrap();
         assert!(matches!(
             reconcile_run(dir.path(), Options::at(2000)).unwrap(),

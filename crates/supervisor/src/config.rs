@@ -113,6 +113,28 @@ impl LaunchConfig {
     }
 }
 
+/// Whether step `i`'s child also gets the budget as
+/// `PI_SUBAGENT_RUN_FANOUT_BUDGET`: only when a pi-subagents 0.49 child with
+/// the child's temp dir would accept it (else it would refuse to start).
+pub fn child_gets_reference_env(config: &LaunchConfig) -> bool {
+    let Some(directory) = config
+        .fanout_descriptor
+        .as_ref()
+        .and_then(|d| d.get("directory"))
+        .and_then(|d| d.as_str())
+    else {
+        return false;
+    };
+    let tmpdir = fanout_budget::node_tmpdir(|key| {
+        config
+            .env
+            .get(key)
+            .cloned()
+            .or_else(|| std::env::var(key).ok())
+    });
+    fanout_budget::reference_accepts(std::path::Path::new(directory), &tmpdir)
+}
+
 /// The env value for step `i`'s child: the run's descriptor with the step's
 /// claim label appended to `parentPath` (single runs hand it on unchanged).
 pub fn child_fanout_env(config: &LaunchConfig, i: usize) -> Option<String> {

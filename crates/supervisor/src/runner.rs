@@ -872,9 +872,12 @@ fn spawn_command(
         command.env("SUBAGENTS_SESSION_DIR", root);
     }
     if let Some(descriptor) = crate::config::child_fanout_env(config, i) {
-        command
-            .env(fanout_budget::BUDGET_ENV, descriptor)
-            .env_remove(fanout_budget::BUDGET_ENV_ALIAS);
+        if crate::config::child_gets_reference_env(config) {
+            command.env(fanout_budget::BUDGET_ENV_ALIAS, &descriptor);
+        } else {
+            command.env_remove(fanout_budget::BUDGET_ENV_ALIAS);
+        }
+        command.env(fanout_budget::BUDGET_ENV, descriptor);
     }
     // SAFETY: only resets the signal mask (async-signal-safe) between fork and exec.
     unsafe {
