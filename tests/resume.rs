@@ -477,3 +477,140 @@ fn a_task_equal_to_a_contract_value_still_runs_but_is_not_resumable() {
         "{out:?}"
     );
 }
+
+/// Edits a JSON file in place.
+fn edit_json(path: &Path, edit: impl FnOnce(&mut Value)) {
+    let mut value: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut value);
+    std::fs::write(path, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    recovery::sha256_hex(bytes)
+}
+
+/// A refused resume: exit 1, one stderr line naming `file` and `field`,
+/// nothing launched, no lease taken, the source's slot left alone.
+fn assert_refused(env: &Env, source: &str, file: &str, field: &str) {
+    let out = env.run(&["resume", source, "--task", "x"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(file) && stderr.contains(field),
+        "{file} {field}: {stderr}"
+    );
+    assert_eq!(env.run_count(), 1, "nothing was launched");
+    assert!(lease_dirs(env).is_empty());
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "s", "--json"])).unwrap();
+    let owners: Vec<&Value> = capacity["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["slot"]["runId"])
+        .collect();
+    assert!(owners.iter().all(|o| *o == source), "{capacity}");
+}
+
+#[test]
+fn resume_refuses_recovery_files_edited_after_launch() {
+    let env = Env::new();
+    let source = env
+        .ok(&[
+            "run",
+            "--session",
+            "s",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo ran-original",
+        ])
+        .trim()
+        .to_owned();
+    let dir = run_dir(&env, &source);
+    let descriptor = dir.join("recovery-descriptor.json");
+    let contract = dir.join("launch-contract.json");
+    let originals = [
+        (descriptor.clone(), std::fs::read(&descriptor).unwrap()),
+        (contract.clone(), std::fs::read(&contract).unwrap()),
+    ];
+    let restore = || {
+        for (path, bytes) in &originals {
+            std::fs::write(path, bytes).unwrap();
+        }
+    };
+    let marker = Path::new(env.work()).join("edited-command-ran");
+
+    // A new command, and the digest recomputed to match it.
+    let evil = format!("touch '{}'", marker.display());
+    edit_json(&contract, |c| c["command"] = json!(["sh", "-c", evil]));
+    let digest = sha256_hex(&std::fs::read(&contract).unwrap());
+    edit_json(&descriptor, |d| d["launchContractDigest"] = json!(digest));
+    assert_refused(&env, &source, "recovery-seal.json", "changed after launch");
+    assert!(!marker.exists(), "the edited command never ran");
+    restore();
+
+    // Descriptor fields that disagree with the contract or the directory.
+    edit_json(&descriptor, |d| d["cwd"] = json!("/"));
+    assert_refused(&env, &source, "recovery-descriptor.json", "cwd '/'");
+    restore();
+    edit_json(&descriptor, |d| d["sourceRunId"] = json!("someone-else"));
+    assert_refused(
+        &env,
+        &source,
+        "recovery-descriptor.json",
+        "sourceRunId 'someone-else'",
+    );
+    restore();
+    // Fields the two files do not share are covered by the seal alone.
+    edit_json(&descriptor, |d| d["sessionFile"] = json!("/etc/passwd"));
+    assert_refused(&env, &source, "recovery-seal.json", "changed after launch");
+    restore();
+
+    // The same descriptor field edited and the seal removed: old runs are not trusted either.
+    let seal = dir.join("recovery-seal.json");
+    let sealed = std::fs::read(&seal).unwrap();
+    std::fs::remove_file(&seal).unwrap();
+    assert_refused(&env, &source, "recovery-seal.json", "no recovery seal");
+    std::fs::write(&seal, sealed).unwrap();
+
+    // Intact files resume.
+    let revived = env
+        .ok(&["resume", &source, "--task", "go on"])
+        .trim()
+        .to_owned();
+    env.ok(&["wait", &revived]);
+    assert!(env.ok(&["logs", &revived]).contains("ran-original"));
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_loosened_or_foreign_root_key_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let source = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let key = env.root().join(".recovery-key");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = env.run(&["resume", &source, "--task", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(".recovery-key") && stderr.contains("mode 0644"),
+        "{stderr}"
+    );
+    // A fresh key (the old one lost) cannot vouch for the run.
+    std::fs::remove_file(&key).unwrap();
+    let out = env.run(&["resume", &source, "--task", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sealed under key"),
+        "{out:?}"
+    );
+    assert_eq!(env.run_count(), 1);
+}
