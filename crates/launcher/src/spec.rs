@@ -86,9 +86,13 @@ impl Plan {
 pub fn read_plan(path: &Path) -> Result<Plan, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("failed to read spec file '{}': {e}", path.display()))?;
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("invalid spec file '{}': {e}", path.display()))?;
-    parse_plan(&value).map_err(|e| format!("invalid spec file '{}': {e}", path.display()))
+    parse_plan_text(&text).map_err(|e| format!("invalid spec file '{}': {e}", path.display()))
+}
+
+/// Parses and validates spec text. Touches no file (fuzzing entry point).
+pub fn parse_plan_text(text: &str) -> Result<Plan, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    parse_plan(&value)
 }
 
 /// Validates a spec value.

@@ -1,0 +1,13 @@
+//! Fuzz target: status.json (`status::model::parse_status`).
+//! Any input must be refused or accepted, never panic.
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = status::model::parse_status(Path::new("status.json"), text);
+    }
+});
