@@ -614,3 +614,39 @@ fn a_loosened_or_foreign_root_key_is_refused() {
     );
     assert_eq!(env.run_count(), 1);
 }
+
+#[test]
+fn concurrent_first_launches_agree_on_one_root_key() {
+    // Several real processes find no key and race to create it; every run
+    // must be sealed under the one key that won, so every run resumes.
+    let env = Env::new();
+    let launches: Vec<_> = (0..4)
+        .map(|_| {
+            env.command(&["run", "--", "true"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ids: Vec<String> = launches
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        })
+        .collect();
+    let leftovers: Vec<_> = std::fs::read_dir(env.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("recovery-key") && n != ".recovery-key")
+        .collect();
+    assert!(leftovers.is_empty(), "no temp key left: {leftovers:?}");
+    for id in &ids {
+        env.settled(id);
+        let revived = env.ok(&["resume", id, "--task", "again"]).trim().to_owned();
+        env.settled(&revived);
+    }
+}
