@@ -513,9 +513,9 @@ fn assert_refused(env: &Env, source: &str, file: &str, field: &str) {
     assert!(owners.iter().all(|o| *o == source), "{capacity}");
 }
 
-#[test]
-fn resume_refuses_recovery_files_edited_after_launch() {
-    let env = Env::new();
+/// A finished run of session `s` whose command prints a marker; returns its
+/// id and run directory.
+fn finished_source(env: &Env) -> (String, PathBuf) {
     let source = env
         .ok(&[
             "run",
@@ -529,33 +529,52 @@ fn resume_refuses_recovery_files_edited_after_launch() {
         ])
         .trim()
         .to_owned();
-    let dir = run_dir(&env, &source);
-    let descriptor = dir.join("recovery-descriptor.json");
-    let contract = dir.join("launch-contract.json");
-    let originals = [
-        (descriptor.clone(), std::fs::read(&descriptor).unwrap()),
-        (contract.clone(), std::fs::read(&contract).unwrap()),
-    ];
-    let restore = || {
-        for (path, bytes) in &originals {
-            std::fs::write(path, bytes).unwrap();
-        }
-    };
-    let marker = Path::new(env.work()).join("edited-command-ran");
+    let dir = run_dir(env, &source);
+    (source, dir)
+}
 
-    // A new command, and the digest recomputed to match it.
+#[test]
+fn resume_refuses_a_rewritten_contract_with_a_recomputed_digest() {
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    let marker = Path::new(env.work()).join("edited-command-ran");
     let evil = format!("touch '{}'", marker.display());
+    let contract = dir.join("launch-contract.json");
     edit_json(&contract, |c| c["command"] = json!(["sh", "-c", evil]));
     let digest = sha256_hex(&std::fs::read(&contract).unwrap());
+    let descriptor = dir.join("recovery-descriptor.json");
     edit_json(&descriptor, |d| d["launchContractDigest"] = json!(digest));
     assert_refused(&env, &source, "recovery-seal.json", "changed after launch");
     assert!(!marker.exists(), "the edited command never ran");
-    restore();
+}
 
-    // Descriptor fields that disagree with the contract or the directory.
+#[test]
+fn resume_refuses_a_descriptor_whose_cwd_was_edited_and_resumes_once_restored() {
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    let descriptor = dir.join("recovery-descriptor.json");
+    let original = std::fs::read(&descriptor).unwrap();
     edit_json(&descriptor, |d| d["cwd"] = json!("/"));
     assert_refused(&env, &source, "recovery-descriptor.json", "cwd '/'");
-    restore();
+    // Fields the two files do not share are covered by the seal alone.
+    std::fs::write(&descriptor, &original).unwrap();
+    edit_json(&descriptor, |d| d["sessionFile"] = json!("/etc/passwd"));
+    assert_refused(&env, &source, "recovery-seal.json", "changed after launch");
+    // Intact files resume.
+    std::fs::write(&descriptor, &original).unwrap();
+    let revived = env
+        .ok(&["resume", &source, "--task", "go on"])
+        .trim()
+        .to_owned();
+    env.ok(&["wait", &revived]);
+    assert!(env.ok(&["logs", &revived]).contains("ran-original"));
+}
+
+#[test]
+fn resume_refuses_a_descriptor_whose_source_run_id_was_edited() {
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    let descriptor = dir.join("recovery-descriptor.json");
     edit_json(&descriptor, |d| d["sourceRunId"] = json!("someone-else"));
     assert_refused(
         &env,
@@ -563,27 +582,15 @@ fn resume_refuses_recovery_files_edited_after_launch() {
         "recovery-descriptor.json",
         "sourceRunId 'someone-else'",
     );
-    restore();
-    // Fields the two files do not share are covered by the seal alone.
-    edit_json(&descriptor, |d| d["sessionFile"] = json!("/etc/passwd"));
-    assert_refused(&env, &source, "recovery-seal.json", "changed after launch");
-    restore();
+}
 
-    // The same descriptor field edited and the seal removed: old runs are not trusted either.
-    let seal = dir.join("recovery-seal.json");
-    let sealed = std::fs::read(&seal).unwrap();
-    std::fs::remove_file(&seal).unwrap();
+#[test]
+fn resume_refuses_a_run_without_a_seal() {
+    // Deleting the seal must not lead back to the unverified path.
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    std::fs::remove_file(dir.join("recovery-seal.json")).unwrap();
     assert_refused(&env, &source, "recovery-seal.json", "no recovery seal");
-    std::fs::write(&seal, sealed).unwrap();
-
-    // Intact files resume.
-    let revived = env
-        .ok(&["resume", &source, "--task", "go on"])
-        .trim()
-        .to_owned();
-    env.ok(&["wait", &revived]);
-    assert!(env.ok(&["logs", &revived]).contains("ran-original"));
-    assert!(!marker.exists());
 }
 
 #[test]
