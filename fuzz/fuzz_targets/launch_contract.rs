@@ -10,6 +10,9 @@ fuzz_target!(|data: &[u8]| {
     let path = Path::new("launch-contract.json");
     if let Ok(contract) = recovery::parse_launch_contract(data, path) {
         let bytes = serde_json::to_vec_pretty(&contract).unwrap();
-        assert_eq!(recovery::parse_launch_contract(&bytes, path).unwrap(), contract);
+        assert_eq!(
+            recovery::parse_launch_contract(&bytes, path).unwrap(),
+            contract
+        );
     }
 });
