@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target of fuzz/ for SECONDS each (default 600) and
-# prints, per target, the executions and the crashes found in this run.
+# Runs every cargo-fuzz target of fuzz/ (or only the TARGETs named) for
+# SECONDS each (default 600) and prints, per target, the executions and the
+# crashes found in this run.
 #
-#   scripts/fuzz-all.sh [SECONDS]
+#   scripts/fuzz-all.sh [SECONDS] [TARGET...]
 #
 # Needs `cargo install cargo-fuzz`. On a stable toolchain RUSTC_BOOTSTRAP=1
 # lets cargo-fuzz pass its nightly-only flags (-Zsanitizer=address). Each
@@ -15,8 +16,9 @@ set -euo pipefail
 
 seconds="${1:-600}"
 case "$seconds" in
-'' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;;
+'' | *[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;;
 esac
+shift $(($# > 0 ? 1 : 0))
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo/fuzz"
 export RUSTC_BOOTSTRAP=1
@@ -70,7 +72,8 @@ nice -n 10 cargo fuzz build >/dev/null
 mkdir -p logs
 failed=0
 printf '%-22s %12s %8s\n' target runs crashes
-for target in $(cargo fuzz list); do
+targets="${*:-$(cargo fuzz list)}"
+for target in $targets; do
     seed_corpus "$target"
     before="$(count_crashes "$target")"
     log="logs/$target.log"
