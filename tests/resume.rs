@@ -611,6 +611,12 @@ fn a_loosened_or_foreign_root_key_is_refused() {
         stderr.contains(".recovery-key") && stderr.contains("mode 0644"),
         "{stderr}"
     );
+    // A new single run cannot be sealed either: refused, nothing left behind.
+    let out = env.run(&["run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(".recovery-key"), "{stderr}");
+    assert_eq!(env.run_count(), 1, "no half-made run");
     // A fresh key (the old one lost) cannot vouch for the run.
     std::fs::remove_file(&key).unwrap();
     let out = env.run(&["resume", &source, "--task", "x"]);
