@@ -55,6 +55,7 @@ seed_corpus() {
         done
     done
     case "$target" in
+    proc_stat) printf '%s' '4242 (sh (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0' >"$dir/stat" ;;
     spec) printf '%s' '{"mode":"chain","tasks":[{"agent":"a","command":["sh","-c","true"],"task":"x"},{"parallel":[{"agent":"b","command":["true"]}]}]}' >"$dir/chain" ;;
     recovery_seal) printf '%s' '{"version":1,"algorithm":"hmac-sha256","keyId":"0123456789abcdef","mac":"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"}' >"$dir/seal" ;;
     esac
