@@ -663,3 +663,15 @@ fn concurrent_first_launches_agree_on_one_root_key() {
         env.settled(&revived);
     }
 }
+
+#[test]
+fn resume_refuses_a_status_whose_session_disagrees_with_the_contract() {
+    // status.json is not sealed: the verified contract's session is used,
+    // and a status claiming another one is refused rather than trusted.
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    edit_json(&dir.join("status.json"), |s| {
+        s["sessionId"] = json!("another-session")
+    });
+    assert_refused(&env, &source, "status.json", "sessionId 'another-session'");
+}
