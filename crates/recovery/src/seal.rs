@@ -204,7 +204,7 @@ fn create(root: &Path, path: &Path) -> Result<(), KeyError> {
     let mut bytes = [0u8; KEY_LEN];
     getrandom::fill(&mut bytes).map_err(|e| io("create", io::Error::other(e.to_string())))?;
     let tmp = root.join(format!(
-        ".{ROOT_KEY_FILE}.{}.{}.tmp",
+        "{ROOT_KEY_FILE}.{}.{}.tmp",
         std::process::id(),
         uuid::Uuid::new_v4().simple()
     ));
