@@ -477,3 +477,201 @@ fn a_task_equal_to_a_contract_value_still_runs_but_is_not_resumable() {
         "{out:?}"
     );
 }
+
+/// Edits a JSON file in place.
+fn edit_json(path: &Path, edit: impl FnOnce(&mut Value)) {
+    let mut value: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut value);
+    std::fs::write(path, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    recovery::sha256_hex(bytes)
+}
+
+/// A refused resume: exit 1, one stderr line naming `file` and `field`,
+/// nothing launched, no lease taken, the source's slot left alone.
+fn assert_refused(env: &Env, source: &str, file: &str, field: &str) {
+    let out = env.run(&["resume", source, "--task", "x"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(file) && stderr.contains(field),
+        "{file} {field}: {stderr}"
+    );
+    assert_eq!(env.run_count(), 1, "nothing was launched");
+    assert!(lease_dirs(env).is_empty());
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "s", "--json"])).unwrap();
+    let owners: Vec<&Value> = capacity["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["slot"]["runId"])
+        .collect();
+    assert!(owners.iter().all(|o| *o == source), "{capacity}");
+}
+
+/// A finished run of session `s` whose command prints a marker; returns its
+/// id and run directory.
+fn finished_source(env: &Env) -> (String, PathBuf) {
+    let source = env
+        .ok(&[
+            "run",
+            "--session",
+            "s",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo ran-original",
+        ])
+        .trim()
+        .to_owned();
+    let dir = run_dir(env, &source);
+    (source, dir)
+}
+
+#[test]
+fn resume_refuses_a_rewritten_contract_with_a_recomputed_digest() {
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    let marker = Path::new(env.work()).join("edited-command-ran");
+    let evil = format!("touch '{}'", marker.display());
+    let contract = dir.join("launch-contract.json");
+    edit_json(&contract, |c| c["command"] = json!(["sh", "-c", evil]));
+    let digest = sha256_hex(&std::fs::read(&contract).unwrap());
+    let descriptor = dir.join("recovery-descriptor.json");
+    edit_json(&descriptor, |d| d["launchContractDigest"] = json!(digest));
+    assert_refused(&env, &source, "recovery-seal.json", "changed after launch");
+    assert!(!marker.exists(), "the edited command never ran");
+}
+
+#[test]
+fn resume_refuses_a_descriptor_whose_cwd_was_edited_and_resumes_once_restored() {
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    let descriptor = dir.join("recovery-descriptor.json");
+    let original = std::fs::read(&descriptor).unwrap();
+    edit_json(&descriptor, |d| d["cwd"] = json!("/"));
+    assert_refused(&env, &source, "recovery-descriptor.json", "cwd '/'");
+    // Fields the two files do not share are covered by the seal alone.
+    std::fs::write(&descriptor, &original).unwrap();
+    edit_json(&descriptor, |d| d["sessionFile"] = json!("/etc/passwd"));
+    assert_refused(&env, &source, "recovery-seal.json", "changed after launch");
+    // Intact files resume.
+    std::fs::write(&descriptor, &original).unwrap();
+    let revived = env
+        .ok(&["resume", &source, "--task", "go on"])
+        .trim()
+        .to_owned();
+    env.ok(&["wait", &revived]);
+    assert!(env.ok(&["logs", &revived]).contains("ran-original"));
+}
+
+#[test]
+fn resume_refuses_a_descriptor_whose_source_run_id_was_edited() {
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    let descriptor = dir.join("recovery-descriptor.json");
+    edit_json(&descriptor, |d| d["sourceRunId"] = json!("someone-else"));
+    assert_refused(
+        &env,
+        &source,
+        "recovery-descriptor.json",
+        "sourceRunId 'someone-else'",
+    );
+}
+
+#[test]
+fn resume_refuses_a_run_without_a_seal() {
+    // Deleting the seal must not lead back to the unverified path.
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    std::fs::remove_file(dir.join("recovery-seal.json")).unwrap();
+    assert_refused(&env, &source, "recovery-seal.json", "no recovery seal");
+}
+
+#[test]
+fn a_loosened_or_foreign_root_key_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let source = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let key = env.root().join(".recovery-key");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = env.run(&["resume", &source, "--task", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(".recovery-key") && stderr.contains("mode 0644"),
+        "{stderr}"
+    );
+    // A new single run cannot be sealed either: refused, nothing left behind.
+    let out = env.run(&["run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(".recovery-key"), "{stderr}");
+    assert_eq!(env.run_count(), 1, "no half-made run");
+    // A fresh key (the old one lost) cannot vouch for the run.
+    std::fs::remove_file(&key).unwrap();
+    let out = env.run(&["resume", &source, "--task", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sealed under key"),
+        "{out:?}"
+    );
+    assert_eq!(env.run_count(), 1);
+}
+
+#[test]
+fn concurrent_first_launches_agree_on_one_root_key() {
+    // Several real processes find no key and race to create it; every run
+    // must be sealed under the one key that won, so every run resumes.
+    let env = Env::new();
+    let launches: Vec<_> = (0..4)
+        .map(|_| {
+            env.command(&["run", "--", "true"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ids: Vec<String> = launches
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        })
+        .collect();
+    let leftovers: Vec<_> = std::fs::read_dir(env.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("recovery-key") && n != ".recovery-key")
+        .collect();
+    assert!(leftovers.is_empty(), "no temp key left: {leftovers:?}");
+    for id in &ids {
+        env.settled(id);
+        let revived = env.ok(&["resume", id, "--task", "again"]).trim().to_owned();
+        env.settled(&revived);
+    }
+}
+
+#[test]
+fn resume_refuses_a_status_whose_session_disagrees_with_the_contract() {
+    // status.json is not sealed: the verified contract's session is used,
+    // and a status claiming another one is refused rather than trusted.
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    edit_json(&dir.join("status.json"), |s| {
+        s["sessionId"] = json!("another-session")
+    });
+    assert_refused(&env, &source, "status.json", "sessionId 'another-session'");
+}

@@ -91,6 +91,8 @@ pub enum Kind {
     LaunchContract,
     /// A session revival lease's `owner.json`.
     LeaseOwner,
+    /// `recovery-seal.json` (HMAC of the recovery files under the root key).
+    RecoverySeal,
     /// `subagents list` text.
     ListHuman,
     /// `subagents list --json`.
@@ -99,7 +101,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in snapshot order.
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::Status,
         Kind::Events,
         Kind::Candidate,
@@ -117,6 +119,7 @@ impl Kind {
         Kind::Recovery,
         Kind::LaunchContract,
         Kind::LeaseOwner,
+        Kind::RecoverySeal,
         Kind::ListHuman,
         Kind::ListJson,
     ];
@@ -141,6 +144,7 @@ impl Kind {
             Kind::Recovery => "recovery",
             Kind::LaunchContract => "launch-contract",
             Kind::LeaseOwner => "lease-owner",
+            Kind::RecoverySeal => "recovery-seal",
             Kind::ListHuman => "list-human",
             Kind::ListJson => "list-json",
         }

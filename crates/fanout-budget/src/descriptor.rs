@@ -142,11 +142,19 @@ pub fn decode_env(value: Option<&str>, root: &Path) -> Result<Option<OpenBudget>
     let Some(value) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
+    let descriptor = decode_env_descriptor(value)?;
+    let budget =
+        OpenBudget::open(root, &descriptor).map_err(|e| Error::InheritedInvalid(e.to_string()))?;
+    Ok(Some(budget))
+}
+
+/// Decodes an environment value (lenient base64url of the descriptor JSON)
+/// into a structurally valid descriptor, without opening its budget.
+/// Touches no file (fuzzing entry point).
+pub fn decode_env_descriptor(value: &str) -> Result<Descriptor> {
     let inherited = |message: String| Error::InheritedInvalid(message);
     let bytes = lenient_base64url(value).map_err(|e| inherited(e.to_string()))?;
-    let descriptor = Descriptor::from_json(&String::from_utf8_lossy(&bytes)).map_err(inherited)?;
-    let budget = OpenBudget::open(root, &descriptor).map_err(|e| inherited(e.to_string()))?;
-    Ok(Some(budget))
+    Descriptor::from_json(&String::from_utf8_lossy(&bytes)).map_err(inherited)
 }
 
 /// The inherited descriptor from [`BUDGET_ENV`], else [`BUDGET_ENV_ALIAS`]

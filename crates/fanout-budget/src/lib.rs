@@ -33,7 +33,10 @@ pub use budget::{
     Manifest, OpenBudget, Snapshot, budget_dir_name, budget_dir_name_with, create_budget,
     create_budget_with, read_manifest,
 };
-pub use descriptor::{Descriptor, decode_env, inherited_from_env, read_persisted, write_persisted};
+pub use descriptor::{
+    Descriptor, decode_env, decode_env_descriptor, inherited_from_env, read_persisted,
+    write_persisted,
+};
 pub use error::{CommitError, Error, Rejection, RejectionCode, Result, RunFanoutLimitError};
 pub use limit::{
     LimitSource, ResolvedLimit, limit_env_value, normalize_limit, normalize_limit_str,

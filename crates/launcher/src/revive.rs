@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use fanout_budget::Descriptor;
+use recovery::seal::RootKey;
 use recovery::{LaunchContract, RecoveryDescriptor};
 use serde_json::json;
 use status::{Layout, events, now_ms};
@@ -78,7 +79,8 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
     let mut descriptor: RecoveryDescriptor =
         serde_json::from_value(descriptor).map_err(|e| fail(e.to_string()))?;
     let task = request.tasks.first().cloned().flatten().unwrap_or_default();
-    match recovery::persist_recovery(&config.run_dir, &contract, &mut descriptor, &task) {
+    let key = RootKey::load_or_create(&config.root).map_err(|e| fail(e.to_string()))?;
+    match recovery::persist_recovery(&config.run_dir, &contract, &mut descriptor, &task, &key) {
         // A task that equals a value the contract needs anyway (argv, cwd,
         // session) cannot be written without "containing" it: the run goes
         // on, but it cannot be resumed. Nothing was written.
@@ -136,7 +138,8 @@ fn follow_up(args: &ResumeArgs) -> Result<String, String> {
     Ok(text)
 }
 
-/// The verified descriptor and contract of a run, with the live fan-out check.
+/// The verified descriptor and contract of a run, with the live fan-out
+/// check, the root key's seal, and the paths only the launcher knows.
 pub fn load(layout: &Layout, run_dir: &Path) -> Result<recovery::Recovery, String> {
     let root = layout.fanout_budgets_dir();
     let check = crate::fanout::live_check(&root);
@@ -144,9 +147,70 @@ pub fn load(layout: &Layout, run_dir: &Path) -> Result<recovery::Recovery, Strin
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    recovery::load_recovery(run_dir, Some(&check)).map_err(|e| e.to_string())?.ok_or_else(|| {
-        format!("Async child '{id}' is missing its required run fan-out recovery identity. Start a new run instead.")
-    })
+    let key = RootKey::load_or_create(layout.root()).map_err(|e| e.to_string())?;
+    let recovery = recovery::load_recovery(run_dir, Some(&check), &key)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!("Async child '{id}' is missing its required run fan-out recovery identity. Start a new run instead.")
+        })?;
+    check_paths(layout, run_dir, &recovery.descriptor)?;
+    Ok(recovery)
+}
+
+/// The descriptor's paths must be where this launcher puts them: the output
+/// in the run's own directory, the session file the first output of a run
+/// of this root (its lineage's), never a file elsewhere. Directories are
+/// compared resolved, so another spelling of the root is not a mismatch.
+fn check_paths(
+    layout: &Layout,
+    run_dir: &Path,
+    descriptor: &RecoveryDescriptor,
+) -> Result<(), String> {
+    let file = recovery::descriptor_path(run_dir);
+    let refuse = |field: &str, found: &str, expected: String| {
+        format!(
+            "failed to verify '{}': {field} '{found}' is not {expected}",
+            file.display()
+        )
+    };
+    let output = descriptor.output_path.as_deref().unwrap_or_default();
+    if !is_first_output(Path::new(output), |dir| same_dir(dir, run_dir)) {
+        let expected = format!(
+            "this run's output '{}'",
+            run_dir.join("output-0.log").display()
+        );
+        return Err(refuse("outputPath", output, expected));
+    }
+    let Some(session) = descriptor.session_file.as_deref() else {
+        return Ok(());
+    };
+    let runs = layout.runs_dir();
+    let of_a_run = |dir: &Path| {
+        dir.parent().is_some_and(|parent| same_dir(parent, &runs))
+            && dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(status::layout::is_safe_run_id)
+    };
+    if !is_first_output(Path::new(session), of_a_run) {
+        let expected = format!("the first output of a run under '{}'", runs.display());
+        return Err(refuse("sessionFile", session, expected));
+    }
+    Ok(())
+}
+
+/// `<dir>/output-0.log` whose `dir` passes `dir_ok`.
+fn is_first_output(path: &Path, dir_ok: impl Fn(&Path) -> bool) -> bool {
+    path.is_absolute()
+        && path.file_name().is_some_and(|n| n == "output-0.log")
+        && path.parent().is_some_and(dir_ok)
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 fn revival_request(
@@ -176,10 +240,19 @@ fn revival_request(
         Some(text) => Some(parse_duration(text)?.as_millis() as u64).filter(|ms| *ms > 0),
         None => contract.timeout_ms,
     };
-    let session = status
+    // The contract is verified, status.json is not: the contract's session wins, and a status naming another one is refused.
+    if let (Some(verified), Some(claimed)) = (&contract.session_id, &status.session_id)
+        && verified != claimed
+    {
+        return Err(format!(
+            "failed to verify '{}': sessionId '{claimed}' differs from the launch contract's '{verified}'",
+            layout.run_dir(source).join("status.json").display()
+        ));
+    }
+    let session = contract
         .session_id
         .clone()
-        .or(contract.session_id.clone())
+        .or(status.session_id.clone())
         .unwrap_or_else(|| crate::admission::session_id(None));
     let task = revived_task(source, &contract.agent, &session_file, follow_up);
     let spec = StepSpec {
@@ -189,7 +262,6 @@ fn revival_request(
         cwd: None,
         timeout: None,
     };
-    let _ = layout;
     Ok(Request {
         plan: Plan::single(spec),
         cwd: PathBuf::from(&contract.cwd),
@@ -229,4 +301,48 @@ fn revived_task(source: &str, agent: &str, session_file: &Path, follow_up: &str)
         follow_up.to_owned(),
     ]
     .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn descriptor(output: &Path, session: &Path) -> RecoveryDescriptor {
+        serde_json::from_value(json!({
+            "version": 1,
+            "runFanoutBudget": {"version": 1, "rootRunId": "r1", "directory": "/b/r1", "limit": 64},
+            "sourceRunId": "r1", "agent": "a", "cwd": "/",
+            "systemPromptMode": "append", "inheritProjectContext": false, "inheritSkills": false,
+            "outputMode": "inline", "maxSubagentDepth": 2, "share": false,
+            "outputPath": output, "sessionFile": session,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn paths_outside_the_run_or_the_root_are_refused_by_name() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = Layout::new(root.path());
+        let run = layout.run_dir("r1");
+        let lineage = layout.run_dir("r0").join("output-0.log");
+        let output = run.join("output-0.log");
+        assert!(check_paths(&layout, &run, &descriptor(&output, &lineage)).is_ok());
+        assert!(check_paths(&layout, &run, &descriptor(&output, &output)).is_ok());
+        let err = check_paths(
+            &layout,
+            &run,
+            &descriptor(&output, Path::new("/etc/passwd")),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("recovery-descriptor.json") && err.contains("sessionFile '/etc/passwd'"),
+            "{err}"
+        );
+        let elsewhere = layout.run_dir("r0").join("output-0.log");
+        let err = check_paths(&layout, &run, &descriptor(&elsewhere, &lineage)).unwrap_err();
+        assert!(err.contains("outputPath"), "{err}");
+        let nested = run.join("x").join("output-0.log");
+        let err = check_paths(&layout, &run, &descriptor(&output, &nested)).unwrap_err();
+        assert!(err.contains("sessionFile"), "{err}");
+    }
 }

@@ -86,9 +86,15 @@ impl Plan {
 pub fn read_plan(path: &Path) -> Result<Plan, String> {
     let bytes = atomic_file::read::read_input_file(path)
         .map_err(|e| format!("failed to read spec file: {e}"))?;
-    let value: Value = serde_json::from_slice(&bytes)
+    let text = String::from_utf8(bytes)
         .map_err(|e| format!("invalid spec file '{}': {e}", path.display()))?;
-    parse_plan(&value).map_err(|e| format!("invalid spec file '{}': {e}", path.display()))
+    parse_plan_text(&text).map_err(|e| format!("invalid spec file '{}': {e}", path.display()))
+}
+
+/// Parses and validates spec text. Touches no file (fuzzing entry point).
+pub fn parse_plan_text(text: &str) -> Result<Plan, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    parse_plan(&value)
 }
 
 /// Validates a spec value.

@@ -15,9 +15,10 @@ use sha2::{Digest, Sha256};
 
 use crate::descriptor::{
     DescriptorError, FanoutBudgetCheck, check_fanout_budget, descriptor_path, encode_descriptor,
-    read_descriptor,
+    parse_descriptor,
 };
 use crate::json::{integer, non_empty_str};
+use crate::seal::{KeyError, RootKey, SEAL_FILE, parse_seal};
 use crate::types::RecoveryDescriptor;
 
 /// File name of the launch contract inside a run directory.
@@ -106,6 +107,44 @@ pub enum ContractError {
         /// The file that was not written.
         path: PathBuf,
     },
+    /// A field disagrees with the other recovery file or with the run
+    /// directory it sits in.
+    #[error("failed to verify '{}': {field} {detail}", path.display())]
+    Mismatch {
+        /// The file holding the offending field.
+        path: PathBuf,
+        /// The offending field.
+        field: &'static str,
+        /// What it disagrees with.
+        detail: String,
+    },
+    /// The run has no seal (written before seals existed, or cut short).
+    #[error("failed to verify '{}': the run has no recovery seal (written by an older version or interrupted at launch); it cannot be resumed safely, start a new run instead", path.display())]
+    SealMissing {
+        /// The missing seal file.
+        path: PathBuf,
+    },
+    /// The seal file is malformed.
+    #[error("failed to verify '{}': {field} {detail}", path.display())]
+    SealInvalid {
+        /// The seal file.
+        path: PathBuf,
+        /// The offending field (empty for the whole value).
+        field: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The MAC does not cover these bytes under this root's key.
+    #[error("failed to verify '{}': the launch contract or the recovery descriptor was changed after launch ({reason}); refusing to resume", path.display())]
+    SealMismatch {
+        /// The seal file.
+        path: PathBuf,
+        /// Which check failed.
+        reason: String,
+    },
+    /// The root's key could not be created or trusted.
+    #[error(transparent)]
+    Key(#[from] KeyError),
     /// The descriptor was refused or could not be written.
     #[error(transparent)]
     Descriptor(#[from] DescriptorError),
@@ -209,7 +248,17 @@ pub fn read_launch_contract(
         path: path.clone(),
         source: e.into_io(),
     })?;
-    let actual = sha256_hex(&bytes);
+    verify_digest(&bytes, expected, &path)
+}
+
+/// Checks contract bytes against the descriptor's digest, then parses them.
+fn verify_digest(
+    bytes: &[u8],
+    expected: &str,
+    path: &Path,
+) -> Result<LaunchContract, ContractError> {
+    let path = path.to_path_buf();
+    let actual = sha256_hex(bytes);
     if actual != expected {
         return Err(ContractError::DigestMismatch {
             path,
@@ -217,7 +266,7 @@ pub fn read_launch_contract(
             actual,
         });
     }
-    parse_launch_contract(&bytes, &path)
+    parse_launch_contract(bytes, &path)
 }
 
 /// A run's recovery files, read and verified together.
@@ -229,25 +278,141 @@ pub struct Recovery {
     pub contract: LaunchContract,
 }
 
-/// Everything `subagents resume` needs from a run directory: the descriptor
-/// (structural rules, then the live fan-out check when `budget` is given)
-/// and the digest-verified launch contract. `Ok(None)` when the run has no
-/// descriptor, i.e. is not revivable.
+/// Everything `subagents resume` needs from a run directory, trusting
+/// nothing it did not verify: the descriptor (structural rules, then the
+/// live fan-out check when `budget` is given), the contract (digest), the
+/// fields the two share and the run directory's id (by name), and last the
+/// seal, a MAC under `key` over the exact bytes of both files. Each file is
+/// read once; the bytes checked are the bytes used. `Ok(None)` when the run
+/// has no descriptor, i.e. is not revivable.
 pub fn load_recovery(
     run_dir: &Path,
     budget: Option<&dyn FanoutBudgetCheck>,
+    key: &RootKey,
 ) -> Result<Option<Recovery>, ContractError> {
-    let Some(mut descriptor) = read_descriptor(run_dir)? else {
+    let path = descriptor_path(run_dir);
+    let Some(descriptor_bytes) = read_optional(&path).map_err(|source| {
+        ContractError::Descriptor(DescriptorError::Read {
+            path: path.clone(),
+            source,
+        })
+    })?
+    else {
         return Ok(None);
     };
+    let mut descriptor = parse_descriptor(&descriptor_bytes, &path)?;
     if let Some(check) = budget {
-        check_fanout_budget(&mut descriptor, &descriptor_path(run_dir), check)?;
+        check_fanout_budget(&mut descriptor, &path, check)?;
     }
-    let contract = read_launch_contract(run_dir, &descriptor)?;
+    let contract_path = launch_contract_path(run_dir);
+    let Some(expected) = descriptor.launch_contract_digest.as_deref() else {
+        return Err(ContractError::DigestMissing {
+            path: contract_path,
+        });
+    };
+    let contract_bytes =
+        atomic_file::read::read_file(&contract_path).map_err(|e| ContractError::Read {
+            path: contract_path.clone(),
+            source: e.into_io(),
+        })?;
+    let contract = verify_digest(&contract_bytes, expected, &contract_path)?;
+    check_binding(run_dir, &descriptor, &contract)?;
+    verify_seal(run_dir, key, &contract_bytes, &descriptor_bytes)?;
     Ok(Some(Recovery {
         descriptor,
         contract,
     }))
+}
+
+fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    atomic_file::read::read_optional(path).map_err(atomic_file::read::ReadError::into_io)
+}
+
+/// The run id a run directory stands for: its last path component.
+fn run_id_of(run_dir: &Path) -> String {
+    run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Fields the descriptor and the contract both record must agree with each
+/// other and with the directory they sit in; the first disagreement is
+/// reported naming its file and field.
+pub fn check_binding(
+    run_dir: &Path,
+    descriptor: &RecoveryDescriptor,
+    contract: &LaunchContract,
+) -> Result<(), ContractError> {
+    let id = run_id_of(run_dir);
+    let in_descriptor = |field, detail| ContractError::Mismatch {
+        path: descriptor_path(run_dir),
+        field,
+        detail,
+    };
+    let in_contract = |field, detail| ContractError::Mismatch {
+        path: launch_contract_path(run_dir),
+        field,
+        detail,
+    };
+    if descriptor.source_run_id != id {
+        let detail = format!("'{}' is not this run's id '{id}'", descriptor.source_run_id);
+        return Err(in_descriptor("sourceRunId", detail));
+    }
+    if contract.run_id != id {
+        let detail = format!("'{}' is not this run's id '{id}'", contract.run_id);
+        return Err(in_contract("runId", detail));
+    }
+    if descriptor.agent != contract.agent {
+        let detail = format!(
+            "'{}' differs from the launch contract's agent '{}'",
+            descriptor.agent, contract.agent
+        );
+        return Err(in_descriptor("agent", detail));
+    }
+    if descriptor.cwd != contract.cwd {
+        let detail = format!(
+            "'{}' differs from the launch contract's cwd '{}'",
+            descriptor.cwd, contract.cwd
+        );
+        return Err(in_descriptor("cwd", detail));
+    }
+    Ok(())
+}
+
+/// Checks `<run_dir>/recovery-seal.json` against the exact file bytes.
+fn verify_seal(
+    run_dir: &Path,
+    key: &RootKey,
+    contract: &[u8],
+    descriptor: &[u8],
+) -> Result<(), ContractError> {
+    let path = run_dir.join(SEAL_FILE);
+    let Some(bytes) = read_optional(&path).map_err(|source| ContractError::Read {
+        path: path.clone(),
+        source,
+    })?
+    else {
+        return Err(ContractError::SealMissing { path });
+    };
+    let seal = parse_seal(&bytes).map_err(|(field, detail)| ContractError::SealInvalid {
+        path: path.clone(),
+        field,
+        detail,
+    })?;
+    if key.verify(&seal, contract, descriptor) {
+        return Ok(());
+    }
+    let reason = if seal.key_id == key.id() {
+        "its mac does not match the files".to_owned()
+    } else {
+        format!(
+            "sealed under key '{}', this root's key is '{}'",
+            seal.key_id,
+            key.id()
+        )
+    };
+    Err(ContractError::SealMismatch { path, reason })
 }
 
 /// Files written by [`persist_recovery`].
@@ -259,19 +424,23 @@ pub struct PersistedRecovery {
     pub descriptor_path: PathBuf,
     /// SHA-256 of the contract, now the descriptor's `launchContractDigest`.
     pub digest: String,
+    /// `<run_dir>/recovery-seal.json`.
+    pub seal_path: PathBuf,
 }
 
-/// Writes the launch contract, then the descriptor bound to it by digest
-/// (both atomic, 0600). `descriptor.launch_contract_digest` is set here.
+/// Writes the launch contract, then the descriptor bound to it by digest,
+/// then the seal (a MAC under `key` over both files' bytes), each atomic
+/// and 0600. `descriptor.launch_contract_digest` is set here.
 ///
 /// Nothing is written if either file would be refused by its reader or
-/// would contain `task_text`. The contract goes first: a crash in between
-/// leaves a contract without a descriptor, which makes nothing revivable.
+/// would contain `task_text`. The seal goes last: a crash before it leaves
+/// files that [`load_recovery`] refuses, which makes nothing revivable.
 pub fn persist_recovery(
     run_dir: &Path,
     contract: &LaunchContract,
     descriptor: &mut RecoveryDescriptor,
     task_text: &str,
+    key: &RootKey,
 ) -> Result<PersistedRecovery, ContractError> {
     let contract_path = launch_contract_path(run_dir);
     let contract_bytes = atomic_file::to_pretty_json(contract);
@@ -285,10 +454,13 @@ pub fn persist_recovery(
     atomic_file::write_private(&contract_path, &contract_bytes)?;
     atomic_file::write_private(&descriptor_path, &descriptor_bytes)
         .map_err(DescriptorError::from)?;
+    let seal_path = run_dir.join(SEAL_FILE);
+    atomic_file::write_json(&seal_path, &key.seal(&contract_bytes, &descriptor_bytes))?;
     Ok(PersistedRecovery {
         contract_path,
         descriptor_path,
         digest,
+        seal_path,
     })
 }
 

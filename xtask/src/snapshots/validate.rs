@@ -78,6 +78,9 @@ pub fn validate(kind: Kind, text: &str) -> Result<(), String> {
         Kind::LeaseOwner => serde_json::from_str::<recovery::lease::OwnerRecord>(text)
             .map(drop)
             .map_err(|e| format!("lease owner refused: {e}")),
+        Kind::RecoverySeal => recovery::seal::parse_seal(text.as_bytes())
+            .map(drop)
+            .map_err(|(field, detail)| format!("seal refused: {field} {detail}")),
         Kind::ListHuman => list_human(text),
         Kind::ListJson => list_json(text),
     }
