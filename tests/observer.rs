@@ -127,7 +127,7 @@ fn killing_monitor_and_runner_leaves_no_process_of_the_run() {
     assert_eq!(after["state"], "failed", "{after}");
     let error = after["error"].as_str().unwrap_or_default();
     assert!(
-        error.contains("exited before writing a final status"),
+        error.contains("and its monitor exited or disappeared"),
         "{error}"
     );
     assert_eq!(after["steps"][0]["status"], "failed");

@@ -383,6 +383,13 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     let mut repaired = Vec::new();
     let mut observed = Vec::new();
     for (id, observation) in observer::observe_active(layout, &observer_options(layout)) {
+        if let observer::Observation::Finalized {
+            repaired: Some(message),
+            ..
+        } = &observation
+        {
+            repaired.push(json!({"runId": id, "message": message}));
+        }
         if let Some(line) = observation.line() {
             observed.push(json!({"runId": id, "message": line}));
         }
