@@ -437,7 +437,8 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     Ok(())
 }
 
-/// `subagents dismiss`: display-only; processes and the marker stay.
+/// `subagents dismiss`: display-only; processes and the marker stay (a run
+/// whose monitor is gone is observed first, which may finalize it).
 pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
     let id = resolve(layout, id)?;
     observe(layout, &id);
@@ -464,6 +465,16 @@ pub fn capacity(
     let session = admission::session_id(session);
     let pools = admission::pools(layout);
     let none = std::collections::HashSet::new();
+    // Runs whose monitor is gone are finalized first; what keeps one is said.
+    let held = pools
+        .count(&session, limit)
+        .map_err(admission::capacity_error)?;
+    let mut observed = std::collections::HashMap::new();
+    for run_id in held.slots.iter().filter_map(|s| s.run_id.clone()) {
+        if let observer::Observation::Unproven(why) = observe(layout, &run_id) {
+            observed.insert(run_id, why);
+        }
+    }
     let snapshot = pools
         .reconcile(&session, limit, &none)
         .map_err(admission::capacity_error)?;
@@ -477,7 +488,11 @@ pub fn capacity(
             };
             pools.inspect(&query, &none).ok().map(|i| i.release)
         });
-        slots.push(json!({"slot": slot, "release": verdict}));
+        let mut entry = json!({"slot": slot, "release": verdict});
+        if let Some(why) = slot.run_id.as_ref().and_then(|id| observed.get(id)) {
+            entry["observer"] = json!(why);
+        }
+        slots.push(entry);
     }
     if json {
         let out = json!({"session": session, "used": snapshot.used, "limit": snapshot.limit, "slots": slots});
@@ -502,7 +517,11 @@ pub fn capacity(
             (Some(state), None) => format!(" | {state}"),
             _ => String::new(),
         };
-        println!("  slot-{}: run {run}{verdict}", slot["slot"]);
+        let observer = entry["observer"]
+            .as_str()
+            .map(|why| format!(" | observer: {why}"))
+            .unwrap_or_default();
+        println!("  slot-{}: run {run}{verdict}{observer}", slot["slot"]);
     }
     Ok(())
 }
