@@ -94,6 +94,11 @@ fn a_killed_monitor_is_replaced_by_the_observer_once_the_runner_completes() {
     assert_eq!(raw_status(&env, &id)["processTerminal"]["state"], "pending");
     assert!(env.marker(&id).exists());
     assert_eq!(used_slots(&env), 1);
+    let text = env.ok(&["status", &id]);
+    assert!(
+        text.contains(&format!("its monitor is gone; runner {runner} still runs")),
+        "{text}"
+    );
 
     std::fs::write(&fifo, "go\n").unwrap();
     poll(Duration::from_secs(30), || !alive(runner));

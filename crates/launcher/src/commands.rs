@@ -68,27 +68,40 @@ pub fn observe(layout: &Layout, id: &str) -> observer::Observation {
 
 /// Loads a run (observing and reconciling it), exit 4 when it has no status.
 pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
+    load_observed(layout, id).map(|(run, _)| run)
+}
+
+/// [`load`], also returning what the observer found.
+fn load_observed(layout: &Layout, id: &str) -> CliResult<(RunSummary, observer::Observation)> {
     let id = resolve(layout, id)?;
-    observe(layout, &id);
+    let observation = observe(layout, &id);
     let budgets = layout.fanout_budgets_dir();
     let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
     let hooks = Hooks {
         fanout: Some(&fanout),
         on_repaired: Some(&crate::procs::kill_step_groups),
     };
-    status::list::load(layout, &id, true, now_ms(), &hooks)?
-        .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))
+    let run = status::list::load(layout, &id, true, now_ms(), &hooks)?
+        .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
+    Ok((run, observation))
 }
 
 /// `subagents status`.
 pub fn status(layout: &Layout, id: &str, json: bool) -> CliResult {
-    let run = load(layout, id)?;
+    let (run, observation) = load_observed(layout, id)?;
     admission::release_finished(layout, run.status.session_id.as_deref());
     if json {
         println!("{}", serde_json::to_string_pretty(&run).unwrap_or_default());
         return Ok(());
     }
     println!("{}", describe(&run));
+    match observation {
+        observer::Observation::Unproven(why) => println!("  Observer: retained: {why}"),
+        observer::Observation::RunnerAlive(pid) => {
+            println!("  Observer: its monitor is gone; runner {pid} still runs")
+        }
+        _ => {}
+    }
     Ok(())
 }
 
