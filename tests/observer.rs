@@ -109,6 +109,33 @@ fn a_killed_monitor_is_replaced_by_the_observer_once_the_runner_completes() {
 }
 
 #[test]
+fn a_full_session_held_by_a_run_whose_monitor_died_admits_the_next_run() {
+    let env = Env::new();
+    let fifo = env.fifo("gate.fifo");
+    let script = format!("read line < '{}'", fifo.display());
+    let id = start(&env, &["sh", "-c", &script]);
+    let status = env.wait_for_child_pid(&id);
+    let runner = pid_of(&status, "runnerIdentity");
+    kill_and_wait(pid_of(&status, "monitorIdentity"));
+    std::fs::write(&fifo, "go\n").unwrap();
+    poll(Duration::from_secs(30), || !alive(runner));
+
+    // No reconcile: admission itself lets the observer finalize the holder.
+    let next = env.run(&[
+        "run",
+        "--session",
+        SESSION,
+        "--max-active",
+        "1",
+        "--",
+        "true",
+    ]);
+    assert!(next.status.success(), "a new run was refused: {next:?}");
+    let proof = read_json(&run_dir(&env, &id).join("process-terminal.json"));
+    assert_eq!(proof["state"], "observed", "{proof}");
+}
+
+#[test]
 fn killing_monitor_and_runner_leaves_no_process_of_the_run() {
     let env = Env::new();
     let id = start(&env, &["sh", "-c", "sleep 30 & sleep 30 & wait"]);
