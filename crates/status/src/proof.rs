@@ -3,7 +3,8 @@
 //! The runner writes `process-terminal-candidate.json` at its very end: which
 //! child writer processes it started and how each one's process group was
 //! seen to be empty. The process that waited on the runner (our monitor, the
-//! runner's parent) then calls [`finalize`]: it decides the proof from the
+//! runner's parent) — or, when the monitor is gone, an observer that proved
+//! the run's processes gone — then calls [`finalize`]: it decides the proof from the
 //! runner's exit and the candidate, persists `process-terminal.json`, releases
 //! the active marker only if the proof is `observed`, overlays the proof on
 //! `status.json` and appends `subagent.run.process_terminal`.
@@ -102,17 +103,25 @@ pub struct RunnerClose {
     pub exit_code: Option<i32>,
     /// Signal name, when a signal ended it.
     pub signal: Option<String>,
+    /// Extension: who observed the close when it was not the runner's
+    /// waiting parent (e.g. `{"role": "reconciler", "reason": …}`). Kept in
+    /// the runner instance record, where readers tolerate extra keys.
+    pub observer: Option<Value>,
 }
 
 impl RunnerClose {
     fn record(&self) -> Value {
-        json!({
+        let mut record = json!({
             "kind": "runner",
             "processInstanceId": self.process_instance_id,
             "closeObservedAt": self.close_observed_at,
             "exitCode": self.exit_code,
             "signal": self.signal,
-        })
+        });
+        if let Some(observer) = &self.observer {
+            record["observer"] = observer.clone();
+        }
+        record
     }
 }
 
@@ -857,6 +866,7 @@ mod tests {
             close_observed_at: 20,
             exit_code: Some(0),
             signal: None,
+            observer: None,
         }
     }
 

@@ -141,7 +141,12 @@ fn write_running(
 ) -> anyhow::Result<()> {
     let dir = &config.run_dir;
     index::create_marker(dir)?;
-    let monitor = ProcessIdentity::of(std::os::unix::process::parent_id()).ok();
+    // Only a parent that is our monitor counts: after the monitor's death
+    // our parent is a reaper, which must never pass for it.
+    let parent = std::os::unix::process::parent_id();
+    let monitor = crate::procs::runs_as(parent, &["__monitor"])
+        .then(|| ProcessIdentity::of(parent).ok())
+        .flatten();
     update_status(dir, |current| {
         Some(transitions::running(
             current, config, identity, monitor, now,
