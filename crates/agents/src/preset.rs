@@ -305,6 +305,27 @@ fn resume_pi(argv: &[String], id: &str, file: Option<&Path>) -> Result<Vec<Strin
     Ok(out)
 }
 
+/// The session id `subagents agents show` and the snapshots render a new
+/// Claude run with (`run` picks a fresh UUID).
+pub const PLACEHOLDER_SESSION_ID: &str = "00000000-0000-4000-8000-000000000000";
+
+/// An argv as it would be typed in a POSIX shell (for display only).
+pub fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,{}@+".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

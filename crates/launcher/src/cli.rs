@@ -80,6 +80,15 @@ pub enum Command {
     },
     /// Revive a finished run with a follow-up task (same agent, same contract).
     Resume(ResumeArgs),
+    /// Named agent definitions: list them, show one, or print a snippet for CLAUDE.md / AGENTS.md.
+    Agents {
+        /// What to do (default: list).
+        #[command(subcommand)]
+        action: Option<AgentsAction>,
+        /// Print JSON (list, show).
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Validate one on-disk artifact exactly as the readers do.
     Validate {
         /// The artifact kind.
@@ -129,7 +138,8 @@ pub enum Command {
 /// `subagents run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Agent label shown in status (default: COMMAND's file name).
+    /// Without COMMAND: the named agent to run (see `subagents agents list`).
+    /// With COMMAND: the label shown in status (default: COMMAND's file name).
     #[arg(long)]
     pub agent: Option<String>,
     /// The task prompt (written to task.md, stdin and $SUBAGENTS_TASK_FILE).
@@ -171,7 +181,7 @@ pub struct RunArgs {
     /// The command and its arguments; `{task_file}` is replaced by the task file path.
     #[arg(
         last = true,
-        required_unless_present = "spec",
+        required_unless_present_any = ["spec", "agent"],
         conflicts_with = "spec",
         value_name = "COMMAND"
     )]
@@ -246,6 +256,20 @@ pub enum BudgetAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `subagents agents ...`.
+#[derive(Debug, Subcommand)]
+pub enum AgentsAction {
+    /// Every agent found (project first, then the user's), and every file that could not be read.
+    List,
+    /// One agent: its file and the command a run renders from it.
+    Show {
+        /// The agent's name.
+        name: String,
+    },
+    /// A snippet for CLAUDE.md / AGENTS.md that lets an agent delegate through `subagents`.
+    Prompt,
 }
 
 /// `subagents resume`.

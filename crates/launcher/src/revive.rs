@@ -60,7 +60,7 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
         session_id: config.session_id.clone(),
     };
     let fail = |e: String| CliError::failed(format!("failed to persist recovery descriptor: {e}"));
-    let descriptor = json!({
+    let mut descriptor = json!({
         "version": 1,
         "runFanoutBudget": budget,
         "sourceRunId": config.run_id,
@@ -75,6 +75,7 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
         "maxSubagentDepth": 2,
         "share": false,
     });
+    crate::presets::fill_descriptor(&mut descriptor, request.preset.as_ref());
     let mut descriptor: RecoveryDescriptor =
         serde_json::from_value(descriptor).map_err(|e| fail(e.to_string()))?;
     let task = request.tasks.first().cloned().flatten().unwrap_or_default();
@@ -161,14 +162,6 @@ fn revival_request(
         descriptor,
         contract,
     } = recovery;
-    let session_file = descriptor
-        .session_file
-        .as_deref()
-        .map(PathBuf::from)
-        .filter(|p| p.exists())
-        .ok_or_else(|| {
-            format!("Async child '{source}' has no persisted session file to resume.")
-        })?;
     let budget: Descriptor = serde_json::to_value(&descriptor.run_fanout_budget)
         .and_then(serde_json::from_value)
         .map_err(|e| e.to_string())?;
@@ -181,10 +174,39 @@ fn revival_request(
         .clone()
         .or(contract.session_id.clone())
         .unwrap_or_else(|| crate::admission::session_id(None));
-    let task = revived_task(source, &contract.agent, &session_file, follow_up);
+    // A preset run continues its CLI's own session; any other command gets
+    // the follow-up as given, wrapped only where its definition asked.
+    let (command, session_file, task, env, preset) = match crate::presets::preset_of(&contract) {
+        Some(kind) => {
+            let c = crate::presets::continue_session(kind, source, status, &descriptor, &contract)?;
+            (
+                c.command,
+                c.session_file,
+                follow_up.to_owned(),
+                c.env,
+                Some(c.record),
+            )
+        }
+        None => {
+            let session_file = descriptor
+                .session_file
+                .as_deref()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .ok_or_else(|| {
+                    format!("Async child '{source}' has no persisted session file to resume.")
+                })?;
+            let task = if crate::presets::wants_revival_prompt(&contract) {
+                revived_task(source, &contract.agent, &session_file, follow_up)
+            } else {
+                follow_up.to_owned()
+            };
+            (contract.command, session_file, task, contract.env, None)
+        }
+    };
     let spec = StepSpec {
         agent: contract.agent,
-        command: contract.command,
+        command,
         task: None,
         cwd: None,
         timeout: None,
@@ -204,7 +226,8 @@ fn revival_request(
             source_run_id: source.to_owned(),
             session_file,
         }),
-        env: contract.env,
+        env,
+        preset,
         // A revival belongs to its source's session, and so to its directory.
         session_root: status
             .extra

@@ -16,6 +16,7 @@
 //! `__monitor` and `__runner` to [`monitor::main`] and [`runner::main`].
 #![warn(missing_docs)]
 
+pub mod agent_output;
 pub mod config;
 pub mod monitor;
 pub mod procs;

@@ -443,6 +443,7 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         revival: None,
         env: BTreeMap::from([("AGENT_MODE".to_owned(), "review".to_owned())]),
         session_root: None,
+        preset: None,
     };
     launcher::revive::persist(&config, &request, &descriptor)
         .map_err(|e| anyhow::anyhow!(e.message))?;
