@@ -33,6 +33,9 @@ pub struct PresetRecord {
     pub agent_file_path: Option<String>,
     /// `sessionFile`, when known at launch (a revival's leased file).
     pub session_file: Option<PathBuf>,
+    /// Run by pi, claude or codex, whose session file is their own (not
+    /// the run's output log, as for a `command`).
+    pub agent_cli: bool,
 }
 
 impl Preset {
@@ -46,6 +49,7 @@ impl Preset {
             system_prompt_mode: def.system_prompt_mode.as_str().into(),
             agent_file_path: Some(def.path.display().to_string()),
             session_file: None,
+            agent_cli: def.runner.is_agent_cli(),
         }
     }
 }
@@ -205,7 +209,6 @@ pub fn fill_descriptor(descriptor: &mut Value, preset: Option<&PresetRecord>) {
         ),
         ("tools", json!(preset.tools)),
         ("agentFilePath", json!(preset.agent_file_path)),
-        ("sessionFile", json!(preset.session_file)),
     ];
     for (key, value) in fields {
         match value {
@@ -216,6 +219,14 @@ pub fn fill_descriptor(descriptor: &mut Value, preset: Option<&PresetRecord>) {
         }
     }
     descriptor["systemPromptMode"] = json!(preset.system_prompt_mode);
+    if preset.agent_cli {
+        match &preset.session_file {
+            Some(file) => descriptor["sessionFile"] = json!(file),
+            None => {
+                descriptor.as_object_mut().map(|o| o.remove("sessionFile"));
+            }
+        }
+    }
 }
 
 /// How a preset run is resumed: the CLI's own session, the follow-up as
@@ -283,6 +294,7 @@ pub fn continue_session(
         system_prompt_mode: mode.as_str().unwrap_or("replace").to_owned(),
         agent_file_path: descriptor.agent_file_path.clone(),
         session_file: Some(session_file.clone()),
+        agent_cli: true,
     };
     Ok(Continuation {
         command,
