@@ -107,6 +107,9 @@ pub struct AgentDefinition {
     pub tools: Vec<String>,
     /// Claude Code's `--permission-mode`, when set.
     pub permission_mode: Option<String>,
+    /// Codex's `sandbox_mode` (`read-only`, `workspace-write`,
+    /// `danger-full-access`), when set.
+    pub sandbox: Option<String>,
     /// Working directory of the run (relative paths: from the caller's cwd).
     pub cwd: Option<PathBuf>,
     /// Wall-clock limit in milliseconds (`timeout: 20m` or `timeoutMs`).
@@ -169,6 +172,7 @@ struct FrontMatter {
     thinking: Option<String>,
     tools: Option<Value>,
     permission_mode: Option<String>,
+    sandbox: Option<String>,
     cwd: Option<String>,
     timeout: Option<Value>,
     timeout_ms: Option<u64>,
@@ -376,6 +380,7 @@ fn build(
         thinking,
         tools,
         permission_mode: non_empty(front.permission_mode),
+        sandbox: non_empty(front.sandbox),
         cwd: non_empty(front.cwd).map(PathBuf::from),
         timeout_ms,
         env,

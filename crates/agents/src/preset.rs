@@ -152,6 +152,11 @@ fn codex_flags(def: &AgentDefinition) -> Vec<String> {
             format!("model_reasoning_effort={}", toml_string(effort)),
         ]);
     }
+    // `-c sandbox_mode=…` rather than `--sandbox`: `codex exec resume`
+    // accepts `-c` but not `--sandbox`, and a resumed run keeps the flags.
+    if let Some(mode) = &def.sandbox {
+        argv.extend(["-c".into(), format!("sandbox_mode={}", toml_string(mode))]);
+    }
     // Codex has no flag for a system prompt; `developer_instructions` in its
     // config adds a developer message to every turn (both modes map to it).
     if !def.system_prompt.is_empty() {

@@ -9,8 +9,8 @@ pub fn delegation_snippet(found: &[Found]) -> String {
         "## Delegating to subagents\n\
          \n\
          Long or parallel work can be delegated to a named background agent with the\n\
-         `subagents` command. The task goes in `--task` (or `--task-file`); it is never\n\
-         put on a command line.\n\
+         `subagents` command. Give the task with `--task TEXT` or `--task-file FILE`;\n\
+         the agent reads it on stdin, never from its command line.\n\
          \n\
          ```sh\n\
          id=$(subagents run --agent NAME --task \"what to do\" --json | jq -r .runId)\n\

@@ -58,7 +58,8 @@ fn command_preset() {
     assert_eq!(argv[0], "sh");
 }
 
-/// The README's "Named agents" section shows exactly the rendered commands.
+/// The README's "Named agents" section shows each example file as it is
+/// and exactly the command it renders.
 #[test]
 fn readme_shows_the_rendered_commands() {
     let readme = std::fs::read_to_string(examples().join("../../README.md")).unwrap();
@@ -68,6 +69,11 @@ fn readme_shows_the_rendered_commands() {
         assert!(
             readme.contains(&line),
             "README lacks the rendered command of {name}:\n{line}"
+        );
+        let file = std::fs::read_to_string(examples().join(format!("{name}.md"))).unwrap();
+        assert!(
+            readme.contains(&file),
+            "README lacks examples/agents/{name}.md as it is"
         );
     }
 }

@@ -96,6 +96,11 @@ impl Request {
         };
         let tasks = read_tasks(args, &plan)?;
         let definition = preset.as_ref().map(|p| &p.definition);
+        if definition.is_some_and(|d| d.runner.is_agent_cli()) && tasks[0].is_none() {
+            return Err(CliError::failed(
+                "failed to launch run: an agent run needs a task (--task or --task-file)",
+            ));
+        }
         // The command line wins over the definition.
         let cwd = args
             .cwd

@@ -286,7 +286,7 @@ pub fn continue_session(
         .map_err(|e| e.to_string())?;
     let mut env = contract.env.clone();
     env.insert(agents::SESSION_ID_ENV.into(), id.into());
-    let mode = serde_json::to_value(&descriptor.system_prompt_mode).unwrap_or_default();
+    let mode = serde_json::to_value(descriptor.system_prompt_mode).unwrap_or_default();
     let record = PresetRecord {
         model: descriptor.model.clone(),
         thinking: descriptor.thinking.clone(),

@@ -54,7 +54,13 @@ pub fn after_step(config: &LaunchConfig, i: usize) {
     };
     let stdout = read_capped(&log_path(config, i, "stdout"));
     let captured = capture(kind, &stdout);
-    if let Some(answer) = &captured.answer {
+    // No answer (the CLI failed before one): its last words on stderr are
+    // the best summary; the event stream stays out of the output either way.
+    let answer = captured
+        .answer
+        .clone()
+        .or_else(|| stderr_tail(&read_capped(&log_path(config, i, "stderr"))));
+    if let Some(answer) = &answer {
         let mut text = answer.clone();
         if !text.ends_with('\n') {
             text.push('\n');
@@ -68,6 +74,13 @@ pub fn after_step(config: &LaunchConfig, i: usize) {
     let Some(id) = id else { return };
     let file = session_file(config, kind, &id);
     record(config, i, kind, &id, file.as_ref());
+}
+
+/// The last 20 non-blank lines of `text`, if any.
+fn stderr_tail(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    (!tail.is_empty()).then_some(tail)
 }
 
 fn read_capped(path: &std::path::Path) -> String {
