@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const TASK: &str = "review the diff; don't trust \"quotes\" or $HOME";
 const FOLLOW_UP: &str = "now list only the\nblocking problems";
@@ -123,7 +123,7 @@ impl Fixture {
 }
 
 /// One preset end to end: run, capture, native resume with the follow-up verbatim.
-fn run_and_resume(name: &str, cli: &str, resume_flag: &str) {
+fn run_and_resume(name: &str, cli: &str, resume_flag: &str, fields: Value) {
     let f = Fixture::new();
     let (id, status) = f.launch(&["run", "--agent", name, "--task", TASK, "--json"]);
     assert_eq!(status["state"], "complete", "{status}");
@@ -176,6 +176,11 @@ fn run_and_resume(name: &str, cli: &str, resume_flag: &str) {
     assert_eq!(captured["agentSessionId"], session_id.as_str());
 
     let descriptor = f.json(&id, "recovery-descriptor.json");
+    for (key, value) in fields.as_object().unwrap() {
+        assert_eq!(&descriptor[key], value, "descriptor {key}: {descriptor}");
+    }
+    // Not known at launch: the CLI prints its session id.
+    assert!(descriptor.get("sessionFile").is_none(), "{descriptor}");
     let agent_file = f
         .project
         .path()
@@ -222,6 +227,12 @@ fn run_and_resume(name: &str, cli: &str, resume_flag: &str) {
     );
     let descriptor = f.json(&revived, "recovery-descriptor.json");
     assert_eq!(descriptor["sessionFile"], session_file.to_str().unwrap());
+    for (key, value) in fields.as_object().unwrap() {
+        assert_eq!(
+            &descriptor[key], value,
+            "revival descriptor {key}: {descriptor}"
+        );
+    }
 
     // And once more: the lineage keeps the session.
     let (again, _) = f.launch(&["resume", &revived, "--task", "third", "--json"]);
@@ -230,17 +241,20 @@ fn run_and_resume(name: &str, cli: &str, resume_flag: &str) {
 
 #[test]
 fn claude_preset_runs_and_resumes_its_session() {
-    run_and_resume("reviewer", "claude", "--resume");
+    let fields = json!({"model": "sonnet", "thinking": "high", "tools": ["Read", "Grep", "Glob"], "systemPromptMode": "replace"});
+    run_and_resume("reviewer", "claude", "--resume", fields);
 }
 
 #[test]
 fn codex_preset_runs_and_resumes_its_session() {
-    run_and_resume("fixer", "codex", "resume");
+    let fields = json!({"model": "gpt-5-codex", "thinking": "medium", "tools": null, "systemPromptMode": "replace"});
+    run_and_resume("fixer", "codex", "resume", fields);
 }
 
 #[test]
 fn pi_preset_runs_and_resumes_its_session() {
-    run_and_resume("scout", "pi", "--session");
+    let fields = json!({"model": null, "thinking": "low", "tools": ["read", "grep", "find", "ls"], "systemPromptMode": "append"});
+    run_and_resume("scout", "pi", "--session", fields);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -191,7 +192,16 @@ pub fn read_definition(
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    // Non-blocking, then checked: a FIFO or device named `*.md` must not
+    // hang or flood a listing.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_error)?;
+    if !file.metadata().map_err(read_error)?.is_file() {
+        return Err(invalid(path, 1, "not a regular file".into()));
+    }
     let mut text = String::new();
     file.take(MAX_FILE_BYTES + 1)
         .read_to_string(&mut text)
@@ -376,7 +386,8 @@ fn build(
         description: non_empty(front.description),
         runner,
         command,
-        model: non_empty(front.model),
+        // Claude Code's `model: inherit` means "the CLI's default".
+        model: non_empty(front.model).filter(|m| m != "inherit"),
         thinking,
         tools,
         permission_mode: non_empty(front.permission_mode),
@@ -503,6 +514,33 @@ mod tests {
         assert_eq!(def.runner, RunnerKind::Claude);
         assert_eq!(def.tools, ["Read", "Grep"]);
         assert_eq!(def.timeout_ms, Some(1_200_000));
+    }
+
+    #[test]
+    fn a_claude_code_agent_file_is_read() {
+        let def = parse_definition(
+            "---\nname: code-reviewer\ndescription: Reviews code\ntools: Read, Grep, Glob\nmodel: inherit\ncolor: blue\n---\nYou review.\n",
+            Path::new("/p/.claude/agents/code-reviewer.md"),
+            RunnerKind::Claude,
+        )
+        .unwrap();
+        assert_eq!(def.runner, RunnerKind::Claude);
+        assert_eq!(def.model, None);
+        assert_eq!(def.tools, ["Read", "Grep", "Glob"]);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("pipe.md");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_definition(&fifo, RunnerKind::Pi).unwrap_err();
+        assert!(
+            e.to_string().ends_with("pipe.md:1: not a regular file"),
+            "{e}"
+        );
     }
 
     #[test]
