@@ -116,7 +116,8 @@ impl Fixture {
     fn launch(&self, args: &[&str]) -> (String, Value) {
         let out: Value = serde_json::from_str(&self.ok(args)).unwrap();
         let id = out["runId"].as_str().unwrap().to_owned();
-        self.ok(&["wait", &id]);
+        // `wait` exits 1 for a failed run; the status says which.
+        self.run(&["wait", &id]);
         let status = self.env.settled(&id);
         (id, status)
     }
@@ -189,6 +190,13 @@ fn run_and_resume(name: &str, cli: &str, resume_flag: &str, fields: Value) {
         PathBuf::from(descriptor["agentFilePath"].as_str().unwrap()).file_name(),
         agent_file.file_name()
     );
+    let status_file = f.run_dir(&id).join("status.json");
+    f.ok(&[
+        "validate",
+        "--kind",
+        "status",
+        status_file.to_str().unwrap(),
+    ]);
     f.ok(&[
         "validate",
         "--kind",
@@ -345,4 +353,46 @@ fn the_project_wins_over_the_user_and_show_and_prompt_describe_agents() {
         "{snippet}"
     );
     assert!(snippet.contains("- `mine` (codex): only mine"), "{snippet}");
+}
+
+#[test]
+fn an_agent_that_fails_before_its_session_leaves_its_error_and_cannot_be_resumed() {
+    let f = Fixture::new();
+    let def = f.project.path().join(".subagents/agents/offline.md");
+    std::fs::write(
+        &def,
+        "---\nrunner: codex\nenv:\n  FAKE_FAIL: not logged in\n---\nYou fix things.\n",
+    )
+    .unwrap();
+    let (id, status) = f.launch(&["run", "--agent", "offline", "--task", TASK, "--json"]);
+    assert_eq!(status["state"], "failed", "{status}");
+    assert!(status.get("agentSessionId").is_none(), "{status}");
+    // The definition's env reached the CLI; its error is the run's output.
+    assert!(
+        f.call("codex", 0)
+            .2
+            .contains("SUBAGENTS_AGENT_RUNNER=codex")
+    );
+    assert_eq!(f.output(&id), "Error: not logged in\n");
+    let out = f.run(&["resume", &id, "--task", FOLLOW_UP]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("recorded no codex session id to resume"),
+        "{stderr}"
+    );
+    assert!(
+        !f.record.path().join("codex.1.argv").exists(),
+        "nothing was started"
+    );
+}
+
+#[test]
+fn an_agent_run_needs_a_task() {
+    let f = Fixture::new();
+    let out = f.run(&["run", "--agent", "reviewer"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("an agent run needs a task"), "{stderr}");
+    assert_eq!(f.env.run_count(), 0);
 }

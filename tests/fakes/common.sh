@@ -20,6 +20,12 @@ record() {
     cat > "$base.stdin"
     env | grep -E '^(SUBAGENTS_|HOME=|PWD=)' | sort > "$base.env"
     prompt=$(cat "$base.stdin")
+    # A definition's `env: {FAKE_FAIL: why}` makes the CLI fail before it
+    # starts a session, as a real one does without a login or network.
+    if [ -n "${FAKE_FAIL:-}" ]; then
+        echo "Error: $FAKE_FAIL" >&2
+        exit 1
+    fi
 }
 
 new_id() {
