@@ -396,3 +396,34 @@ fn an_agent_run_needs_a_task() {
     assert!(stderr.contains("an agent run needs a task"), "{stderr}");
     assert_eq!(f.env.run_count(), 0);
 }
+
+#[test]
+fn two_resumes_of_one_agent_session_cannot_run_at_once() {
+    let f = Fixture::new();
+    let (id, _) = f.launch(&["run", "--agent", "reviewer", "--task", TASK, "--json"]);
+    let hold = f.env.fifo("hold");
+    let mut first = f.command(&["resume", &id, "--task", "first follow-up", "--json"]);
+    let first = first
+        .env("FAKE_HOLD_RESUME", &hold)
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{first:?}");
+    let revived: Value = serde_json::from_slice(&first.stdout).unwrap();
+    let revived = revived["runId"].as_str().unwrap().to_owned();
+    // The first revival's claude is running (it holds the session) ...
+    let argv = f.record.path().join("claude.1.argv");
+    poll(Duration::from_secs(60), || argv.exists());
+    // ... so a second revival of the same session is refused by the lease.
+    let out = f.run(&["resume", &id, "--task", "second follow-up"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is already owned by run"), "{stderr}");
+    assert!(!f.record.path().join("claude.2.argv").exists());
+    std::fs::write(&hold, "go").unwrap();
+    f.run(&["wait", &revived]);
+    assert_eq!(f.output(&revived), "claude turn 2: first follow-up\n");
+    // Once it is over, the session can be resumed again.
+    let (again, _) = f.launch(&["resume", &id, "--task", "second follow-up", "--json"]);
+    assert_eq!(f.output(&again), "claude turn 3: second follow-up\n");
+}
