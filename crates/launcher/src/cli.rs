@@ -78,7 +78,8 @@ pub enum Command {
         /// Run id or unique prefix.
         run: String,
     },
-    /// Revive a finished run with a follow-up task (same agent, same contract).
+    /// Revive a finished run with a follow-up task (same agent, same contract);
+    /// a named agent's run continues its CLI's own session.
     Resume(ResumeArgs),
     /// Named agent definitions: list them, show one, or print a snippet for CLAUDE.md / AGENTS.md.
     Agents {
@@ -277,7 +278,7 @@ pub enum AgentsAction {
 pub struct ResumeArgs {
     /// The run to revive (id or unique prefix).
     pub run: String,
-    /// The follow-up task.
+    /// The follow-up task, handed to the agent as given.
     #[arg(long, conflicts_with = "task_file")]
     pub task: Option<String>,
     /// Read the follow-up task from FILE.

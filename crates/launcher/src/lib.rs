@@ -70,6 +70,7 @@ fn wants_json(command: &Command) -> bool {
         | Command::Stop { json, .. }
         | Command::Reconcile { json }
         | Command::Capacity { json, .. }
+        | Command::Agents { json, .. }
         | Command::Budget {
             action: Some(cli::BudgetAction::Claim { json, .. }),
             ..
