@@ -42,9 +42,16 @@ impl Preset {
     /// The descriptor fields of this preset.
     pub fn record(&self) -> PresetRecord {
         let def = &self.definition;
+        // recovery.md: the model's `:<level>` suffix wins over `thinking`.
+        let suffix = def
+            .model
+            .as_deref()
+            .and_then(|m| m.rsplit_once(':'))
+            .map(|(_, level)| level.to_owned())
+            .filter(|level| agents::definition::THINKING_LEVELS.contains(&level.as_str()));
         PresetRecord {
             model: def.model.clone(),
-            thinking: def.thinking.clone(),
+            thinking: suffix.or_else(|| def.thinking.clone()),
             tools: (!def.tools.is_empty()).then(|| def.tools.clone()),
             system_prompt_mode: def.system_prompt_mode.as_str().into(),
             agent_file_path: Some(def.path.display().to_string()),
@@ -302,4 +309,44 @@ pub fn continue_session(
         env,
         record,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preset(front: &str) -> Preset {
+        let text = format!("---\n{front}\n---\nPrompt.\n");
+        let path = Path::new("/p/.subagents/agents/a.md");
+        let definition = agents::definition::parse_definition(&text, path, RunnerKind::Pi).unwrap();
+        let invocation = agents::preset::render(&definition, "x").unwrap();
+        Preset {
+            definition,
+            invocation,
+        }
+    }
+
+    #[test]
+    fn the_model_suffix_is_the_recorded_thinking() {
+        let record = preset("model: sonnet:high\nthinking: low").record();
+        assert_eq!(record.thinking.as_deref(), Some("high"));
+        let record = preset("model: openai/gpt-5\nthinking: low").record();
+        assert_eq!(record.thinking.as_deref(), Some("low"));
+    }
+
+    #[test]
+    fn a_preset_descriptor_drops_the_output_log_as_session_file() {
+        let mut descriptor =
+            json!({"sessionFile": "/r/output-0.log", "systemPromptMode": "append", "model": "m"});
+        let record = preset("tools: read").record();
+        fill_descriptor(&mut descriptor, Some(&record));
+        assert_eq!(
+            descriptor,
+            json!({"systemPromptMode": "replace", "tools": ["read"], "agentFilePath": "/p/.subagents/agents/a.md"})
+        );
+        let mut descriptor = json!({"sessionFile": "/r/output-0.log"});
+        let record = preset("runner: command\ncommand: [cat]").record();
+        fill_descriptor(&mut descriptor, Some(&record));
+        assert_eq!(descriptor["sessionFile"], "/r/output-0.log");
+    }
 }
