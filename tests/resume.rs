@@ -38,11 +38,9 @@ fn a_completed_run_is_revived_with_a_follow_up() {
     let revived = out["runId"].as_str().unwrap().to_owned();
     env.ok(&["wait", &revived]);
     let logs = env.ok(&["logs", &revived]);
-    assert!(
-        logs.contains("Original run: ") && logs.contains(&source),
-        "{logs}"
-    );
-    assert!(logs.contains("Follow-up:\ncontinue"), "{logs}");
+    // The follow-up reaches the command as given: no revival wrapper.
+    assert!(logs.contains("task: continue\n"), "{logs}");
+    assert!(!logs.contains("Original run: "), "{logs}");
     let source_output = run_dir(&env, &source).join("output-0.log");
     assert!(
         logs.contains(&format!("previous: {}", source_output.display())),
@@ -67,10 +65,12 @@ fn a_completed_run_is_revived_with_a_follow_up() {
         .trim()
         .to_owned();
     env.ok(&["wait", &again]);
-    assert!(env.ok(&["logs", &again]).contains(&format!(
-        "Original session file: {}",
-        source_output.display()
-    )));
+    assert!(env.ok(&["logs", &again]).contains("task: and again\n"));
+    let descriptor: Value = serde_json::from_slice(
+        &std::fs::read(run_dir(&env, &again).join("recovery-descriptor.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(descriptor["sessionFile"], json!(source_output));
 }
 
 #[test]
@@ -263,6 +263,10 @@ fn the_task_text_never_reaches_the_recovery_files() {
 #[test]
 fn a_revival_inherits_the_source_capacity_slot() {
     let env = Env::new();
+    // Source and revival run the same argv: each waits for one line on the gate,
+    // so the revival is provably still running when its slot is inspected.
+    let gate = env.fifo("gate.fifo");
+    let wait = format!("read line < '{}'", gate.display());
     let source = env
         .ok(&[
             "run",
@@ -270,13 +274,15 @@ fn a_revival_inherits_the_source_capacity_slot() {
             "s",
             "--max-active",
             "1",
-            "--wait",
             "--",
-            "true",
+            "sh",
+            "-c",
+            &wait,
         ])
         .trim()
         .to_owned();
-    // No `status`/`list` in between: they would free the finished source's slot.
+    std::fs::write(&gate, "go\n").unwrap();
+    env.ok(&["wait", &source]);
     let revived = env
         .ok(&["resume", &source, "--task", "more", "--max-active", "1"])
         .trim()
@@ -287,6 +293,7 @@ fn a_revival_inherits_the_source_capacity_slot() {
     let slot = &capacity["slots"][0]["slot"];
     assert_eq!(slot["runId"], revived.as_str(), "{capacity}");
     assert_eq!(slot["generation"], 1, "{capacity}");
+    std::fs::write(&gate, "go\n").unwrap();
     env.settled(&revived);
     let capacity: Value =
         serde_json::from_str(&env.ok(&["capacity", "--session", "s", "--limit", "1", "--json"]))

@@ -19,6 +19,7 @@ mod events;
 mod fanout;
 mod handshake;
 mod list;
+mod presets;
 mod proof;
 mod runs;
 mod validate;
@@ -243,7 +244,7 @@ type Family = fn() -> anyhow::Result<Vec<Artifact>>;
 
 /// Every artifact of every family, in a stable order.
 pub fn generate() -> anyhow::Result<Vec<Artifact>> {
-    let families: [(&str, Family); 7] = [
+    let families: [(&str, Family); 8] = [
         ("events", events::artifacts),
         ("proof", proof::artifacts),
         ("handshake", handshake::artifacts),
@@ -251,6 +252,7 @@ pub fn generate() -> anyhow::Result<Vec<Artifact>> {
         ("capacity", capacity::artifacts),
         ("list", list::artifacts),
         ("runs", runs::artifacts),
+        ("presets", presets::artifacts),
     ];
     let mut all = Vec::new();
     for (family, artifacts) in families {

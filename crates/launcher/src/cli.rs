@@ -84,8 +84,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Revive a finished run with a follow-up task (same agent, same contract).
+    /// Revive a finished run with a follow-up task (same agent, same contract);
+    /// a named agent's run continues its CLI's own session.
     Resume(ResumeArgs),
+    /// Named agent definitions: list them, show one, or print a snippet for CLAUDE.md / AGENTS.md.
+    Agents {
+        /// What to do (default: list).
+        #[command(subcommand)]
+        action: Option<AgentsAction>,
+        /// Print JSON (list, show).
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Validate one on-disk artifact exactly as the readers do.
     Validate {
         /// The artifact kind.
@@ -135,7 +145,8 @@ pub enum Command {
 /// `subagents run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Agent label shown in status (default: COMMAND's file name).
+    /// Without COMMAND: the named agent to run (see `subagents agents list`).
+    /// With COMMAND: the label shown in status (default: COMMAND's file name).
     #[arg(long)]
     pub agent: Option<String>,
     /// The task prompt (written to task.md, stdin and $SUBAGENTS_TASK_FILE).
@@ -177,7 +188,7 @@ pub struct RunArgs {
     /// The command and its arguments; `{task_file}` is replaced by the task file path.
     #[arg(
         last = true,
-        required_unless_present = "spec",
+        required_unless_present_any = ["spec", "agent"],
         conflicts_with = "spec",
         value_name = "COMMAND"
     )]
@@ -260,12 +271,26 @@ pub enum BudgetAction {
     },
 }
 
+/// `subagents agents ...`.
+#[derive(Debug, Subcommand)]
+pub enum AgentsAction {
+    /// Every agent found (project first, then the user's), and every file that could not be read.
+    List,
+    /// One agent: its file and the command a run renders from it.
+    Show {
+        /// The agent's name.
+        name: String,
+    },
+    /// A snippet for CLAUDE.md / AGENTS.md that lets an agent delegate through `subagents`.
+    Prompt,
+}
+
 /// `subagents resume`.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// The run to revive (id or unique prefix).
     pub run: String,
-    /// The follow-up task.
+    /// The follow-up task, handed to the agent as given.
     #[arg(long, conflicts_with = "task_file")]
     pub task: Option<String>,
     /// Read the follow-up task from FILE.

@@ -15,6 +15,7 @@ pub mod error;
 pub mod fanout;
 pub mod launch;
 pub mod prepare;
+pub mod presets;
 pub mod revive;
 pub mod root;
 pub mod spec;
@@ -101,6 +102,7 @@ fn wants_json(command: &Command) -> bool {
         | Command::Dismiss { json, .. }
         | Command::Validate { json, .. }
         | Command::Capacity { json, .. }
+        | Command::Agents { json, .. }
         | Command::Budget {
             action: Some(cli::BudgetAction::Create { json, .. }),
             ..
@@ -126,7 +128,7 @@ fn dispatch(cli: Cli) -> CliResult {
     let layout = status::Layout::new(root::state_root(cli.root));
     if !matches!(
         cli.command,
-        Command::Monitor | Command::Runner | Command::Completions { .. }
+        Command::Monitor | Command::Runner | Command::Completions { .. } | Command::Agents { .. }
     ) {
         let shared = root::allow_shared_root(cli.allow_shared_root);
         atomic_file::read::set_allow_foreign_owner(shared);
@@ -152,6 +154,7 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Dismiss { run, json } => commands::dismiss(&layout, &run, json),
         Command::Budget { doctor, action } => fanout::budget_command(&layout, &doctor, action),
         Command::Resume(args) => revive::resume(&layout, &args),
+        Command::Agents { action, json } => presets::command(action.as_ref(), json),
         Command::Validate { kind, file, json } => validate::command(&layout, kind, &file, json),
         Command::Capacity {
             session,

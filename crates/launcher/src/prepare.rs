@@ -71,6 +71,8 @@ pub struct Request {
     pub env: BTreeMap<String, String>,
     /// The directory of the session the run belongs to (`sessionRoot`).
     pub session_root: Option<PathBuf>,
+    /// A named agent's preset: the recovery descriptor fields it fills.
+    pub preset: Option<crate::presets::PresetRecord>,
 }
 
 /// The part of a request that makes it a revival.
@@ -84,11 +86,36 @@ pub struct Revival {
 impl Request {
     /// The request of `subagents run`.
     pub fn from_run_args(args: &RunArgs, session: &str) -> CliResult<Self> {
-        let plan = plan(args)?;
+        let preset = match (&args.agent, args.command.is_empty() && args.spec.is_none()) {
+            (Some(name), true) => Some(crate::presets::resolve(name, &resolve_cwd(None)?)?),
+            _ => None,
+        };
+        let plan = match &preset {
+            Some(preset) => preset_plan(preset),
+            None => plan(args)?,
+        };
         let tasks = read_tasks(args, &plan)?;
+        let definition = preset.as_ref().map(|p| &p.definition);
+        if definition.is_some_and(|d| d.runner.is_agent_cli()) && tasks[0].is_none() {
+            return Err(CliError::failed(
+                "failed to launch run: an agent run needs a task (--task or --task-file)",
+            ));
+        }
+        // The command line wins over the definition.
+        let cwd = args
+            .cwd
+            .clone()
+            .or_else(|| definition.and_then(|d| d.cwd.clone()));
+        let timeout = match (
+            args.timeout.as_deref(),
+            definition.and_then(|d| d.timeout_ms),
+        ) {
+            (None, Some(ms)) => Some(ms),
+            (text, _) => run_timeout(text)?,
+        };
         Ok(Self {
-            cwd: resolve_cwd(args.cwd.as_deref())?,
-            timeout_ms: run_timeout(args.timeout.as_deref())?,
+            cwd: resolve_cwd(cwd.as_deref())?,
+            timeout_ms: timeout,
             plan,
             tasks,
             explicit_id: args.id.clone(),
@@ -97,8 +124,12 @@ impl Request {
             budget: Budget::Claim(args.fanout_limit),
             slot: Slot::Acquire,
             revival: None,
-            env: BTreeMap::new(),
+            env: preset
+                .as_ref()
+                .map(|p| p.invocation.env.clone())
+                .unwrap_or_default(),
             session_root: session_root(args.session_dir.as_deref())?,
+            preset: preset.as_ref().map(crate::presets::Preset::record),
         })
     }
 }
@@ -247,6 +278,17 @@ fn plan(args: &RunArgs) -> CliResult<Plan> {
         timeout: None,
     };
     Ok(Plan::single(spec))
+}
+
+/// The single step of a named agent's run.
+fn preset_plan(preset: &crate::presets::Preset) -> Plan {
+    Plan::single(StepSpec {
+        agent: preset.definition.name.clone(),
+        command: preset.invocation.argv.clone(),
+        task: None,
+        cwd: None,
+        timeout: None,
+    })
 }
 
 fn file_name(program: &str) -> String {

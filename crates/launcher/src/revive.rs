@@ -61,7 +61,7 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
         session_id: config.session_id.clone(),
     };
     let fail = |e: String| CliError::failed(format!("failed to persist recovery descriptor: {e}"));
-    let descriptor = json!({
+    let mut descriptor = json!({
         "version": 1,
         "runFanoutBudget": budget,
         "sourceRunId": config.run_id,
@@ -76,6 +76,7 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
         "maxSubagentDepth": 2,
         "share": false,
     });
+    crate::presets::fill_descriptor(&mut descriptor, request.preset.as_ref());
     let mut descriptor: RecoveryDescriptor =
         serde_json::from_value(descriptor).map_err(|e| fail(e.to_string()))?;
     let task = request.tasks.first().cloned().flatten().unwrap_or_default();
@@ -153,18 +154,23 @@ pub fn load(layout: &Layout, run_dir: &Path) -> Result<recovery::Recovery, Strin
         .ok_or_else(|| {
             format!("Async child '{id}' is missing its required run fan-out recovery identity. Start a new run instead.")
         })?;
-    check_paths(layout, run_dir, &recovery.descriptor)?;
+    // A preset run's session file is its agent CLI's own (outside the root);
+    // the seal vouches for it.
+    let agent_session = crate::presets::preset_of(&recovery.contract).is_some();
+    check_paths(layout, run_dir, &recovery.descriptor, agent_session)?;
     Ok(recovery)
 }
 
 /// The descriptor's paths must be where this launcher puts them: the output
 /// in the run's own directory, the session file the first output of a run
-/// of this root (its lineage's), never a file elsewhere. Directories are
+/// of this root (its lineage's) unless `agent_session` (a preset run names
+/// its CLI's session file), never a file elsewhere. Directories are
 /// compared resolved, so another spelling of the root is not a mismatch.
 fn check_paths(
     layout: &Layout,
     run_dir: &Path,
     descriptor: &RecoveryDescriptor,
+    agent_session: bool,
 ) -> Result<(), String> {
     let file = recovery::descriptor_path(run_dir);
     let refuse = |field: &str, found: &str, expected: String| {
@@ -181,7 +187,11 @@ fn check_paths(
         );
         return Err(refuse("outputPath", output, expected));
     }
-    let Some(session) = descriptor.session_file.as_deref() else {
+    let Some(session) = descriptor
+        .session_file
+        .as_deref()
+        .filter(|_| !agent_session)
+    else {
         return Ok(());
     };
     let runs = layout.runs_dir();
@@ -225,14 +235,6 @@ fn revival_request(
         descriptor,
         contract,
     } = recovery;
-    let session_file = descriptor
-        .session_file
-        .as_deref()
-        .map(PathBuf::from)
-        .filter(|p| p.exists())
-        .ok_or_else(|| {
-            format!("Async child '{source}' has no persisted session file to resume.")
-        })?;
     let budget: Descriptor = serde_json::to_value(&descriptor.run_fanout_budget)
         .and_then(serde_json::from_value)
         .map_err(|e| e.to_string())?;
@@ -254,10 +256,39 @@ fn revival_request(
         .clone()
         .or(status.session_id.clone())
         .unwrap_or_else(|| crate::admission::session_id(None));
-    let task = revived_task(source, &contract.agent, &session_file, follow_up);
+    // A preset run continues its CLI's own session; any other command gets
+    // the follow-up as given, wrapped only where its definition asked.
+    let (command, session_file, task, env, preset) = match crate::presets::preset_of(&contract) {
+        Some(kind) => {
+            let c = crate::presets::continue_session(kind, source, status, &descriptor, &contract)?;
+            (
+                c.command,
+                c.session_file,
+                follow_up.to_owned(),
+                c.env,
+                Some(c.record),
+            )
+        }
+        None => {
+            let session_file = descriptor
+                .session_file
+                .as_deref()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .ok_or_else(|| {
+                    format!("Async child '{source}' has no persisted session file to resume.")
+                })?;
+            let task = if crate::presets::wants_revival_prompt(&contract) {
+                revived_task(source, &contract.agent, &session_file, follow_up)
+            } else {
+                follow_up.to_owned()
+            };
+            (contract.command, session_file, task, contract.env, None)
+        }
+    };
     let spec = StepSpec {
         agent: contract.agent,
-        command: contract.command,
+        command,
         task: None,
         cwd: None,
         timeout: None,
@@ -276,7 +307,8 @@ fn revival_request(
             source_run_id: source.to_owned(),
             session_file,
         }),
-        env: contract.env,
+        env,
+        preset,
         // A revival belongs to its source's session, and so to its directory.
         session_root: status
             .extra
@@ -326,12 +358,13 @@ mod tests {
         let run = layout.run_dir("r1");
         let lineage = layout.run_dir("r0").join("output-0.log");
         let output = run.join("output-0.log");
-        assert!(check_paths(&layout, &run, &descriptor(&output, &lineage)).is_ok());
-        assert!(check_paths(&layout, &run, &descriptor(&output, &output)).is_ok());
+        assert!(check_paths(&layout, &run, &descriptor(&output, &lineage), false).is_ok());
+        assert!(check_paths(&layout, &run, &descriptor(&output, &output), false).is_ok());
         let err = check_paths(
             &layout,
             &run,
             &descriptor(&output, Path::new("/etc/passwd")),
+            false,
         )
         .unwrap_err();
         assert!(
@@ -339,10 +372,10 @@ mod tests {
             "{err}"
         );
         let elsewhere = layout.run_dir("r0").join("output-0.log");
-        let err = check_paths(&layout, &run, &descriptor(&elsewhere, &lineage)).unwrap_err();
+        let err = check_paths(&layout, &run, &descriptor(&elsewhere, &lineage), false).unwrap_err();
         assert!(err.contains("outputPath"), "{err}");
         let nested = run.join("x").join("output-0.log");
-        let err = check_paths(&layout, &run, &descriptor(&output, &nested)).unwrap_err();
+        let err = check_paths(&layout, &run, &descriptor(&output, &nested), false).unwrap_err();
         assert!(err.contains("sessionFile"), "{err}");
     }
 }

@@ -74,6 +74,14 @@ pub fn run_lines(run: &RunSummary, now: u64, home: Option<&Path>) -> Vec<String>
     if let Some(session) = &status.session_file {
         lines.push(format!("  session: {}", shorten(Path::new(session), home)));
     }
+    if let Some(source) = status.extra.get("resumedFrom").and_then(Value::as_str) {
+        lines.push(
+            match status.extra.get("agentSessionId").and_then(Value::as_str) {
+                Some(id) => format!("  resumed from {source} (agent session {id})"),
+                None => format!("  resumed from {source}"),
+            },
+        );
+    }
     lines
 }
 

@@ -14,11 +14,14 @@
 //! * [`transitions`] are every status change the processes make, as pure
 //!   functions of the current status and injected facts.
 //! * [`config`] is what travels from launcher to monitor to runner on stdin.
+//! * [`agent_output`] reads a preset run's CLI output back after its step:
+//!   the final answer into `output-<i>.log`, the CLI's session into the status.
 //!
 //! A host binary embeds this crate by dispatching the hidden arguments
 //! `__monitor` and `__runner` to [`monitor::main`] and [`runner::main`].
 #![warn(missing_docs)]
 
+pub mod agent_output;
 pub mod config;
 pub mod monitor;
 pub mod observer;

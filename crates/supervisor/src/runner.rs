@@ -161,6 +161,7 @@ fn write_running(
     if let Some(root) = &config.session_root {
         fields["sessionRoot"] = json!(root);
     }
+    crate::agent_output::started_fields(config, &mut fields);
     if config.steps.first().is_some_and(|s| s.task_file.is_some()) {
         fields["task"] = json!(PROMPT_REDACTED);
         fields["goal"] = json!(PROMPT_REDACTED);
@@ -475,6 +476,7 @@ impl<'a> Execution<'a> {
         let pgid = self.steps[i].pid.unwrap_or_default();
         self.steps[i].tree = Some(self.verify_group_gone(pgid));
         let output = output_path(self.config, i);
+        crate::agent_output::after_step(self.config, i);
         if std::fs::metadata(&output).map_or(true, |m| m.len() == 0) {
             let stdout = std::fs::read(log_path(self.config, i, "stdout")).unwrap_or_default();
             let _ = atomic_file::write_private(&output, &stdout);

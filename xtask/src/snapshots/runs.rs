@@ -443,6 +443,7 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         revival: None,
         env: BTreeMap::from([("AGENT_MODE".to_owned(), "review".to_owned())]),
         session_root: None,
+        preset: None,
     };
     // A fixed root key pins the seal's MAC (a real root's key is random).
     let key = recovery::seal::RootKey::path(&config.root);

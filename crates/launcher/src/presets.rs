@@ -1,0 +1,352 @@
+//! Named agents: `subagents agents [list|show|prompt]`, and the preset a
+//! `run --agent NAME` (without COMMAND) launches. Definitions, lookup and
+//! rendering live in the `agents` crate; this module only wires them.
+
+use std::path::{Path, PathBuf};
+
+use agents::catalog::{self, Catalog, Found};
+use agents::{AgentDefinition, Invocation, RunnerKind};
+use serde_json::{Value, json};
+
+use crate::error::{CliError, CliResult, Exit};
+
+/// What `run --agent NAME` launches, and what its recovery descriptor records.
+pub struct Preset {
+    /// The definition.
+    pub definition: AgentDefinition,
+    /// The rendered command and environment.
+    pub invocation: Invocation,
+}
+
+/// The descriptor fields a preset run fills (recovery.md v1 names).
+#[derive(Debug, Clone, Default)]
+pub struct PresetRecord {
+    /// `model`.
+    pub model: Option<String>,
+    /// `thinking` (a known level only).
+    pub thinking: Option<String>,
+    /// `tools`.
+    pub tools: Option<Vec<String>>,
+    /// `systemPromptMode` (`append` / `replace`).
+    pub system_prompt_mode: String,
+    /// `agentFilePath`.
+    pub agent_file_path: Option<String>,
+    /// `sessionFile`, when known at launch (a revival's leased file).
+    pub session_file: Option<PathBuf>,
+    /// Run by pi, claude or codex, whose session file is their own (not
+    /// the run's output log, as for a `command`).
+    pub agent_cli: bool,
+}
+
+impl Preset {
+    /// The descriptor fields of this preset.
+    pub fn record(&self) -> PresetRecord {
+        let def = &self.definition;
+        // recovery.md: the model's `:<level>` suffix wins over `thinking`.
+        let suffix = def
+            .model
+            .as_deref()
+            .and_then(|m| m.rsplit_once(':'))
+            .map(|(_, level)| level.to_owned())
+            .filter(|level| agents::definition::THINKING_LEVELS.contains(&level.as_str()));
+        PresetRecord {
+            model: def.model.clone(),
+            thinking: suffix.or_else(|| def.thinking.clone()),
+            tools: (!def.tools.is_empty()).then(|| def.tools.clone()),
+            system_prompt_mode: def.system_prompt_mode.as_str().into(),
+            agent_file_path: Some(def.path.display().to_string()),
+            session_file: None,
+            agent_cli: def.runner.is_agent_cli(),
+        }
+    }
+}
+
+/// The catalog seen from `cwd`: its project, then the user's config dir.
+pub fn catalog(cwd: &Path) -> Catalog {
+    let env_path = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    let project = catalog::project_root(cwd);
+    let user = catalog::user_dir(
+        env_path("XDG_CONFIG_HOME").as_deref(),
+        env_path("HOME").as_deref(),
+    );
+    Catalog::load(&catalog::search_dirs(project.as_deref(), user.as_deref()))
+}
+
+/// Finds `name` from `cwd` and renders its invocation.
+pub fn resolve(name: &str, cwd: &Path) -> CliResult<Preset> {
+    let catalog = catalog(cwd);
+    let Some(found) = catalog.find(name) else {
+        let mut error = CliError::failed(format!(
+            "failed to launch run: no agent named '{name}' (see `subagents agents list`)"
+        ));
+        error.notes = catalog.errors.iter().map(ToString::to_string).collect();
+        return Err(error);
+    };
+    let session_id = uuid::Uuid::new_v4().to_string();
+    let invocation = agents::preset::render(&found.definition, &session_id)
+        .map_err(|e| CliError::failed(e.to_string()))?;
+    Ok(Preset {
+        definition: found.definition.clone(),
+        invocation,
+    })
+}
+
+/// `subagents agents [list|show NAME|prompt] [--json]`.
+pub fn command(action: Option<&crate::cli::AgentsAction>, json: bool) -> CliResult {
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::failed(format!("failed to read current directory: {e}")))?;
+    let catalog = catalog(&cwd);
+    for error in &catalog.errors {
+        eprintln!("subagents: {}", atomic_file::escape(&error.to_string()));
+    }
+    match action {
+        None | Some(crate::cli::AgentsAction::List) => list(&catalog, json),
+        Some(crate::cli::AgentsAction::Show { name }) => show(&catalog, name, json),
+        Some(crate::cli::AgentsAction::Prompt) => {
+            print!("{}", agents::snippet::delegation_snippet(&catalog.agents));
+            Ok(())
+        }
+    }
+}
+
+fn list(catalog: &Catalog, json: bool) -> CliResult {
+    if json {
+        let agents: Vec<Value> = catalog.agents.iter().map(summary).collect();
+        let errors: Vec<Value> = catalog.errors.iter().map(error_json).collect();
+        println!("{}", json!({"agents": agents, "errors": errors}));
+        return Ok(());
+    }
+    if catalog.agents.is_empty() {
+        println!(
+            "No agents. Add one to .subagents/agents/NAME.md (see `subagents agents show --help`)."
+        );
+    }
+    for found in &catalog.agents {
+        let def = &found.definition;
+        let description = def.description.as_deref().unwrap_or("");
+        println!(
+            "{}\t{}\t{}\t{description}",
+            def.name,
+            def.runner,
+            found.scope.as_str()
+        );
+    }
+    Ok(())
+}
+
+fn show(catalog: &Catalog, name: &str, json: bool) -> CliResult {
+    let found = catalog.find(name).ok_or_else(|| {
+        CliError::new(
+            Exit::Failed,
+            format!("failed to show agent: no agent named '{name}'"),
+        )
+    })?;
+    let def = &found.definition;
+    // The session id is a placeholder here: `run` picks a fresh one.
+    let placeholder = agents::preset::PLACEHOLDER_SESSION_ID;
+    let invocation =
+        agents::preset::render(def, placeholder).map_err(|e| CliError::failed(e.to_string()))?;
+    if json {
+        let mut value = summary(found);
+        value["systemPrompt"] = json!(def.system_prompt);
+        value["argv"] = json!(invocation.argv);
+        value["env"] = json!(invocation.env);
+        println!("{value}");
+        return Ok(());
+    }
+    println!("name: {}", def.name);
+    println!("runner: {}", def.runner);
+    println!("file: {} ({})", def.path.display(), found.scope.as_str());
+    if let Some(description) = &def.description {
+        println!("description: {description}");
+    }
+    println!("command: {}", agents::preset::shell_words(&invocation.argv));
+    if def.runner != RunnerKind::Command {
+        println!("task: on stdin");
+    }
+    Ok(())
+}
+
+fn summary(found: &Found) -> Value {
+    let def = &found.definition;
+    json!({
+        "name": def.name,
+        "description": def.description,
+        "runner": def.runner.as_str(),
+        "model": def.model,
+        "thinking": def.thinking,
+        "tools": def.tools,
+        "cwd": def.cwd,
+        "timeoutMs": def.timeout_ms,
+        "systemPromptMode": def.system_prompt_mode.as_str(),
+        "scope": found.scope.as_str(),
+        "path": def.path,
+    })
+}
+
+fn error_json(error: &agents::DefinitionError) -> Value {
+    match error {
+        agents::DefinitionError::Invalid {
+            path,
+            line,
+            message,
+        } => {
+            json!({"path": path, "line": line, "message": message})
+        }
+        agents::DefinitionError::Read { path, source } => {
+            json!({"path": path, "line": null, "message": source.to_string()})
+        }
+    }
+}
+
+/// Adds a preset's fields to a recovery descriptor being written; the
+/// session file is the agent's own (known for a revival), never an output log.
+pub fn fill_descriptor(descriptor: &mut Value, preset: Option<&PresetRecord>) {
+    let Some(preset) = preset else { return };
+    let fields = [
+        ("model", json!(preset.model)),
+        (
+            "thinking",
+            json!(
+                preset
+                    .thinking
+                    .as_ref()
+                    .filter(|t| agents::definition::THINKING_LEVELS.contains(&t.as_str()))
+            ),
+        ),
+        ("tools", json!(preset.tools)),
+        ("agentFilePath", json!(preset.agent_file_path)),
+    ];
+    for (key, value) in fields {
+        match value {
+            Value::Null => {
+                descriptor.as_object_mut().map(|o| o.remove(key));
+            }
+            value => descriptor[key] = value,
+        }
+    }
+    descriptor["systemPromptMode"] = json!(preset.system_prompt_mode);
+    if preset.agent_cli {
+        match &preset.session_file {
+            Some(file) => descriptor["sessionFile"] = json!(file),
+            None => {
+                descriptor.as_object_mut().map(|o| o.remove("sessionFile"));
+            }
+        }
+    }
+}
+
+/// How a preset run is resumed: the CLI's own session, the follow-up as
+/// the new user turn.
+pub struct Continuation {
+    /// The argv that resumes the session.
+    pub command: Vec<String>,
+    /// The agent's session file (leased for the revival).
+    pub session_file: PathBuf,
+    /// The contract's environment plus the session id.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The descriptor fields of the revival.
+    pub record: PresetRecord,
+}
+
+/// The preset a run was launched with, from its (digest-verified) contract.
+pub fn preset_of(contract: &recovery::LaunchContract) -> Option<RunnerKind> {
+    let kind = RunnerKind::parse(contract.env.get(agents::RUNNER_ENV)?)?;
+    kind.is_agent_cli().then_some(kind)
+}
+
+/// Whether a `command` run's definition asked for the revival wording.
+pub fn wants_revival_prompt(contract: &recovery::LaunchContract) -> bool {
+    contract
+        .env
+        .get(agents::RESUME_PROMPT_ENV)
+        .map(String::as_str)
+        == Some("revival")
+}
+
+/// Continues the session a preset run recorded in its status.
+pub fn continue_session(
+    kind: RunnerKind,
+    source: &str,
+    status: &status::RunStatus,
+    descriptor: &recovery::RecoveryDescriptor,
+    contract: &recovery::LaunchContract,
+) -> Result<Continuation, String> {
+    let id = status
+        .extra
+        .get("agentSessionId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            format!("Async child '{source}' recorded no {kind} session id to resume (the agent ended before it started a session).")
+        })?;
+    let session_file = status
+        .session_file
+        .as_deref()
+        .map(PathBuf::from)
+        .filter(|f| f.is_file())
+        .ok_or_else(|| {
+            format!(
+                "Async child '{source}' has no {kind} session file for session '{id}' to resume."
+            )
+        })?;
+    let command = agents::preset::resume_argv(kind, &contract.command, id, Some(&session_file))
+        .map_err(|e| e.to_string())?;
+    let mut env = contract.env.clone();
+    env.insert(agents::SESSION_ID_ENV.into(), id.into());
+    let mode = serde_json::to_value(descriptor.system_prompt_mode).unwrap_or_default();
+    let record = PresetRecord {
+        model: descriptor.model.clone(),
+        thinking: descriptor.thinking.clone(),
+        tools: descriptor.tools.clone(),
+        system_prompt_mode: mode.as_str().unwrap_or("replace").to_owned(),
+        agent_file_path: descriptor.agent_file_path.clone(),
+        session_file: Some(session_file.clone()),
+        agent_cli: true,
+    };
+    Ok(Continuation {
+        command,
+        session_file,
+        env,
+        record,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preset(front: &str) -> Preset {
+        let text = format!("---\n{front}\n---\nPrompt.\n");
+        let path = Path::new("/p/.subagents/agents/a.md");
+        let definition = agents::definition::parse_definition(&text, path, RunnerKind::Pi).unwrap();
+        let invocation = agents::preset::render(&definition, "x").unwrap();
+        Preset {
+            definition,
+            invocation,
+        }
+    }
+
+    #[test]
+    fn the_model_suffix_is_the_recorded_thinking() {
+        let record = preset("model: sonnet:high\nthinking: low").record();
+        assert_eq!(record.thinking.as_deref(), Some("high"));
+        let record = preset("model: openai/gpt-5\nthinking: low").record();
+        assert_eq!(record.thinking.as_deref(), Some("low"));
+    }
+
+    #[test]
+    fn a_preset_descriptor_drops_the_output_log_as_session_file() {
+        let mut descriptor =
+            json!({"sessionFile": "/r/output-0.log", "systemPromptMode": "append", "model": "m"});
+        let record = preset("tools: read").record();
+        fill_descriptor(&mut descriptor, Some(&record));
+        assert_eq!(
+            descriptor,
+            json!({"systemPromptMode": "replace", "tools": ["read"], "agentFilePath": "/p/.subagents/agents/a.md"})
+        );
+        let mut descriptor = json!({"sessionFile": "/r/output-0.log"});
+        let record = preset("runner: command\ncommand: [cat]").record();
+        fill_descriptor(&mut descriptor, Some(&record));
+        assert_eq!(descriptor["sessionFile"], "/r/output-0.log");
+    }
+}

@@ -1,0 +1,135 @@
+//! What the runner does for a preset run (one rendered by `crates/agents`
+//! for pi, claude or codex, marked by `$SUBAGENTS_AGENT_RUNNER` in the
+//! run's launch environment): after the step, `output-<i>.log` gets the
+//! agent's final answer (the event stream stays in the stdout log), and the
+//! agent's session id and session file are recorded in `status.json`
+//! (`agentSessionId`, `sessionFile`, also on the step) and in a
+//! `subagent.session.captured` event, so `resume` can continue that session.
+
+use std::path::PathBuf;
+
+use agents::RunnerKind;
+use agents::capture::{capture, locate_session_file, session_store};
+use serde_json::{Value, json};
+use status::model::update_status;
+use status::{events, now_ms};
+
+use crate::config::LaunchConfig;
+use crate::transitions::{log_path, output_path};
+
+/// Cap on the event stream read back (the answer is near its end anyway).
+const MAX_STREAM_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The preset of a single run, if it is one.
+pub fn preset_kind(config: &LaunchConfig) -> Option<RunnerKind> {
+    let kind = RunnerKind::parse(config.env.get(agents::RUNNER_ENV)?)?;
+    (kind.is_agent_cli() && config.steps.len() == 1).then_some(kind)
+}
+
+/// The session id chosen before the CLI started (a new Claude session, or
+/// the one a revival continues).
+fn known_session_id(config: &LaunchConfig) -> Option<&String> {
+    config.env.get(agents::SESSION_ID_ENV)
+}
+
+/// Adds what is known before the CLI starts to the `subagent.run.started`
+/// fields: the runner, the session id and (for a revival) the session file.
+pub fn started_fields(config: &LaunchConfig, fields: &mut Value) {
+    let Some(kind) = preset_kind(config) else {
+        return;
+    };
+    fields["agentRunner"] = json!(kind.as_str());
+    if let Some(id) = known_session_id(config) {
+        fields["agentSessionId"] = json!(id);
+    }
+    if let Some(revival) = &config.revival {
+        fields["sessionFile"] = json!(revival.session_file);
+    }
+}
+
+/// Runs after step `i` ended: extracts the answer and the session.
+pub fn after_step(config: &LaunchConfig, i: usize) {
+    let Some(kind) = preset_kind(config) else {
+        return;
+    };
+    let stdout = read_capped(&log_path(config, i, "stdout"));
+    let captured = capture(kind, &stdout);
+    // No answer (the CLI failed before one): its last words on stderr are
+    // the best summary; the event stream stays out of the output either way.
+    let answer = captured
+        .answer
+        .clone()
+        .or_else(|| stderr_tail(&read_capped(&log_path(config, i, "stderr"))));
+    if let Some(answer) = &answer {
+        let mut text = answer.clone();
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        let _ = atomic_file::write_private(&output_path(config, i), text.as_bytes());
+    }
+    let id = captured
+        .session_id
+        .or_else(|| known_session_id(config).cloned())
+        .filter(|id| agents::preset::is_plain_session_id(id));
+    let Some(id) = id else { return };
+    let file = session_file(config, kind, &id);
+    record(config, i, kind, &id, file.as_ref());
+}
+
+/// The last 20 non-blank lines of `text`, if any.
+fn stderr_tail(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    (!tail.is_empty()).then_some(tail)
+}
+
+fn read_capped(path: &std::path::Path) -> String {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    if let Ok(file) = std::fs::File::open(path) {
+        let _ = file.take(MAX_STREAM_BYTES).read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The CLI's own session file; for a revival whose CLI wrote it elsewhere,
+/// the lineage's leased file.
+fn session_file(config: &LaunchConfig, kind: RunnerKind, id: &str) -> Option<PathBuf> {
+    let env = |name: &str| {
+        config
+            .env
+            .get(name)
+            .cloned()
+            .or_else(|| std::env::var(name).ok())
+    };
+    session_store(kind, &env)
+        .and_then(|store| locate_session_file(&store, id))
+        .or_else(|| config.revival.as_ref().map(|r| r.session_file.clone()))
+}
+
+fn record(config: &LaunchConfig, i: usize, kind: RunnerKind, id: &str, file: Option<&PathBuf>) {
+    let file_text = file.map(|f| f.display().to_string());
+    let _ = update_status(&config.run_dir, |s| {
+        let mut s = s?;
+        s.extra.insert("agentRunner".into(), json!(kind.as_str()));
+        s.extra.insert("agentSessionId".into(), json!(id));
+        if let Some(file) = &file_text {
+            s.session_file = Some(file.clone());
+        }
+        if let Some(step) = s.steps.as_mut().and_then(|steps| steps.get_mut(i)) {
+            step.extra.insert("agentSessionId".into(), json!(id));
+            if let Some(file) = &file_text {
+                step.extra.insert("sessionFile".into(), json!(file));
+            }
+        }
+        Some(s)
+    });
+    let fields = json!({"stepIndex": i, "agentRunner": kind.as_str(), "agentSessionId": id, "sessionFile": file_text});
+    let _ = events::append(
+        &config.run_dir,
+        "subagent.session.captured",
+        &config.run_id,
+        now_ms(),
+        fields,
+    );
+}
