@@ -76,10 +76,18 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
 
 /// Atomically replaces `path` with `bytes` (mode 0600, fsynced, directory fsynced).
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_private_with(path, bytes, || {})
+}
+
+/// [`write_private`] that calls `before_rename` once the temp file is written
+/// and synced, just before it is renamed onto `path`. Crash tests use it to
+/// die inside the write; a torn target must still be impossible.
+pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce()) -> Result<()> {
     let dir = parent_of(path);
     ensure_private_dir(dir)?;
     let tmp = temp_path(path);
     let written = write_new_file(&tmp, bytes).and_then(|()| {
+        before_rename();
         fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
     });
     if written.is_err() {
@@ -233,6 +241,25 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn before_rename_sees_the_temp_file_and_the_old_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        write_private(&file, b"old").unwrap();
+        let mut seen = Vec::new();
+        write_private_with(&file, b"new", || {
+            seen = fs::read_dir(tmp.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(fs::read(&file).unwrap(), b"old");
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen.iter().any(|n| n.ends_with(".tmp")), "{seen:?}");
+        assert_eq!(fs::read(&file).unwrap(), b"new");
     }
 
     #[test]

@@ -11,12 +11,15 @@
 //! * [`transitions`] are every status change the processes make, as pure
 //!   functions of the current status and injected facts.
 //! * [`config`] is what travels from launcher to monitor to runner on stdin.
+//! * [`fault`] kills a named process at a named point (`SUBAGENTS_FAULT`),
+//!   for crash tests; off unless the variable is set.
 //!
 //! A host binary embeds this crate by dispatching the hidden arguments
 //! `__monitor` and `__runner` to [`monitor::main`] and [`runner::main`].
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fault;
 pub mod monitor;
 pub mod procs;
 pub mod runner;

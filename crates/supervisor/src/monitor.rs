@@ -24,10 +24,12 @@ use status::proof::{
 use status::{RunStatus, events, now_ms, reconcile};
 
 use crate::config::LaunchConfig;
+use crate::fault::{self, Point};
 use crate::procs::{Ended, Signals, empty_group};
 
 /// The monitor's entry point; returns the process exit code.
 pub fn main() -> i32 {
+    fault::init(fault::Process::Monitor);
     let config: LaunchConfig = match serde_json::from_reader(std::io::stdin()) {
         Ok(config) => config,
         Err(e) => {
@@ -43,6 +45,7 @@ pub fn main() -> i32 {
         return 1;
     };
     crate::runner::become_subreaper();
+    fault::point(Point::AfterRunDir);
     let runner = match spawn_runner(&config) {
         Ok(pid) => pid,
         Err(e) => {
@@ -50,6 +53,7 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    fault::when_step_started(&config.run_dir);
     let (ended, mut reaped) = wait_for(runner);
     let closed_at = now_ms();
     let (_, more) = empty_group(
@@ -70,6 +74,7 @@ pub fn main() -> i32 {
         signal: ended.signal(),
     };
     let leases = |file: &str| lease_state(&config, file);
+    fault::point(Point::AfterCandidate);
     proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
     0
 }

@@ -28,6 +28,7 @@ use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
 
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
+use crate::fault::{self, Point};
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
 use crate::spawn::Launched;
 pub use crate::transitions::output_path;
@@ -47,6 +48,7 @@ enum Interruption {
 
 /// The runner's entry point; returns the process exit code.
 pub fn main() -> i32 {
+    fault::init(fault::Process::Runner);
     let config: LaunchConfig = match serde_json::from_reader(std::io::stdin()) {
         Ok(config) => config,
         Err(e) => {
@@ -66,6 +68,7 @@ pub fn main() -> i32 {
 fn run(config: &LaunchConfig) -> anyhow::Result<()> {
     let signals = Signals::block()?;
     become_subreaper();
+    fault::point(Point::AfterRunDir);
     let started_at = now_ms();
     let identity = ProcessIdentity::current()?;
     let lease = match &config.revival {
@@ -163,6 +166,7 @@ fn write_running(
 
 /// Tells the launcher we are running, then closes the pipe.
 fn send_ready(config: &LaunchConfig, pid: u32) {
+    fault::point(Point::BeforeReady);
     let Some(fd) = std::env::var(READY_FD_ENV)
         .ok()
         .and_then(|v| v.parse::<i32>().ok())
@@ -182,6 +186,8 @@ fn send_ready(config: &LaunchConfig, pid: u32) {
         "ready {}",
         serde_json::to_string(&launched).unwrap_or_default()
     );
+    drop(pipe);
+    fault::point(Point::AfterReady);
 }
 
 /// What happened to one step's COMMAND.
@@ -284,6 +290,7 @@ impl<'a> Execution<'a> {
                 }
                 let Some(step) = queue.pop_front() else { break };
                 if self.start_step(step, index) {
+                    fault::point(Point::DuringStep);
                     active.push(step);
                 } else if group.fail_fast {
                     tripped = true;
@@ -612,6 +619,7 @@ impl<'a> Execution<'a> {
             candidate.revival_lease_release_acknowledged = Some(lease.release().unwrap_or(false));
             write_candidate(&config.run_dir, &candidate)?;
         }
+        fault::point(Point::AfterCandidate);
         Ok(())
     }
 
@@ -846,6 +854,7 @@ fn spawn_command(
         .stdout(log("stdout")?)
         .stderr(log("stderr")?)
         .env_remove(READY_FD_ENV)
+        .env_remove(fault::FAULT_ENV)
         .env("SUBAGENTS_RUN_ID", &config.run_id)
         .env("SUBAGENTS_ROOT", &config.root)
         .env("SUBAGENTS_RUN_DIR", &config.run_dir)
