@@ -26,6 +26,10 @@
 //!   - `mid-status-write`: inside this process's first atomic write of
 //!     `status.json`: the temp file is written and synced, not renamed.
 //!
+//! Just before dying the process writes `subagents: fault injected:
+//! <process>:<point>` to its stderr (the launcher's terminal, or the run's
+//! `runner.stderr.log`), so a test can tell the fault fired.
+//!
 //! The variable is read once per process. The runner removes it from every
 //! COMMAND's environment, so a nested run is not affected. An unknown value
 //! is reported once on stderr and otherwise ignored.
@@ -105,7 +109,7 @@ pub fn parse(value: &str) -> Option<(Process, Point)> {
 }
 
 /// The point armed for this process, once `init` said which process we are.
-static ARMED: OnceLock<Option<Point>> = OnceLock::new();
+static ARMED: OnceLock<Option<(Process, Point)>> = OnceLock::new();
 
 /// Declares which process this is and arms its fault, if any. Call once at
 /// the start of each process, before its first state write.
@@ -116,28 +120,33 @@ pub fn init(me: Process) {
             eprintln!("subagents: ignoring unknown {FAULT_ENV}='{value}'");
             return None;
         };
-        (process == me).then_some(point)
+        (process == me).then_some((process, point))
     });
+    let point = armed.map(|(_, point)| point);
     // Points inside the protocol crates' writers are reached through their hooks.
-    if matches!(armed, Some(Point::MidStatusWrite | Point::AfterProof)) {
+    if matches!(point, Some(Point::MidStatusWrite | Point::AfterProof)) {
         status::install_fault_hook(named);
     }
-    if *armed == Some(Point::AfterAck) {
+    if point == Some(Point::AfterAck) {
         handshake::install_fault_hook(named);
     }
 }
 
 /// Dies here if this process's armed fault is `point`.
 pub fn point(point: Point) {
-    if ARMED.get().copied().flatten() == Some(point) {
+    if armed() == Some(point) {
         die();
     }
+}
+
+fn armed() -> Option<Point> {
+    ARMED.get().copied().flatten().map(|(_, point)| point)
 }
 
 /// Monitor `during-step`: the monitor only waits, so when that fault is
 /// armed it watches the status until a step has started, then dies.
 pub fn when_step_started(run_dir: &std::path::Path) {
-    if ARMED.get().copied().flatten() != Some(Point::DuringStep) {
+    if armed() != Some(Point::DuringStep) {
         return;
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -168,6 +177,12 @@ fn named(name: &str) {
 }
 
 fn die() -> ! {
+    if let Some((process, point)) = ARMED.get().copied().flatten() {
+        // The one trace a crash test can check: stderr is already open
+        // (a terminal, or the run's runner.stderr.log).
+        let process = format!("{process:?}").to_lowercase();
+        eprintln!("subagents: fault injected: {process}:{}", point.name());
+    }
     // SAFETY: kill(2) and getpid(2) have no memory effects.
     unsafe {
         libc::kill(libc::getpid(), libc::SIGKILL);
