@@ -120,6 +120,8 @@ pub fn create_new_private(path: &Path, bytes: &[u8]) -> Result<()> {
 ///
 /// Lines shorter than `PIPE_BUF`-ish sizes from concurrent appenders do not
 /// interleave on local file systems because the file is opened `O_APPEND`.
+/// A write cut short (a full disk) is cut off again, so a failed append
+/// leaves no torn line that would also spoil the next one.
 pub fn append_private(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = OpenOptions::new()
         .append(true)
@@ -127,8 +129,36 @@ pub fn append_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .mode(FILE_MODE)
         .open(path)
         .map_err(|e| Error::new("open for append", path, e))?;
-    file.write_all(bytes)
-        .map_err(|e| Error::new("append to", path, e))
+    let before = file.metadata().map(|m| m.len()).ok();
+    let mut written = 0;
+    while written < bytes.len() {
+        match file.write(&bytes[written..]) {
+            Ok(0) => {
+                undo_partial(&file, before, written);
+                return Err(Error::new(
+                    "append to",
+                    path,
+                    io::ErrorKind::WriteZero.into(),
+                ));
+            }
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                undo_partial(&file, before, written);
+                return Err(Error::new("append to", path, e));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Truncates a partial append away, unless another appender wrote meanwhile.
+fn undo_partial(file: &File, before: Option<u64>, written: usize) {
+    let Some(before) = before else { return };
+    let now = file.metadata().map(|m| m.len()).ok();
+    if written > 0 && now == Some(before + written as u64) {
+        let _ = file.set_len(before);
+    }
 }
 
 /// Removes `path`; a missing file is not an error.

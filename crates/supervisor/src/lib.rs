@@ -11,6 +11,8 @@
 //! * [`transitions`] are every status change the processes make, as pure
 //!   functions of the current status and injected facts.
 //! * [`config`] is what travels from launcher to monitor to runner on stdin.
+//! * [`durable`] keeps state writes going through a full disk (retry with
+//!   backoff, space reserved for the step-end evidence).
 //! * [`fault`] kills a named process at a named point (`SUBAGENTS_FAULT`),
 //!   for crash tests; off unless the variable is set.
 //!
@@ -19,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod durable;
 pub mod fault;
 pub mod monitor;
 pub mod procs;

@@ -28,6 +28,7 @@ use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
 
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
+use crate::durable;
 use crate::fault::{self, Point};
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
 use crate::spawn::Launched;
@@ -69,6 +70,7 @@ fn run(config: &LaunchConfig) -> anyhow::Result<()> {
     let signals = Signals::block()?;
     become_subreaper();
     fault::point(Point::AfterRunDir);
+    durable::reserve_evidence(&config.run_dir);
     let started_at = now_ms();
     let identity = ProcessIdentity::current()?;
     let lease = match &config.revival {
@@ -143,12 +145,18 @@ fn write_running(
     now: u64,
 ) -> anyhow::Result<()> {
     let dir = &config.run_dir;
-    index::create_marker(dir)?;
+    durable::retry("the active marker", || index::create_marker(dir))?;
     let monitor = ProcessIdentity::of(std::os::unix::process::parent_id()).ok();
-    update_status(dir, |current| {
-        Some(transitions::running(
-            current, config, identity, monitor, now,
-        ))
+    durable::retry("status.json", || {
+        update_status(dir, |current| {
+            Some(transitions::running(
+                current,
+                config,
+                identity,
+                monitor.clone(),
+                now,
+            ))
+        })
     })?;
     let mut fields = json!({
         "lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION,
@@ -160,7 +168,15 @@ fn write_running(
         fields["task"] = json!(PROMPT_REDACTED);
         fields["goal"] = json!(PROMPT_REDACTED);
     }
-    let _ = events::append(dir, "subagent.run.started", &config.run_id, now, fields);
+    let _ = durable::retry("events.jsonl", || {
+        events::append(
+            dir,
+            "subagent.run.started",
+            &config.run_id,
+            now,
+            fields.clone(),
+        )
+    });
     Ok(())
 }
 
@@ -461,8 +477,17 @@ impl<'a> Execution<'a> {
     fn write_step_started(&self, i: usize, pid: u32, now: u64) {
         let config = self.config;
         let identity = ProcessIdentity::of(pid).ok();
-        let _ = update_status(&config.run_dir, |s| {
-            Some(transitions::step_started(s?, config, i, pid, identity, now))
+        let _ = durable::retry("status.json", || {
+            update_status(&config.run_dir, |s| {
+                Some(transitions::step_started(
+                    s?,
+                    config,
+                    i,
+                    pid,
+                    identity.clone(),
+                    now,
+                ))
+            })
         });
     }
 
@@ -517,8 +542,10 @@ impl<'a> Execution<'a> {
             timed_out: run.interruption == Some(Interruption::TimedOut),
             process: run.ended.map(|e| (e.code(), e.signal())),
         };
-        let _ = update_status(&self.config.run_dir, |s| {
-            Some(transitions::step_ended(s?, self.config, i, &end, now))
+        let _ = durable::retry("status.json", || {
+            update_status(&self.config.run_dir, |s| {
+                Some(transitions::step_ended(s?, self.config, i, &end, now))
+            })
         });
         let fields = json!({"stepIndex": i, "agent": self.config.steps[i].agent, "exitCode": run.ended.and_then(Ended::code),
             "durationMs": run.started_at.map(|t| run.closed_at.saturating_sub(t)), "tokens": null});
@@ -579,13 +606,11 @@ impl<'a> Execution<'a> {
     }
 
     fn event(&self, kind: &str, fields: serde_json::Value) {
-        let _ = events::append(
-            &self.config.run_dir,
-            kind,
-            &self.config.run_id,
-            now_ms(),
-            fields,
-        );
+        let now = now_ms();
+        let dir = &self.config.run_dir;
+        let _ = durable::retry("events.jsonl", || {
+            events::append(dir, kind, &self.config.run_id, now, fields.clone())
+        });
     }
 
     fn finish(&mut self) -> anyhow::Result<()> {
@@ -595,19 +620,23 @@ impl<'a> Execution<'a> {
         let (state, error) = self.run_verdict(stop_reason);
         let timed_out = self.interruption == Some(Interruption::TimedOut);
         let stopped = self.interruption == Some(Interruption::Stopped);
-        update_status(&config.run_dir, |s| {
-            Some(transitions::finished(
-                s?,
-                state,
-                error.clone(),
-                timed_out,
-                stopped,
-                now,
-            ))
+        durable::retry("status.json", || {
+            update_status(&config.run_dir, |s| {
+                Some(transitions::finished(
+                    s?,
+                    state,
+                    error.clone(),
+                    timed_out,
+                    stopped,
+                    now,
+                ))
+            })
         })?;
         self.append_end_events(state, error.as_deref(), now);
         let mut candidate = self.candidate();
-        write_candidate(&config.run_dir, &candidate)?;
+        durable::retry("the candidate", || {
+            write_candidate(&config.run_dir, &candidate)
+        })?;
         if let Some(lease) = self.lease.take() {
             // The proof needs to know the lease was given back, and by whom.
             candidate.session_file = config
@@ -615,9 +644,13 @@ impl<'a> Execution<'a> {
                 .as_ref()
                 .map(|r| r.session_file.display().to_string());
             candidate.revival_lease_token = Some(lease.token().to_owned());
-            write_candidate(&config.run_dir, &candidate)?;
+            durable::retry("the candidate", || {
+                write_candidate(&config.run_dir, &candidate)
+            })?;
             candidate.revival_lease_release_acknowledged = Some(lease.release().unwrap_or(false));
-            write_candidate(&config.run_dir, &candidate)?;
+            durable::retry("the candidate", || {
+                write_candidate(&config.run_dir, &candidate)
+            })?;
         }
         fault::point(Point::AfterCandidate);
         Ok(())

@@ -1,0 +1,191 @@
+//! State writes that survive a full disk.
+//!
+//! A run whose COMMAND exited must not turn `failed` because `status.json`
+//! could not be written for a while. The runner therefore:
+//!
+//! * reserves room for its evidence when it starts ([`reserve_evidence`]):
+//!   `events.jsonl` and `runner.stderr.log` get space allocated beyond their
+//!   end (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so the step-end events
+//!   (exit code per step) and the log lines below still fit on a full disk;
+//! * retries every state write that fails with `ENOSPC`/`EDQUOT`
+//!   ([`retry`]): backoff from 50 ms doubling to 1 s, for at most
+//!   `SUBAGENTS_WRITE_RETRY_MS` (default 30 s), logging to its stderr.
+//!
+//! If space does not come back in time, the runner gives up and exits; the
+//! step-end events stay, and whoever finalizes the run (its monitor, or a
+//! later `reconcile` once space is back) restores the outcome from them
+//! instead of declaring the run failed.
+
+use std::fmt::Display;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use status::layout::files;
+
+/// Environment override of the retry budget, in milliseconds.
+pub const WRITE_RETRY_ENV: &str = "SUBAGENTS_WRITE_RETRY_MS";
+
+/// Bytes reserved beyond the end of each evidence file.
+pub const EVIDENCE_RESERVE: i64 = 16 * 1024;
+
+const DEFAULT_BUDGET: Duration = Duration::from_secs(30);
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// An error that can say whether the file system was full.
+pub trait NoSpace {
+    /// True for `ENOSPC` and `EDQUOT`.
+    fn no_space(&self) -> bool;
+}
+
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+impl NoSpace for atomic_file::Error {
+    fn no_space(&self) -> bool {
+        is_full(&self.source)
+    }
+}
+
+impl NoSpace for status::Error {
+    fn no_space(&self) -> bool {
+        match self {
+            status::Error::Io(e) => e.no_space(),
+            status::Error::Invalid { .. } => false,
+        }
+    }
+}
+
+impl NoSpace for std::io::Error {
+    fn no_space(&self) -> bool {
+        is_full(self)
+    }
+}
+
+fn budget() -> Duration {
+    std::env::var(WRITE_RETRY_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_BUDGET, Duration::from_millis)
+}
+
+/// Runs `write`; while it fails because the disk is full, logs to stderr and
+/// tries again with backoff, within the retry budget. Other errors, and the
+/// last full-disk error once the budget is spent, are returned.
+pub fn retry<T, E: NoSpace + Display>(
+    what: &str,
+    mut write: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = Instant::now() + budget();
+    let mut pause = FIRST_PAUSE;
+    let mut failures = 0u32;
+    loop {
+        match write() {
+            Ok(value) => {
+                if failures > 0 {
+                    eprintln!("subagents: wrote {what} after {failures} full-disk retries");
+                }
+                return Ok(value);
+            }
+            Err(e) if e.no_space() && Instant::now() + pause <= deadline => {
+                if failures == 0 {
+                    eprintln!(
+                        "subagents: failed to write {what}: {e}; retrying while space is short"
+                    );
+                }
+                failures += 1;
+                // Backoff between attempts at a full disk; nothing signals free space.
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            Err(e) => {
+                if e.no_space() {
+                    eprintln!(
+                        "subagents: failed to write {what}: {e}; giving up after {failures} retries"
+                    );
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Reserves [`EVIDENCE_RESERVE`] bytes beyond the end of `events.jsonl` and
+/// `runner.stderr.log` (best effort: a file system without `fallocate`
+/// simply gets no reservation).
+pub fn reserve_evidence(run_dir: &Path) {
+    for name in [files::EVENTS, files::RUNNER_STDERR] {
+        let _ = reserve_tail(&run_dir.join(name), EVIDENCE_RESERVE);
+    }
+}
+
+fn reserve_tail(path: &Path, bytes: i64) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(atomic_file::FILE_MODE)
+        .open(path)?;
+    let end = file.metadata()?.len() as i64;
+    // SAFETY: fallocate(2) on a descriptor we own; KEEP_SIZE leaves the
+    // visible length (and so every reader) unchanged.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, end, bytes) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_a_full_disk_until_the_write_succeeds() {
+        let mut attempts = 0;
+        let result: Result<u32, std::io::Error> = retry("status", || {
+            attempts += 1;
+            if attempts < 3 {
+                Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!(result.unwrap(), 7);
+        assert_eq!(attempts, 3);
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let mut attempts = 0;
+        let result: Result<(), std::io::Error> = retry("status", || {
+            attempts += 1;
+            Err(std::io::Error::from_raw_os_error(libc::EACCES))
+        });
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EACCES));
+        assert_eq!(attempts, 1);
+    }
+
+    #[test]
+    fn the_reservation_keeps_the_visible_length() {
+        let dir = tempfile_dir();
+        std::fs::write(dir.join(files::EVENTS), b"{}\n").unwrap();
+        reserve_evidence(&dir);
+        assert_eq!(std::fs::read(dir.join(files::EVENTS)).unwrap(), b"{}\n");
+        assert_eq!(
+            std::fs::metadata(dir.join(files::RUNNER_STDERR))
+                .unwrap()
+                .len(),
+            0
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("durable-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
