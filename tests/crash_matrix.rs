@@ -15,7 +15,8 @@
 //!   line of `events.jsonl`.
 //!
 //! CI runs each cell once; `CRASH_MATRIX_REPEAT=N` runs each N times and
-//! prints `cell trials clean` lines (`scripts/crash-matrix.sh` runs 20×).
+//! prints `cell trials clean` lines (`scripts/crash-matrix.sh` runs 20×);
+//! `CRASH_MATRIX_CELL=a:b,c:d` runs only the cells named.
 
 mod common;
 
@@ -113,7 +114,10 @@ fn every_fault_settles_cleanly() {
     let mut table = Vec::new();
     for cell in CELLS {
         let name = format!("{}:{}", cell.process, cell.point);
-        if only.as_deref().is_some_and(|o| o != name) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|c| c == name))
+        {
             continue;
         }
         let mut clean = 0;

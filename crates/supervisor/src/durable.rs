@@ -20,6 +20,7 @@ use std::fmt::Display;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use status::layout::files;
@@ -72,14 +73,28 @@ fn budget() -> Duration {
         .map_or(DEFAULT_BUDGET, Duration::from_millis)
 }
 
+/// When the current full-disk outage began, as this process saw it: all
+/// writes of one outage share one budget, so a disk that stays full costs
+/// the budget once, not once per write.
+static OUTAGE: Mutex<Option<Instant>> = Mutex::new(None);
+
+fn outage_deadline() -> Instant {
+    let mut outage = OUTAGE.lock().unwrap_or_else(|e| e.into_inner());
+    *outage.get_or_insert_with(Instant::now) + budget()
+}
+
+fn outage_over() {
+    *OUTAGE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
 /// Runs `write`; while it fails because the disk is full, logs to stderr and
-/// tries again with backoff, within the retry budget. Other errors, and the
-/// last full-disk error once the budget is spent, are returned.
+/// tries again with backoff, within the retry budget of the current outage.
+/// Other errors, and the last full-disk error once the budget is spent, are
+/// returned.
 pub fn retry<T, E: NoSpace + Display>(
     what: &str,
     mut write: impl FnMut() -> Result<T, E>,
 ) -> Result<T, E> {
-    let deadline = Instant::now() + budget();
     let mut pause = FIRST_PAUSE;
     let mut failures = 0u32;
     loop {
@@ -88,9 +103,10 @@ pub fn retry<T, E: NoSpace + Display>(
                 if failures > 0 {
                     eprintln!("subagents: wrote {what} after {failures} full-disk retries");
                 }
+                outage_over();
                 return Ok(value);
             }
-            Err(e) if e.no_space() && Instant::now() + pause <= deadline => {
+            Err(e) if e.no_space() && Instant::now() + pause <= outage_deadline() => {
                 if failures == 0 {
                     eprintln!(
                         "subagents: failed to write {what}: {e}; retrying while space is short"
