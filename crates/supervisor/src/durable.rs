@@ -11,6 +11,7 @@
 //!   ([`retry`]): backoff from 50 ms doubling to 1 s, for at most
 //!   `SUBAGENTS_WRITE_RETRY_MS` (default 30 s), logging to its stderr.
 //!
+//! The monitor finalizes the proof the same way ([`until_proof_written`]).
 //! If space does not come back in time, the runner gives up and exits; the
 //! step-end events stay, and whoever finalizes the run (its monitor, or a
 //! later `reconcile` once space is back) restores the outcome from them
@@ -127,6 +128,35 @@ pub fn retry<T, E: NoSpace + Display>(
             }
         }
     }
+}
+
+/// The monitor's side: runs `finalize` (which writes the proof and what
+/// follows it, best effort) and runs it again, with the backoff of
+/// [`retry`], while `process-terminal.json` is still missing and the run's
+/// file system is short of space. `finalize` must be idempotent (the proof
+/// finalizer and the repair are).
+pub fn until_proof_written(run_dir: &Path, mut finalize: impl FnMut()) {
+    let _ = retry("process-terminal.json", || {
+        finalize();
+        if run_dir.join(files::PROOF).exists() || !short_of_space(run_dir) {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+    });
+}
+
+/// Less than 64 KiB available to us on the file system of `dir`.
+fn short_of_space(dir: &Path) -> bool {
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statvfs(3) fills the zeroed struct we own from a valid C string.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return false;
+    }
+    (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64) < 64 * 1024
 }
 
 /// Reserves [`EVIDENCE_RESERVE`] bytes beyond the end of `events.jsonl` and

@@ -24,6 +24,7 @@ use status::proof::{
 use status::{RunStatus, events, now_ms, reconcile};
 
 use crate::config::LaunchConfig;
+use crate::durable;
 use crate::fault::{self, Point};
 use crate::procs::{Ended, Signals, empty_group};
 
@@ -66,7 +67,6 @@ pub fn main() -> i32 {
     if config.revival.is_some() {
         await_launcher_verdict(&config, &mut signals);
     }
-    repair_if_unfinished(&config, ended, &mut signals, &reaped);
     let close = RunnerClose {
         process_instance_id: config.runner_process_instance_id.clone(),
         close_observed_at: closed_at,
@@ -74,8 +74,11 @@ pub fn main() -> i32 {
         signal: ended.signal(),
     };
     let leases = |file: &str| lease_state(&config, file);
-    fault::point(Point::AfterCandidate);
-    proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
+    durable::until_proof_written(&config.run_dir, || {
+        repair_if_unfinished(&config, ended, &mut signals, &reaped);
+        fault::point(Point::AfterCandidate);
+        proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
+    });
     0
 }
 
