@@ -73,6 +73,12 @@ impl RunStatus {
         self.str_field("error").is_some_and(|e| !e.is_empty())
     }
 
+    /// Whether the status records a runner process (pid or identity).
+    pub(crate) fn has_runner_trace(&self) -> bool {
+        self.0.get("pid").is_some_and(|v| !v.is_null())
+            || self.0.get("runnerIdentity").is_some_and(|v| !v.is_null())
+    }
+
     /// `processTerminal` as `(state, runId, runnerProcessInstanceId)`.
     pub(crate) fn process_terminal(&self) -> Option<(&str, &str, &str)> {
         let proof = self.0.get("processTerminal")?;

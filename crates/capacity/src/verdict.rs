@@ -86,6 +86,27 @@ fn abandoned(owner: &OwnerRecord) -> Option<Verdict> {
     })
 }
 
+/// Extension of the Rust version: the reserving process died before it
+/// bound a runner, the run is over, and nothing shows a runner ever ran
+/// (no runner pid or identity in the status, no candidate, no handshake).
+/// Nobody else could bind the slot, so it is free.
+fn never_bound(owner: &OwnerRecord, status: &RunStatus) -> Option<Verdict> {
+    if !status.is_terminal() || status.has_runner_trace() {
+        return None;
+    }
+    let dir = Path::new(&owner.async_dir);
+    let no_runner_files = ["process-terminal-candidate.json", "runner-startup.json"]
+        .iter()
+        .all(|name| !dir.join(name).exists());
+    (reserver_is_dead(owner) && no_runner_files).then(|| {
+        let pid = owner.reserved_by_process.as_ref().map_or(0, |p| p.pid);
+        releasable(format!(
+            "reserving process {pid} died before a runner was bound, and the run is {} without one",
+            state_text(status)
+        ))
+    })
+}
+
 fn reserver_is_dead(owner: &OwnerRecord) -> bool {
     !owner.is_started()
         && owner
@@ -132,7 +153,8 @@ fn runner_verdict(owner: &OwnerRecord) -> Verdict {
         Err(verdict) => return verdict,
     };
     let Some(runner) = runner_id(owner, &status) else {
-        return retained("runner process identity has not been recorded");
+        return never_bound(owner, &status)
+            .unwrap_or_else(|| retained("runner process identity has not been recorded"));
     };
     if let Some(verdict) = identity_mismatch(owner, &status) {
         return verdict;

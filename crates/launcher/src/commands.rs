@@ -20,6 +20,7 @@ use crate::launch;
 use crate::procs::signal_group;
 use crate::root::home;
 use crate::wait::{wait_for_runs, watch_dirs};
+use supervisor::observer;
 
 /// `subagents run`.
 pub fn run(layout: &Layout, args: &RunArgs) -> CliResult {
@@ -51,9 +52,24 @@ pub fn resolve(layout: &Layout, id: &str) -> CliResult<String> {
     }
 }
 
-/// Loads a run (reconciling it), exit 4 when it has no status.
+/// The observer's options for this state root.
+pub fn observer_options(layout: &Layout) -> observer::Options {
+    observer::Options::new(layout.root())
+}
+
+/// Observes one run: a run whose monitor is gone is finalized here
+/// (see `supervisor::observer`); a run with a live monitor is left to it.
+pub fn observe(layout: &Layout, id: &str) -> observer::Observation {
+    match status::list::exact_run_dir(layout, id) {
+        Some(dir) => observer::observe(&dir, &observer_options(layout)),
+        None => observer::Observation::NoStatus,
+    }
+}
+
+/// Loads a run (observing and reconciling it), exit 4 when it has no status.
 pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
     let id = resolve(layout, id)?;
+    observe(layout, &id);
     let budgets = layout.fanout_budgets_dir();
     let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
     let hooks = Hooks {
@@ -116,6 +132,7 @@ pub fn describe(run: &RunSummary) -> String {
 
 /// `subagents list`.
 pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
+    observer::observe_active(layout, &observer_options(layout));
     let budgets = layout.fanout_budgets_dir();
     let options = ListOptions {
         all: args.all,
@@ -172,7 +189,9 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, json: bool) -> CliResult {
             force_stop(&dir, reason)?;
         }
     }
+    settle_without_monitor(layout, &run.id, reason);
     let final_run = load(layout, &run.id)?;
+    admission::release_finished(layout, final_run.status.session_id.as_deref());
     if json {
         println!(
             "{}",
@@ -182,6 +201,35 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, json: bool) -> CliResult {
         println!("{} {}", final_run.id, final_run.status.state);
     }
     Ok(())
+}
+
+/// A run whose monitor is gone has nobody to finalize it: wait (bounded)
+/// for its runner to exit, kill the runner if it does not, then observe.
+fn settle_without_monitor(layout: &Layout, id: &str, reason: &str) {
+    let options = observer::Options {
+        stop_reason: Some(reason.to_owned()),
+        ..observer_options(layout)
+    };
+    let dir = layout.run_dir(id);
+    let deadline = Instant::now() + supervisor::runner::KILL_GRACE + Duration::from_secs(3);
+    loop {
+        let observation = observer::observe(&dir, &options);
+        let observer::Observation::RunnerAlive(_) = observation else {
+            return;
+        };
+        if Instant::now() >= deadline {
+            if let Ok(Some(status)) = status::model::read_status(&dir)
+                && let Some(identity) = &status.runner_identity
+                && identity.liveness() == Liveness::Alive
+            {
+                signal_group(identity.pid, Signal::SIGKILL);
+            }
+            observer::observe(&dir, &options);
+            return;
+        }
+        // The runner is not our child: its exit shows only in /proc.
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn request_stop(dir: &Path, reason: &str) -> CliResult {
@@ -231,20 +279,12 @@ fn force_stop(dir: &Path, reason: &str) -> CliResult {
         signal_group(identity.pid, Signal::SIGKILL);
     }
     crate::procs::kill_step_groups(&status);
-    let monitor_alive = status
-        .monitor_identity
-        .as_ref()
-        .is_some_and(|m| m.liveness() == Liveness::Alive);
     let now = now_ms();
     update_status(dir, |s| {
         let s = s?;
         s.state.is_active().then(|| {
-            // A live monitor still writes the real proof; otherwise nobody will.
-            let mut s = if monitor_alive {
-                reconcile::fail_active(s, reason, now)
-            } else {
-                reconcile::repair(s, reason, now)
-            };
+            // The monitor, or else the observer, writes the real proof.
+            let mut s = reconcile::fail_active(s, reason, now);
             s.state = RunState::Stopped;
             s.stopped = Some(true);
             s.error = Some(reason.to_owned());
@@ -341,6 +381,12 @@ fn copy_new_bytes(path: &Path, offset: u64) -> CliResult<u64> {
 /// `subagents reconcile`.
 pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     let mut repaired = Vec::new();
+    let mut observed = Vec::new();
+    for (id, observation) in observer::observe_active(layout, &observer_options(layout)) {
+        if let Some(line) = observation.line() {
+            observed.push(json!({"runId": id, "message": line}));
+        }
+    }
     let mut names = status::list::run_names(layout)?;
     names.extend(status::index::read_index(&layout.runs_dir())?);
     names.sort();
@@ -362,10 +408,17 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     }
     admission::release_finished(layout, sessions.iter().map(String::as_str));
     if json {
-        println!("{}", json!({"repaired": repaired}));
-    } else if repaired.is_empty() {
+        println!("{}", json!({"repaired": repaired, "observed": observed}));
+    } else if repaired.is_empty() && observed.is_empty() {
         println!("No stale runs.");
     } else {
+        for r in &observed {
+            println!(
+                "{} {}",
+                r["runId"].as_str().unwrap_or(""),
+                r["message"].as_str().unwrap_or("")
+            );
+        }
         for r in &repaired {
             println!(
                 "{} failed: {}",
@@ -380,14 +433,16 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
 /// `subagents dismiss`: display-only; processes and the marker stay.
 pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
     let id = resolve(layout, id)?;
+    observe(layout, &id);
     let dir = layout.run_dir(&id);
     let now = now_ms();
-    update_status(&dir, |s| {
+    let dismissed = update_status(&dir, |s| {
         let mut s = s?;
         s.display_dismissed_at = Some(now);
         Some(s)
     })?
     .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
+    admission::release_finished(layout, dismissed.session_id.as_deref());
     println!("{id} dismissed");
     Ok(())
 }

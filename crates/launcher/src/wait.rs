@@ -128,15 +128,16 @@ pub fn wait_for_runs(
     }
 }
 
-/// Over, and its monitor (when it has one) has exited, so the proof, the
-/// status overlay and the events are all written when `wait` returns.
+/// Over, and its monitor and runner (when recorded) have exited, so the
+/// proof, the status overlay and the events are all written when `wait`
+/// returns (by the monitor, or by the observer when the monitor is gone).
 pub fn is_settled(run: &RunSummary) -> bool {
-    let monitor_alive = run
-        .status
-        .monitor_identity
-        .as_ref()
-        .is_some_and(|m| m.liveness() == process_identity::Liveness::Alive);
-    !run.status.state.is_active() && !monitor_alive
+    let alive = |identity: Option<&process_identity::ProcessIdentity>| {
+        identity.is_some_and(|i| i.liveness() == process_identity::Liveness::Alive)
+    };
+    !run.status.state.is_active()
+        && !alive(run.status.monitor_identity.as_ref())
+        && !alive(run.status.runner_identity.as_ref())
 }
 
 fn load_all(layout: &Layout, ids: &[String]) -> CliResult<Vec<RunSummary>> {
@@ -146,6 +147,7 @@ fn load_all(layout: &Layout, ids: &[String]) -> CliResult<Vec<RunSummary>> {
     };
     ids.iter()
         .map(|id| {
+            crate::commands::observe(layout, id);
             status::list::load(layout, id, true, now_ms(), &hooks)?.ok_or_else(|| {
                 CliError::new(Exit::NotFound, format!("run '{id}' has no status.json"))
             })

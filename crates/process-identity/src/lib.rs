@@ -52,6 +52,8 @@ pub struct ProcStat {
     pub ppid: u32,
     /// Process group id.
     pub pgrp: u32,
+    /// Session id.
+    pub session: u32,
     /// Start time in clock ticks since boot.
     pub start_time: u64,
 }
@@ -132,6 +134,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -146,6 +149,15 @@ pub fn boot_id() -> Option<String> {
 /// Pids of the live (non-zombie) processes in process group `pgid`.
 pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
     processes_matching(|stat| stat.pgrp == pgid)
+}
+
+/// Pids of the live (non-zombie) processes in session `sid`.
+///
+/// A pid stays reserved while any process uses it as its session id, so
+/// when the session leader is gone (and its pid not reused) every member
+/// found here descends from that leader.
+pub fn session_members(sid: u32) -> io::Result<Vec<u32>> {
+    processes_matching(|stat| stat.session == sid)
 }
 
 /// Pids of the live (non-zombie) children of `ppid`.
@@ -191,6 +203,7 @@ mod tests {
                 state: 'S',
                 ppid: 1,
                 pgrp: 42,
+                session: 42,
                 start_time: 777
             }
         );
@@ -258,6 +271,8 @@ mod tests {
             .unwrap();
         let pid = child.id();
         assert_eq!(group_members(pid).unwrap(), vec![pid]);
+        let own_session = read_stat(std::process::id()).unwrap().session;
+        assert!(session_members(own_session).unwrap().contains(&pid));
         assert!(children_of(std::process::id()).unwrap().contains(&pid));
         child.kill().unwrap();
         child.wait().unwrap();

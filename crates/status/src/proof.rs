@@ -102,17 +102,25 @@ pub struct RunnerClose {
     pub exit_code: Option<i32>,
     /// Signal name, when a signal ended it.
     pub signal: Option<String>,
+    /// Extension: who observed the close when it was not the runner's
+    /// waiting parent (e.g. `{"role": "reconciler", "reason": …}`). Kept in
+    /// the runner instance record, where readers tolerate extra keys.
+    pub observer: Option<Value>,
 }
 
 impl RunnerClose {
     fn record(&self) -> Value {
-        json!({
+        let mut record = json!({
             "kind": "runner",
             "processInstanceId": self.process_instance_id,
             "closeObservedAt": self.close_observed_at,
             "exitCode": self.exit_code,
             "signal": self.signal,
-        })
+        });
+        if let Some(observer) = &self.observer {
+            record["observer"] = observer.clone();
+        }
+        record
     }
 }
 
@@ -850,6 +858,7 @@ mod tests {
             close_observed_at: 20,
             exit_code: Some(0),
             signal: None,
+            observer: None,
         }
     }
 

@@ -6,6 +6,9 @@
 //! * [`monitor`] is the runner's parent: it waits on the runner, empties
 //!   what is left, and writes the process-terminal proof.
 //! * [`runner`] runs the steps and owns `status.json` while the run lives.
+//! * [`observer`] proves a run's processes gone and writes its proof: for
+//!   the monitor at the end of every run, and for any command that meets a
+//!   run whose monitor is gone.
 //! * [`procs`] is the Unix plumbing they share: a signalfd wait, reaping,
 //!   emptying process groups.
 //! * [`transitions`] are every status change the processes make, as pure
@@ -24,6 +27,7 @@ pub mod config;
 pub mod durable;
 pub mod fault;
 pub mod monitor;
+pub mod observer;
 pub mod procs;
 pub mod runner;
 pub mod spawn;

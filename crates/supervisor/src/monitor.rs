@@ -16,16 +16,15 @@ use std::time::Duration;
 
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::Pid;
-use serde_json::json;
+use process_identity::ProcessIdentity;
 use status::model::update_status;
-use status::proof::{
-    self, Candidate, ProcessTerminal, ProcessTree, ProofState, RunnerClose, WriterRecord,
-};
-use status::{RunStatus, events, now_ms, reconcile};
+use status::now_ms;
+use status::proof::{self, ProcessTerminal, ProofState};
 
 use crate::config::LaunchConfig;
 use crate::durable;
 use crate::fault::{self, Point};
+use crate::observer::{self, Role, Witness};
 use crate::procs::{Ended, Signals, empty_group};
 
 /// The monitor's entry point; returns the process exit code.
@@ -46,6 +45,13 @@ pub fn main() -> i32 {
         return 1;
     };
     crate::runner::become_subreaper();
+    if !register(&config) {
+        eprintln!(
+            "subagents: run '{}' was given up before its monitor started",
+            config.run_id
+        );
+        return 1;
+    }
     fault::point(Point::AfterRunDir);
     let runner = match spawn_runner(&config) {
         Ok(pid) => pid,
@@ -67,19 +73,43 @@ pub fn main() -> i32 {
     if config.revival.is_some() {
         await_launcher_verdict(&config, &mut signals);
     }
-    let close = RunnerClose {
-        process_instance_id: config.runner_process_instance_id.clone(),
-        close_observed_at: closed_at,
-        exit_code: ended.code(),
-        signal: ended.signal(),
+    let groups_gone = empty_unfinished_groups(&config, &mut signals, &mut reaped);
+    let witness = Witness {
+        role: Role::Monitor,
+        reason: None,
+        runner_instance_id: config.runner_process_instance_id.clone(),
+        runner_end: Some(ended),
+        closed_at,
+        reaped,
+        groups_gone,
+        stop_reason: None,
     };
-    let leases = |file: &str| lease_state(&config, file);
+    fault::point(Point::AfterCandidate);
     durable::until_proof_written(&config.run_dir, || {
-        repair_if_unfinished(&config, ended, &mut signals, &reaped);
-        fault::point(Point::AfterCandidate);
-        proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
+        observer::finish(&config.run_dir, &config.run_id, &config.root, &witness);
     });
     0
+}
+
+/// Records our identity in the queued status before any runner exists, so
+/// an observer can tell a monitor that died from one still starting. A run
+/// an observer already gave up (no longer queued) is not started at all.
+fn register(config: &LaunchConfig) -> bool {
+    let Ok(me) = ProcessIdentity::current() else {
+        return true;
+    };
+    let mut given_up = false;
+    let registered = update_status(&config.run_dir, |s| {
+        let mut s = s?;
+        if s.state != status::RunState::Queued {
+            given_up = true;
+            return None;
+        }
+        s.monitor_identity = Some(me.clone());
+        Some(s)
+    });
+    // A status we cannot write must not stop the run.
+    registered.is_err() || !given_up
 }
 
 fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
@@ -137,119 +167,33 @@ fn wait_for(runner: u32) -> (Ended, BTreeMap<u32, Ended>) {
     }
 }
 
-/// A runner that died before its final write leaves an active status and no
-/// candidate; we know better than a later stale check, so say it now.
-fn repair_if_unfinished(
+/// A runner that died before its final write left no candidate: every
+/// step's COMMAND group must be proven empty before anything is claimed.
+/// Step index → verified empty (nothing when the runner wrote a candidate).
+fn empty_unfinished_groups(
     config: &LaunchConfig,
-    ended: Ended,
     signals: &mut Signals,
-    reaped: &BTreeMap<u32, Ended>,
-) {
+    reaped: &mut BTreeMap<u32, Ended>,
+) -> BTreeMap<usize, bool> {
     let dir = &config.run_dir;
-    let Ok(Some(current)) = status::model::read_status(dir) else {
-        return;
-    };
-    if proof::read_candidate(dir).ok().flatten().is_some() {
-        return;
-    }
-    // Every step's COMMAND group must be gone before anything is claimed.
-    let mut all = reaped.clone();
     let mut gone = BTreeMap::new();
-    for (i, pid) in step_groups(&current) {
+    if proof::read_candidate(dir).ok().flatten().is_some() {
+        return gone;
+    }
+    let Ok(Some(current)) = status::model::read_status(dir) else {
+        return gone;
+    };
+    for (i, pid) in observer::step_groups(&current) {
         let (alive, more) = empty_group(
             signals,
             Some(pid),
             Duration::from_secs(2),
             Duration::from_secs(1),
         );
-        all.extend(more);
+        reaped.extend(more);
         gone.insert(i, alive.is_empty());
     }
-    let message = format!(
-        "Async runner process exited with {} before writing a final status.",
-        ended.describe()
-    );
-    let message = reconcile::with_stderr_tail(dir, message);
-    let now = now_ms();
-    let repaired = update_status(dir, |s| {
-        let s = s?;
-        s.state.is_active().then(|| {
-            let mut s = reconcile::fail_active(s, &message, now);
-            s.error = Some(message.clone());
-            s
-        })
-    });
-    if let Ok(Some(status)) = &repaired {
-        let fields = json!({"pid": status.pid, "message": message});
-        let _ = events::append(
-            dir,
-            "subagent.run.repaired_stale",
-            &config.run_id,
-            now,
-            fields,
-        );
-    }
-    let status = repaired.ok().flatten().unwrap_or(current);
-    let _ = proof::write_candidate(dir, &witnessed_candidate(config, &status, &all, &gone));
-}
-
-/// (step index, COMMAND pid = process group) of every started step.
-fn step_groups(status: &RunStatus) -> Vec<(usize, u32)> {
-    let steps = status.steps().iter().enumerate();
-    steps
-        .filter_map(|(i, s)| Some((i, s.external_process.as_ref()?.pid?)))
-        .collect()
-}
-
-/// The candidate the runner could not write, from what the monitor itself
-/// witnessed: the children it reaped and the groups it verified empty.
-fn witnessed_candidate(
-    config: &LaunchConfig,
-    status: &RunStatus,
-    reaped: &BTreeMap<u32, Ended>,
-    gone: &BTreeMap<usize, bool>,
-) -> Candidate {
-    let mut writers = BTreeMap::new();
-    let mut expected: BTreeMap<String, u64> = (0..status.steps().len())
-        .map(|i| (i.to_string(), 0))
-        .collect();
-    for (i, pid) in step_groups(status) {
-        let ended = reaped.get(&pid).copied();
-        let tree = if gone.get(&i).copied().unwrap_or(false) {
-            ProcessTree::Observed {
-                mechanism: "posix-process-group".into(),
-                process_group_id: pid,
-                verified_at: now_ms(),
-            }
-        } else {
-            let diagnostic = Some("group not empty after SIGKILL".into());
-            ProcessTree::Unknown {
-                reason: "verification-failed".into(),
-                diagnostic,
-            }
-        };
-        let record = WriterRecord {
-            process_instance_id: format!("{}-writer-{i}", config.runner_process_instance_id),
-            kind: "pi-writer".into(),
-            attempt: 0,
-            close_observed_at: status.ended_at.unwrap_or_else(now_ms),
-            exit_code: ended.and_then(Ended::code),
-            signal: ended.and_then(Ended::signal),
-            process_tree: tree,
-        };
-        writers.insert(i.to_string(), vec![record]);
-        expected.insert(i.to_string(), 1);
-    }
-    Candidate {
-        version: 1,
-        run_id: config.run_id.clone(),
-        runner_process_instance_id: config.runner_process_instance_id.clone(),
-        writers,
-        expected_writers: Some(expected),
-        session_file: None,
-        revival_lease_token: None,
-        revival_lease_release_acknowledged: None,
-    }
+    gone
 }
 
 /// The runner never existed: the run failed, and no process can be left.
@@ -271,18 +215,6 @@ fn record_spawn_failure(config: &LaunchConfig, error: &str) {
         s.process_terminal = Some(proof.to_value());
         Some(s)
     });
-}
-
-/// The session lease as the proof finalizer needs it.
-fn lease_state(config: &LaunchConfig, file: &str) -> Result<proof::LeaseState, String> {
-    let root = recovery::lease::lease_root(&config.root);
-    let inspection = recovery::lease::inspect_lease(&root, std::path::Path::new(file))
-        .map_err(|e| e.to_string())?;
-    Ok(match inspection.state {
-        recovery::lease::LeaseState::Free => proof::LeaseState::Free(inspection.session.id),
-        recovery::lease::LeaseState::Owned(_) => proof::LeaseState::Owned,
-        recovery::lease::LeaseState::Unreadable => proof::LeaseState::Unreadable,
-    })
 }
 
 /// A revival runner that exits before proceed is the launcher's to record

@@ -209,6 +209,12 @@ pub fn leftovers(pgid: Option<u32>) -> Vec<u32> {
 
 /// Whether `pid` is this binary running as `__monitor` or `__runner`.
 fn is_nested_run(pid: u32) -> bool {
+    runs_as(pid, &["__monitor", "__runner"])
+}
+
+/// Whether `pid` is this very binary running with one of `roles` as its
+/// first argument.
+pub fn runs_as(pid: u32, roles: &[&str]) -> bool {
     let exe = |path: std::path::PathBuf| {
         path.to_string_lossy()
             .trim_end_matches(" (deleted)")
@@ -218,7 +224,7 @@ fn is_nested_run(pid: u32) -> bool {
     let theirs = std::fs::read_link(format!("/proc/{pid}/exe")).map(exe).ok();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let role = cmdline.split(|b| *b == 0).nth(1).unwrap_or_default();
-    ours.is_some() && ours == theirs && matches!(role, b"__monitor" | b"__runner")
+    ours.is_some() && ours == theirs && roles.iter().any(|r| r.as_bytes() == role)
 }
 
 /// Terminates `pgid` (or, with `None`, all our children): SIGTERM for up to

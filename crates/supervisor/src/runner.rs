@@ -146,7 +146,12 @@ fn write_running(
 ) -> anyhow::Result<()> {
     let dir = &config.run_dir;
     durable::retry("the active marker", || index::create_marker(dir))?;
-    let monitor = ProcessIdentity::of(std::os::unix::process::parent_id()).ok();
+    // Only a parent that is our monitor counts: after the monitor's death
+    // our parent is a reaper, which must never pass for it.
+    let parent = std::os::unix::process::parent_id();
+    let monitor = crate::procs::runs_as(parent, &["__monitor"])
+        .then(|| ProcessIdentity::of(parent).ok())
+        .flatten();
     durable::retry("status.json", || {
         update_status(dir, |current| {
             Some(transitions::running(

@@ -69,7 +69,9 @@ pub fn running(
     s.pid = Some(runner.pid);
     s.runner_identity = Some(runner.clone());
     s.runner_process_instance_id = Some(config.runner_process_instance_id.clone());
-    s.monitor_identity = monitor;
+    // The monitor registers itself before spawning us; our parent is only a
+    // fallback (it may already be a reaper, not the monitor).
+    s.monitor_identity = s.monitor_identity.take().or(monitor);
     s.started_at = Some(now);
     s.last_update = Some(now);
     s.last_activity_at = Some(now);

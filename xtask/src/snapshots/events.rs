@@ -110,6 +110,7 @@ fn process_terminal(scratch: &Scratch) -> anyhow::Result<Artifact> {
         close_observed_at: T0 + 5000,
         exit_code: Some(0),
         signal: None,
+        observer: None,
     };
     let decided = proof::finalize(&dir, RUN, &close, &proof::no_leases, T0 + 6000);
     anyhow::ensure!(decided.state == ProofState::Unknown, "unexpected proof");

@@ -233,6 +233,7 @@ fn finalized_run(
         close_observed_at: T0 + 5000,
         exit_code: Some(0),
         signal: None,
+        observer: None,
     };
     proof::finalize(&dir, RUN, &close, leases, T0 + 6000);
     Ok(dir)

@@ -298,3 +298,41 @@ fn workflow_steps_block_release_in_order() {
         retained("status mode is chain, not workflow")
     );
 }
+
+#[test]
+fn a_failed_run_whose_reserver_died_before_any_runner_is_released() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 1);
+    let owner_path = handle.slot_dir().join("owner.json");
+    let dir = fx.run_dir("run-a");
+    // What stale repair leaves of a queued run: failed, no proof, no runner.
+    let status =
+        json!({"runId": "run-a", "sessionId": SESSION, "mode": "single", "state": "failed"});
+    write_json(&dir.join("status.json"), &status);
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("runner process identity has not been recorded"),
+        "the reserver is alive (this process)"
+    );
+    let mut owner = read_json(&owner_path);
+    owner["reservedByProcess"] = json!(dead_identity());
+    write_json(&owner_path, &owner);
+    let (state, reason) = verdict(&fx, "run-a");
+    assert_eq!(state, ReleaseState::Releasable, "{reason}");
+    assert!(reason.contains("run is failed without one"), "{reason}");
+    // A runner pid in the status means a runner existed: its proof decides.
+    let mut with_runner = status.clone();
+    with_runner["pid"] = json!(1);
+    write_json(&dir.join("status.json"), &with_runner);
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        retained("runner process identity has not been recorded")
+    );
+    // Still queued: a monitor may be starting it.
+    let mut queued = status.clone();
+    queued["state"] = json!("queued");
+    write_json(&dir.join("status.json"), &queued);
+    assert_eq!(fx.reconcile(1).used, 1);
+    write_json(&dir.join("status.json"), &status);
+    assert_eq!(fx.reconcile(1).used, 0);
+}

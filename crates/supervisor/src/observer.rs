@@ -1,0 +1,833 @@
+//! The observer of a run: the code that proves a run's processes are gone and
+//! writes its process-terminal proof, shared by the monitor (which waited on
+//! the runner) and by every command that meets a run whose monitor is gone.
+//!
+//! The monitor normally finalizes a run ([`finish`] with [`Role::Monitor`]).
+//! When the monitor was killed, nobody waits on the runner any more; then
+//! [`observe`] takes over, from evidence only:
+//!
+//! * the identities recorded in `status.json` (pid + start time + boot id):
+//!   the monitor's, the runner's, the launcher's and each step COMMAND's;
+//! * the monitor's session: the monitor is a session leader, and every
+//!   process of the run that did not start a session of its own (runner,
+//!   COMMANDs, their children, orphans) stays in it. The kernel keeps a pid
+//!   reserved while any process uses it as a session or group id, so once the
+//!   monitor is dead every member of a session named by its pid is ours;
+//! * `/proc`.
+//!
+//! The decision is the pure function [`judge`]: a live monitor is deferred
+//! to, a live runner means the run is still running (a later pass finalizes
+//! it), a run that never had a runner and whose launcher and monitor are gone
+//! is abandoned. Otherwise the observer terminates what is left of the run's
+//! groups and session (SIGTERM, then SIGKILL, with identity checks), proves
+//! that nothing is left, repairs a status the runner never finished (from
+//! `events.jsonl` when every step's end is recorded there), writes the
+//! candidate from what it witnessed and finalizes an `observed` proof. The
+//! runner instance record of that proof carries an extra `observer` object
+//! (`{"role": "reconciler", "reason": …, "pid": …}`): the reference's proof
+//! reader accepts extra keys in instance records.
+//!
+//! Processes that left the run's session and groups on purpose (`setsid`,
+//! e.g. nested runs) are not the run's to end and are not looked for.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use process_identity::{Liveness, ProcessIdentity};
+use serde_json::{Value, json};
+use status::model::{read_status, update_status};
+use status::proof::{self, Candidate, ProcessTerminal, ProcessTree, ProofState, RunnerClose};
+use status::{Layout, RunState, RunStatus, events, index, now_ms, reconcile};
+
+use crate::procs::Ended;
+
+/// Who finalizes a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The runner's parent, which waited on it.
+    Monitor,
+    /// Any other process, acting because the monitor is gone.
+    Reconciler,
+}
+
+impl Role {
+    /// `monitor` or `reconciler`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Monitor => "monitor",
+            Self::Reconciler => "reconciler",
+        }
+    }
+}
+
+/// What is known about one recorded process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Presence {
+    /// No identity was recorded.
+    NotRecorded,
+    /// The very process recorded runs.
+    Alive(ProcessIdentity),
+    /// It is gone (or its pid belongs to another process now).
+    Dead(ProcessIdentity),
+    /// `/proc` could not tell.
+    Unknown(ProcessIdentity),
+}
+
+impl Presence {
+    /// Checks a recorded identity now.
+    pub fn of(identity: Option<&ProcessIdentity>) -> Self {
+        let Some(identity) = identity else {
+            return Self::NotRecorded;
+        };
+        match identity.liveness() {
+            Liveness::Alive => Self::Alive(identity.clone()),
+            Liveness::Dead => Self::Dead(identity.clone()),
+            Liveness::Unknown => Self::Unknown(identity.clone()),
+        }
+    }
+}
+
+/// The facts [`judge`] decides from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// The run state in `status.json`.
+    pub state: RunState,
+    /// A durable `observed`/`unknown` proof exists, or the status records
+    /// `not-started`: nothing is left to finalize.
+    pub proof_final: bool,
+    /// The monitor.
+    pub monitor: Presence,
+    /// The runner.
+    pub runner: Presence,
+    /// The process that wrote the queued record.
+    pub launcher: Presence,
+    /// Live members of the dead monitor's session; `None` when they cannot
+    /// be told (no monitor recorded, monitor alive, or `/proc` unreadable).
+    pub session: Option<Vec<u32>>,
+}
+
+/// What [`judge`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The proof is already final.
+    Final,
+    /// The monitor lives and will finalize the run itself.
+    MonitorAlive(u32),
+    /// The monitor is gone but the runner still runs the steps; a later
+    /// pass finalizes the run once it has exited.
+    RunnerAlive(u32),
+    /// Queued and its launcher is alive: it is still being started.
+    Launching(u32),
+    /// The monitor is gone and no runner is recorded, but a process of the
+    /// monitor's session lives: a runner that has not written its status yet.
+    Starting(u32),
+    /// No runner was ever recorded, and the launcher and monitor are gone
+    /// with nothing left of their session: the run never started.
+    Abandoned,
+    /// The runner was recorded and is gone: end what is left and finalize.
+    Settle,
+    /// Liveness cannot be decided; one line naming the process.
+    Unprovable(String),
+    /// Nothing of ours was recorded (e.g. a run of the reference): left to
+    /// the stale-run rules.
+    Foreign,
+}
+
+/// Decides what an observer may do with a run (pure).
+pub fn judge(facts: &Facts) -> Verdict {
+    if facts.proof_final {
+        return Verdict::Final;
+    }
+    match &facts.monitor {
+        Presence::Alive(m) => return Verdict::MonitorAlive(m.pid),
+        Presence::Unknown(m) => return Verdict::Unprovable(unknown_line("monitor", m)),
+        _ => {}
+    }
+    match &facts.runner {
+        Presence::Alive(r) => Verdict::RunnerAlive(r.pid),
+        Presence::Unknown(r) => Verdict::Unprovable(unknown_line("runner", r)),
+        Presence::Dead(_) => Verdict::Settle,
+        Presence::NotRecorded => judge_unstarted(facts),
+    }
+}
+
+fn judge_unstarted(facts: &Facts) -> Verdict {
+    if let Presence::Dead(m) = &facts.monitor {
+        return match &facts.session {
+            Some(live) if live.is_empty() => Verdict::Abandoned,
+            Some(live) => Verdict::Starting(live[0]),
+            None => Verdict::Unprovable(format!(
+                "processes of the session of monitor {} cannot be listed",
+                m.pid
+            )),
+        };
+    }
+    if facts.state != RunState::Queued {
+        return Verdict::Foreign;
+    }
+    match &facts.launcher {
+        Presence::Alive(l) => Verdict::Launching(l.pid),
+        Presence::Dead(_) => Verdict::Abandoned,
+        Presence::Unknown(l) => Verdict::Unprovable(unknown_line("launcher", l)),
+        Presence::NotRecorded => Verdict::Foreign,
+    }
+}
+
+fn unknown_line(what: &str, identity: &ProcessIdentity) -> String {
+    format!(
+        "{what} process {} (start time {}) cannot be checked: /proc/{} is unreadable",
+        identity.pid, identity.start_time, identity.pid
+    )
+}
+
+/// How to observe.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The state root (session leases are looked up under it).
+    pub root: PathBuf,
+    /// How long leftovers get after SIGTERM.
+    pub term_grace: Duration,
+    /// How long leftovers get after SIGKILL.
+    pub kill_grace: Duration,
+    /// A stop was requested: a repaired run becomes `stopped` with this error.
+    pub stop_reason: Option<String>,
+}
+
+impl Options {
+    /// Defaults for a state root: 1 s SIGTERM grace, 1 s SIGKILL grace.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            term_grace: Duration::from_secs(1),
+            kill_grace: Duration::from_secs(1),
+            stop_reason: None,
+        }
+    }
+}
+
+/// What one observation found or did.
+#[derive(Debug, Clone)]
+pub enum Observation {
+    /// There is no status.
+    NoStatus,
+    /// The proof was already final.
+    Final,
+    /// The monitor lives; nothing was done.
+    MonitorAlive(u32),
+    /// The runner still runs without its monitor; nothing was done.
+    RunnerAlive(u32),
+    /// The run is being started (launcher alive or runner starting), or
+    /// another observer is at work; nothing was done.
+    Waiting(String),
+    /// Some process of the run may be alive; the slot and marker stay.
+    Unproven(String),
+    /// Not a run this observer can judge.
+    Foreign,
+    /// The run never started: recorded failed with a `not-started` proof,
+    /// marker released.
+    Abandoned(String),
+    /// Every process of the run is gone and the proof is final.
+    Finalized {
+        /// The durable proof.
+        proof: Box<ProcessTerminal>,
+        /// The repair message, when the runner never wrote its final status.
+        repaired: Option<String>,
+        /// Why the observer acted.
+        reason: String,
+    },
+}
+
+impl Observation {
+    /// One line for a report, for observations that changed something or
+    /// that keep a run from being released.
+    pub fn line(&self) -> Option<String> {
+        match self {
+            Self::Unproven(why) => Some(format!("retained: {why}")),
+            Self::Abandoned(why) => Some(format!("failed (never started): {why}")),
+            Self::Finalized { proof, reason, .. } => {
+                let mut line = format!("process terminal {}: {reason}", proof.state.as_str());
+                if let Some(r) = &proof.reason {
+                    line.push_str(&format!(" ({r})"));
+                }
+                Some(line)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Observes every run of the active index; returns `(run id, observation)`.
+pub fn observe_active(layout: &Layout, options: &Options) -> Vec<(String, Observation)> {
+    let names = index::read_index(&layout.runs_dir()).unwrap_or_default();
+    names
+        .into_iter()
+        .filter_map(|id| {
+            let dir = status::list::exact_run_dir(layout, &id)?;
+            Some((id, observe(&dir, options)))
+        })
+        .collect()
+}
+
+/// Observes one run directory: decides with [`judge`] and, when the monitor
+/// is gone, ends what is left of the run and finalizes it.
+pub fn observe(run_dir: &Path, options: &Options) -> Observation {
+    let Ok(Some(status)) = read_status(run_dir) else {
+        return Observation::NoStatus;
+    };
+    // Cheap exit before any /proc scan or lock: most runs are final.
+    if proof_is_final(run_dir, &status) {
+        return Observation::Final;
+    }
+    let Some(_lock) = ObserverLock::try_take(run_dir) else {
+        return Observation::Waiting("another observer is finalizing this run".into());
+    };
+    // Re-read under the lock: another observer may have just finished.
+    let Ok(Some(status)) = read_status(run_dir) else {
+        return Observation::NoStatus;
+    };
+    let facts = gather(run_dir, &status);
+    match judge(&facts) {
+        Verdict::Final => Observation::Final,
+        Verdict::MonitorAlive(pid) => Observation::MonitorAlive(pid),
+        Verdict::RunnerAlive(pid) => Observation::RunnerAlive(pid),
+        Verdict::Launching(pid) => Observation::Waiting(format!("launcher {pid} is starting it")),
+        Verdict::Starting(pid) => Observation::Waiting(format!(
+            "process {pid} of its monitor's session is alive (a runner starting)"
+        )),
+        Verdict::Unprovable(why) => Observation::Unproven(why),
+        Verdict::Foreign => Observation::Foreign,
+        Verdict::Abandoned => abandon(run_dir, &status, &facts),
+        Verdict::Settle => settle(run_dir, &status, &facts, options),
+    }
+}
+
+/// Reads the evidence of a run.
+pub fn gather(run_dir: &Path, status: &RunStatus) -> Facts {
+    let monitor = Presence::of(status.monitor_identity.as_ref());
+    let session = match &monitor {
+        Presence::Dead(m) => session_of_dead_leader(m).ok(),
+        _ => None,
+    };
+    Facts {
+        state: status.state,
+        proof_final: proof_is_final(run_dir, status),
+        monitor,
+        runner: Presence::of(status.runner_identity.as_ref()),
+        launcher: Presence::of(status.launcher_identity.as_ref()),
+        session,
+    }
+}
+
+fn proof_is_final(run_dir: &Path, status: &RunStatus) -> bool {
+    let projected = status
+        .process_terminal
+        .as_ref()
+        .and_then(|p| p.get("state"))
+        .and_then(Value::as_str);
+    if projected == Some(ProofState::NotStarted.as_str()) {
+        return true;
+    }
+    let fallback = proof::Fallback {
+        run_id: Some(run_id_of(run_dir, status)),
+        runner_process_instance_id: status.runner_process_instance_id.clone(),
+    };
+    proof::read_proof(run_dir, &fallback)
+        .is_some_and(|p| matches!(p.state, ProofState::Observed | ProofState::Unknown))
+}
+
+fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
+    if status.run_id.is_empty() {
+        run_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        status.run_id.clone()
+    }
+}
+
+/// Live members of the session a dead leader created. When the leader's pid
+/// is in use again, the kernel had released it, which it only does once no
+/// process uses it as a session id: then nothing of ours is left.
+fn session_of_dead_leader(leader: &ProcessIdentity) -> std::io::Result<Vec<u32>> {
+    if process_identity::read_stat(leader.pid).is_ok() {
+        return Ok(Vec::new());
+    }
+    process_identity::session_members(leader.pid)
+}
+
+/// A non-blocking `flock` on `.observer.lock`, so two commands never
+/// finalize the same run at once. Dies with its holder.
+struct ObserverLock {
+    _file: File,
+}
+
+impl ObserverLock {
+    fn try_take(run_dir: &Path) -> Option<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(atomic_file::FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(run_dir.join(".observer.lock"))
+            .ok()?;
+        file.try_lock().ok()?;
+        Some(Self { _file: file })
+    }
+}
+
+/// No runner ever existed and nobody is left to start one: failed, with a
+/// `not-started` proof, and the marker goes (no process can be behind it).
+fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
+    let who = match (&facts.monitor, &facts.launcher) {
+        (Presence::Dead(m), _) => format!("its monitor {} exited", m.pid),
+        (_, Presence::Dead(l)) => format!("its launcher {} exited", l.pid),
+        _ => "its starters are gone".to_owned(),
+    };
+    let message = format!(
+        "Async run never started a runner: {who} first. Marked run failed by the observer."
+    );
+    let run_id = run_id_of(run_dir, status);
+    let runner_id = status
+        .runner_process_instance_id
+        .clone()
+        .unwrap_or_else(|| "unknown".into());
+    let now = now_ms();
+    let written = update_status(run_dir, |s| {
+        let s = s?;
+        let mut s = if s.state.is_active() {
+            let mut s = reconcile::fail_active(s, &message, now);
+            s.error = Some(message.clone());
+            s
+        } else {
+            s
+        };
+        let proof = ProcessTerminal::new(ProofState::NotStarted, &run_id, &runner_id);
+        s.process_terminal = Some(proof.to_value());
+        Some(s)
+    });
+    if written.is_err() {
+        return Observation::Unproven(format!("failed to write the status of '{run_id}'"));
+    }
+    let fields = json!({"message": message, "observer": observer_record(&message)});
+    let _ = events::append(run_dir, "subagent.run.repaired_stale", &run_id, now, fields);
+    let _ = index::release_marker(run_dir);
+    Observation::Abandoned(message)
+}
+
+fn observer_record(reason: &str) -> Value {
+    json!({
+        "role": Role::Reconciler.as_str(),
+        "pid": std::process::id(),
+        "reason": reason,
+    })
+}
+
+/// The runner is gone and so is its monitor: end what is left, prove it,
+/// repair, finalize.
+fn settle(run_dir: &Path, status: &RunStatus, facts: &Facts, options: &Options) -> Observation {
+    let runner = status.runner_identity.as_ref();
+    let monitor = match &facts.monitor {
+        Presence::Dead(m) => format!("monitor {} exited", m.pid),
+        _ => "no monitor recorded".to_owned(),
+    };
+    let reason = format!(
+        "{monitor}; runner {} exited; every process of the run verified gone",
+        runner.map_or(0, |r| r.pid)
+    );
+    let targets = Targets::of(status, facts);
+    if let Some(why) = targets.includes_self() {
+        return Observation::Unproven(why);
+    }
+    let survivors = terminate(&targets, options.term_grace, options.kill_grace);
+    if let Some(pid) = survivors.first() {
+        let start = process_identity::read_stat(*pid)
+            .map(|s| s.start_time.to_string())
+            .unwrap_or_else(|_| "?".into());
+        return Observation::Unproven(format!(
+            "process {pid} (start time {start}) of the run survived SIGKILL"
+        ));
+    }
+    let steps = step_groups(status);
+    let witness = Witness {
+        role: Role::Reconciler,
+        reason: Some(reason.clone()),
+        runner_instance_id: runner_instance_id(status),
+        runner_end: None,
+        closed_at: now_ms(),
+        reaped: BTreeMap::new(),
+        groups_gone: steps.iter().map(|(i, _)| (*i, true)).collect(),
+        stop_reason: options.stop_reason.clone(),
+    };
+    let run_id = run_id_of(run_dir, status);
+    let (proof, repaired) = finish(run_dir, &run_id, &options.root, &witness);
+    Observation::Finalized {
+        proof: Box::new(proof),
+        repaired,
+        reason,
+    }
+}
+
+fn runner_instance_id(status: &RunStatus) -> String {
+    status
+        .runner_process_instance_id
+        .clone()
+        .or_else(|| {
+            let proof = status.process_terminal.as_ref()?;
+            Some(proof.get("runnerProcessInstanceId")?.as_str()?.to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// (step index, COMMAND pid = process group) of every started step.
+pub fn step_groups(status: &RunStatus) -> Vec<(usize, u32)> {
+    let steps = status.steps().iter().enumerate();
+    steps
+        .filter_map(|(i, s)| Some((i, s.external_process.as_ref()?.pid?)))
+        .collect()
+}
+
+/// The process groups and session that are provably the run's.
+#[derive(Debug, Default)]
+struct Targets {
+    groups: Vec<u32>,
+    session: Option<u32>,
+}
+
+impl Targets {
+    fn of(status: &RunStatus, facts: &Facts) -> Self {
+        let groups = status
+            .steps()
+            .iter()
+            .filter_map(|s| s.external_process.as_ref())
+            .filter_map(|p| {
+                let pgid = p.pid?;
+                let leader = Presence::of(p.identity.as_ref());
+                group_is_ours(&leader, process_identity::read_stat(pgid).is_ok()).then_some(pgid)
+            })
+            .collect();
+        let session = match (&facts.monitor, &facts.session) {
+            (Presence::Dead(m), Some(_)) => Some(m.pid),
+            _ => None,
+        };
+        Self { groups, session }
+    }
+
+    /// Live processes of the run, right now.
+    fn alive(&self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        for g in &self.groups {
+            pids.extend(process_identity::group_members(*g).unwrap_or_default());
+        }
+        if let Some(sid) = self.session {
+            pids.extend(process_identity::session_members(sid).unwrap_or_default());
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// An observer running inside the run (a COMMAND calling `subagents`)
+    /// must not end its own caller.
+    fn includes_self(&self) -> Option<String> {
+        let me = process_identity::read_stat(std::process::id()).ok()?;
+        let inside = self.session == Some(me.session) || self.groups.contains(&me.pgrp);
+        inside.then(|| {
+            format!(
+                "this process ({}) belongs to the run and will not end it",
+                std::process::id()
+            )
+        })
+    }
+}
+
+/// Whether a recorded COMMAND group is still the run's: its leader is the
+/// recorded process, or the leader is gone while the group lives (a pgid is
+/// not reused while its group has members).
+pub fn group_is_ours(leader: &Presence, leader_pid_in_use: bool) -> bool {
+    match leader {
+        Presence::Alive(_) => true,
+        Presence::Dead(_) | Presence::NotRecorded => !leader_pid_in_use,
+        Presence::Unknown(_) => false,
+    }
+}
+
+/// SIGTERM, then SIGKILL, to every live process of `targets`, re-reading
+/// who is left every 25 ms; returns the survivors.
+fn terminate(targets: &Targets, term_grace: Duration, kill_grace: Duration) -> Vec<u32> {
+    let mut alive = targets.alive();
+    for (sig, grace) in [(Signal::SIGTERM, term_grace), (Signal::SIGKILL, kill_grace)] {
+        let deadline = Instant::now() + grace;
+        while !alive.is_empty() && Instant::now() < deadline {
+            for pid in &alive {
+                let _ = nix::sys::signal::kill(Pid::from_raw(*pid as i32), sig);
+            }
+            // We are not their parent: no SIGCHLD to wait for, only /proc.
+            std::thread::sleep(Duration::from_millis(25));
+            alive = targets.alive();
+        }
+        if alive.is_empty() {
+            break;
+        }
+    }
+    alive
+}
+
+/// What the finalizing process witnessed of the run's end.
+#[derive(Debug, Clone)]
+pub struct Witness {
+    /// Who finalizes.
+    pub role: Role,
+    /// Why a reconciler acted (recorded in the proof's runner record).
+    pub reason: Option<String>,
+    /// The runner instance the proof is about.
+    pub runner_instance_id: String,
+    /// How the runner ended, when the finalizer waited on it.
+    pub runner_end: Option<Ended>,
+    /// When the runner's end was observed (ms).
+    pub closed_at: u64,
+    /// Children reaped by the finalizer (pid → how they ended).
+    pub reaped: BTreeMap<u32, Ended>,
+    /// Step index → whether its COMMAND group was verified empty.
+    pub groups_gone: BTreeMap<usize, bool>,
+    /// A stop was requested: a repaired run becomes `stopped`.
+    pub stop_reason: Option<String>,
+}
+
+/// The end of every run, for the monitor and reconcilers alike: repairs a
+/// status the runner never finished, writes the candidate from what was
+/// witnessed when the runner wrote none, and finalizes the proof (writes
+/// `process-terminal.json`, overlays it, appends the event, releases the
+/// marker when `observed`). Returns the proof and the repair message.
+pub fn finish(
+    run_dir: &Path,
+    run_id: &str,
+    root: &Path,
+    witness: &Witness,
+) -> (ProcessTerminal, Option<String>) {
+    let mut repaired = None;
+    if proof::read_candidate(run_dir).ok().flatten().is_none() {
+        repaired = repair_unfinished(run_dir, run_id, witness);
+        if let Ok(Some(status)) = read_status(run_dir) {
+            let candidate = witnessed_candidate(run_id, &status, witness);
+            let _ = proof::write_candidate(run_dir, &candidate);
+        }
+    }
+    let close = RunnerClose {
+        process_instance_id: witness.runner_instance_id.clone(),
+        close_observed_at: witness.closed_at,
+        exit_code: witness.runner_end.and_then(Ended::code),
+        signal: witness.runner_end.and_then(Ended::signal),
+        observer: match witness.role {
+            Role::Monitor => None,
+            Role::Reconciler => Some(observer_record(witness.reason.as_deref().unwrap_or(""))),
+        },
+    };
+    let leases = |file: &str| lease_state(root, file);
+    let proof = proof::finalize(run_dir, run_id, &close, &leases, now_ms());
+    (proof, repaired)
+}
+
+/// An active status whose runner is gone: restore the outcome from the
+/// events when every step's end is there, else fail (or stop) the run.
+fn repair_unfinished(run_dir: &Path, run_id: &str, witness: &Witness) -> Option<String> {
+    let current = read_status(run_dir).ok().flatten()?;
+    if !current.state.is_active() {
+        return None;
+    }
+    let restored = outcome_from_events(&current, &events::read_all(run_dir));
+    let base = match (&witness.role, witness.runner_end) {
+        (Role::Monitor, Some(ended)) => format!(
+            "Async runner process exited with {} before writing a final status.",
+            ended.describe()
+        ),
+        _ => format!(
+            "Async runner process {} and its monitor exited before writing a final status. Marked run failed by the observer.",
+            current.pid.unwrap_or(0)
+        ),
+    };
+    let message = match (&witness.stop_reason, &restored) {
+        (Some(reason), _) => reason.clone(),
+        (None, Some(r)) => format!(
+            "Async runner exited before writing a final status; every step's end is in events.jsonl, so the run is {}.",
+            r.state
+        ),
+        (None, None) => reconcile::with_stderr_tail(run_dir, base),
+    };
+    let now = now_ms();
+    let repaired = update_status(run_dir, |s| {
+        let s = s?;
+        if !s.state.is_active() {
+            return None;
+        }
+        Some(match (&witness.stop_reason, &restored) {
+            (Some(reason), _) => stopped(s, reason, now),
+            (None, Some(r)) => restore(s, r, now),
+            (None, None) => {
+                let mut s = reconcile::fail_active(s, &message, now);
+                s.error = Some(message.clone());
+                s
+            }
+        })
+    });
+    let status = repaired.ok().flatten()?;
+    let mut fields = json!({"pid": status.pid, "message": message});
+    if witness.role == Role::Reconciler {
+        fields["observer"] = observer_record(witness.reason.as_deref().unwrap_or(""));
+    }
+    let _ = events::append(run_dir, "subagent.run.repaired_stale", run_id, now, fields);
+    Some(message)
+}
+
+fn stopped(s: RunStatus, reason: &str, now: u64) -> RunStatus {
+    let mut s = reconcile::fail_active(s, reason, now);
+    s.state = RunState::Stopped;
+    s.stopped = Some(true);
+    s.error = Some(reason.to_owned());
+    for step in s.steps.iter_mut().flatten() {
+        if step.status == "failed" && step.error.as_deref() == Some(reason) {
+            step.status = "stopped".into();
+            step.stopped = Some(true);
+        }
+    }
+    s
+}
+
+/// The outcome the events prove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// `complete` when every step completed, else `failed`.
+    pub state: RunState,
+    /// `Step failed: <agent>` for the first step that did not complete.
+    pub error: Option<String>,
+    /// Step index → the step status its end event names.
+    pub steps: BTreeMap<usize, String>,
+}
+
+/// Events are evidence: when `events.jsonl` records the end of every step
+/// (`subagent.step.<status>` with `stepIndex`), the run's outcome is known
+/// even though the runner died before its final write (pure).
+pub fn outcome_from_events(status: &RunStatus, events: &[Value]) -> Option<Restored> {
+    let count = status.steps().len();
+    if count == 0 {
+        return None;
+    }
+    let mut ends = BTreeMap::new();
+    for event in events {
+        let Some(kind) = event
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(|t| t.strip_prefix("subagent.step."))
+        else {
+            continue;
+        };
+        let step_status = match kind {
+            "completed" => "complete",
+            "failed" | "stopped" | "paused" | "rejected" => kind,
+            _ => continue,
+        };
+        if let Some(i) = event.get("stepIndex").and_then(Value::as_u64) {
+            ends.insert(i as usize, step_status.to_owned());
+        }
+    }
+    if (0..count).any(|i| !ends.contains_key(&i)) {
+        return None;
+    }
+    let first_bad = (0..count).find(|i| ends[i] != "complete");
+    let (state, error) = match first_bad {
+        None => (RunState::Complete, None),
+        Some(i) => (
+            RunState::Failed,
+            Some(format!("Step failed: {}", status.steps()[i].agent)),
+        ),
+    };
+    Some(Restored {
+        state,
+        error,
+        steps: ends,
+    })
+}
+
+fn restore(mut s: RunStatus, restored: &Restored, now: u64) -> RunStatus {
+    for (i, step) in s.steps.iter_mut().flatten().enumerate() {
+        if matches!(step.status.as_str(), "running" | "pending")
+            && let Some(end) = restored.steps.get(&i)
+        {
+            step.status = end.clone();
+            step.ended_at.get_or_insert(now);
+            step.extra.remove("activityState");
+        }
+    }
+    s.state = restored.state;
+    s.error = restored.error.clone().or(s.error);
+    s.extra.remove("activityState");
+    s.last_update = Some(now);
+    s.ended_at.get_or_insert(now);
+    s
+}
+
+/// The candidate the runner could not write, from what the finalizer
+/// witnessed: the children it reaped and the groups it verified empty.
+pub fn witnessed_candidate(run_id: &str, status: &RunStatus, witness: &Witness) -> Candidate {
+    let mut writers = BTreeMap::new();
+    let mut expected: BTreeMap<String, u64> = (0..status.steps().len())
+        .map(|i| (i.to_string(), 0))
+        .collect();
+    for (i, pid) in step_groups(status) {
+        let ended = witness.reaped.get(&pid).copied();
+        let tree = if witness.groups_gone.get(&i).copied().unwrap_or(false) {
+            ProcessTree::Observed {
+                mechanism: "posix-process-group".into(),
+                process_group_id: pid,
+                verified_at: now_ms(),
+            }
+        } else {
+            ProcessTree::Unknown {
+                reason: "verification-failed".into(),
+                diagnostic: Some("group not empty after SIGKILL".into()),
+            }
+        };
+        let record = proof::WriterRecord {
+            process_instance_id: format!("{}-writer-{i}", witness.runner_instance_id),
+            kind: "pi-writer".into(),
+            attempt: 0,
+            close_observed_at: status.ended_at.unwrap_or_else(now_ms),
+            exit_code: ended.and_then(Ended::code),
+            signal: ended.and_then(Ended::signal),
+            process_tree: tree,
+        };
+        writers.insert(i.to_string(), vec![record]);
+        expected.insert(i.to_string(), 1);
+    }
+    Candidate {
+        version: 1,
+        run_id: run_id.to_owned(),
+        runner_process_instance_id: witness.runner_instance_id.clone(),
+        writers,
+        expected_writers: Some(expected),
+        session_file: None,
+        revival_lease_token: None,
+        revival_lease_release_acknowledged: None,
+    }
+}
+
+/// The session lease as the proof finalizer needs it.
+fn lease_state(root: &Path, file: &str) -> Result<proof::LeaseState, String> {
+    let leases = recovery::lease::lease_root(root);
+    let inspection =
+        recovery::lease::inspect_lease(&leases, Path::new(file)).map_err(|e| e.to_string())?;
+    Ok(match inspection.state {
+        recovery::lease::LeaseState::Free => proof::LeaseState::Free(inspection.session.id),
+        recovery::lease::LeaseState::Owned(_) => proof::LeaseState::Owned,
+        recovery::lease::LeaseState::Unreadable => proof::LeaseState::Unreadable,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+use super::*;
+
+fn me() -> ProcessIdentity {
+    ProcessIdentity {
+        pid: 10,
+        start_time: 1,
+        boot_id: None,
+    }
+}
+
+fn facts() -> Facts {
+    Facts {
+        state: RunState::Running,
+        proof_final: false,
+        monitor: Presence::Dead(me()),
+        runner: Presence::Dead(me()),
+        launcher: Presence::Dead(me()),
+        session: Some(Vec::new()),
+    }
+}
+
+#[test]
+fn a_final_proof_or_a_live_monitor_means_nothing_to_do() {
+    let f = Facts {
+        proof_final: true,
+        ..facts()
+    };
+    assert_eq!(judge(&f), Verdict::Final);
+    let f = Facts {
+        monitor: Presence::Alive(me()),
+        runner: Presence::Alive(me()),
+        ..facts()
+    };
+    assert_eq!(judge(&f), Verdict::MonitorAlive(10));
+}
+
+#[test]
+fn a_live_runner_without_its_monitor_is_still_running() {
+    let f = Facts {
+        runner: Presence::Alive(me()),
+        ..facts()
+    };
+    assert_eq!(judge(&f), Verdict::RunnerAlive(10));
+}
+
+#[test]
+fn dead_monitor_and_runner_settle() {
+    assert_eq!(judge(&facts()), Verdict::Settle);
+    let f = Facts {
+        monitor: Presence::NotRecorded,
+        ..facts()
+    };
+    assert_eq!(judge(&f), Verdict::Settle);
+}
+
+#[test]
+fn unreadable_liveness_is_unprovable_and_names_the_process() {
+    let f = Facts {
+        runner: Presence::Unknown(me()),
+        ..facts()
+    };
+    let Verdict::Unprovable(line) = judge(&f) else {
+        panic!("not unprovable")
+    };
+    assert!(line.contains("runner process 10"), "{line}");
+    let f = Facts {
+        monitor: Presence::Unknown(me()),
+        ..facts()
+    };
+    assert!(matches!(judge(&f), Verdict::Unprovable(l) if l.contains("monitor process 10")));
+}
+
+#[test]
+fn never_started_runs_are_abandoned_only_when_their_starters_are_gone() {
+    let queued = Facts {
+        state: RunState::Queued,
+        monitor: Presence::NotRecorded,
+        runner: Presence::NotRecorded,
+        session: None,
+        ..facts()
+    };
+    assert_eq!(judge(&queued), Verdict::Abandoned);
+    let launching = Facts {
+        launcher: Presence::Alive(me()),
+        ..queued.clone()
+    };
+    assert_eq!(judge(&launching), Verdict::Launching(10));
+    let reference = Facts {
+        launcher: Presence::NotRecorded,
+        ..queued.clone()
+    };
+    assert_eq!(judge(&reference), Verdict::Foreign);
+    // The monitor died before the runner wrote anything.
+    let monitor_gone = Facts {
+        monitor: Presence::Dead(me()),
+        launcher: Presence::Alive(me()),
+        session: Some(Vec::new()),
+        ..queued.clone()
+    };
+    assert_eq!(judge(&monitor_gone), Verdict::Abandoned);
+    let starting = Facts {
+        session: Some(vec![42]),
+        ..monitor_gone.clone()
+    };
+    assert_eq!(judge(&starting), Verdict::Starting(42));
+    let blind = Facts {
+        session: None,
+        ..monitor_gone
+    };
+    assert!(matches!(judge(&blind), Verdict::Unprovable(_)));
+}
+
+#[test]
+fn a_recorded_group_is_ours_only_while_it_cannot_be_someone_elses() {
+    assert!(group_is_ours(&Presence::Alive(me()), true));
+    assert!(group_is_ours(&Presence::Dead(me()), false));
+    assert!(!group_is_ours(&Presence::Dead(me()), true));
+    assert!(group_is_ours(&Presence::NotRecorded, false));
+    assert!(!group_is_ours(&Presence::Unknown(me()), false));
+}
+
+fn two_steps() -> RunStatus {
+    let mut status = RunStatus::new("r", RunState::Running);
+    status.steps = Some(
+        ["a", "b"]
+            .iter()
+            .map(|agent| status::Step {
+                agent: (*agent).into(),
+                status: "running".into(),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    status
+}
+
+fn step_event(kind: &str, i: u64) -> Value {
+    json!({"type": format!("subagent.step.{kind}"), "stepIndex": i})
+}
+
+#[test]
+fn events_restore_the_outcome_only_when_every_step_ended() {
+    let status = two_steps();
+    let one = [step_event("completed", 0)];
+    assert_eq!(outcome_from_events(&status, &one), None);
+    let both = [
+        json!({"type": "subagent.run.started"}),
+        step_event("completed", 0),
+        step_event("completed", 1),
+    ];
+    let restored = outcome_from_events(&status, &both).unwrap();
+    assert_eq!(restored.state, RunState::Complete);
+    assert_eq!(restored.error, None);
+    let failed = [step_event("completed", 0), step_event("failed", 1)];
+    let restored = outcome_from_events(&status, &failed).unwrap();
+    assert_eq!(restored.state, RunState::Failed);
+    assert_eq!(restored.error.as_deref(), Some("Step failed: b"));
+    let repaired = restore(two_steps(), &restored, 5);
+    assert_eq!(repaired.steps()[0].status, "complete");
+    assert_eq!(repaired.steps()[1].status, "failed");
+    assert_eq!(repaired.ended_at, Some(5));
+}
+
+#[test]
+fn the_witnessed_candidate_proves_only_groups_seen_empty() {
+    let mut status = two_steps();
+    for (i, step) in status.steps.iter_mut().flatten().enumerate() {
+        step.external_process = Some(status::model::ExternalProcess {
+            pid: Some(100 + i as u32),
+            ..Default::default()
+        });
+    }
+    let witness = Witness {
+        role: Role::Reconciler,
+        reason: Some("test".into()),
+        runner_instance_id: "runner-1".into(),
+        runner_end: None,
+        closed_at: 1,
+        reaped: BTreeMap::new(),
+        groups_gone: BTreeMap::from([(0, true), (1, false)]),
+        stop_reason: None,
+    };
+    let candidate = witnessed_candidate("r", &status, &witness);
+    assert_eq!(candidate.expected_writers.as_ref().unwrap()["0"], 1);
+    assert!(matches!(
+        candidate.writers["0"][0].process_tree,
+        ProcessTree::Observed {
+            process_group_id: 100,
+            ..
+        }
+    ));
+    assert!(matches!(
+        candidate.writers["1"][0].process_tree,
+        ProcessTree::Unknown { .. }
+    ));
+}

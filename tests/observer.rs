@@ -1,0 +1,250 @@
+//! The observer: runs whose monitor (or launcher) was SIGKILLed are still
+//! proven over, finalized and released by `subagents reconcile`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Env, alive, kill, poll};
+use serde_json::Value;
+
+const SESSION: &str = "observer-session";
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The status as on disk, without running a command that would observe it.
+fn raw_status(env: &Env, id: &str) -> Value {
+    read_json(&run_dir(env, id).join("status.json"))
+}
+
+fn run_dir(env: &Env, id: &str) -> std::path::PathBuf {
+    env.root().join("async-subagent-runs").join(id)
+}
+
+fn pid_of(status: &Value, key: &str) -> u32 {
+    let pid = status[key]["pid"].as_u64();
+    pid.unwrap_or_else(|| panic!("no {key} in {status}")) as u32
+}
+
+fn start(env: &Env, command: &[&str]) -> String {
+    let mut args = vec!["run", "--session", SESSION, "--max-active", "1", "--"];
+    args.extend_from_slice(command);
+    env.ok(&args).trim().to_owned()
+}
+
+fn kill_and_wait(pid: u32) {
+    kill(pid, libc::SIGKILL);
+    poll(Duration::from_secs(20), || !alive(pid));
+}
+
+fn used_slots(env: &Env) -> u64 {
+    let out = env.ok(&["capacity", "--session", SESSION, "--json"]);
+    let snapshot: Value = serde_json::from_str(&out).unwrap();
+    snapshot["used"].as_u64().unwrap()
+}
+
+/// What every finalized run must show after `reconcile`: an observed proof
+/// written by the reconciler, no marker, a free slot, and room for a new run.
+fn assert_released(env: &Env, id: &str) {
+    let proof = read_json(&run_dir(env, id).join("process-terminal.json"));
+    assert_eq!(proof["state"], "observed", "{proof}");
+    let runner = &proof["instances"][0];
+    assert_eq!(runner["kind"], "runner", "{proof}");
+    assert_eq!(runner["observer"]["role"], "reconciler", "{proof}");
+    assert!(runner["observer"]["reason"].is_string(), "{proof}");
+    assert_eq!(raw_status(env, id)["processTerminal"]["state"], "observed");
+    let event = env
+        .events(id)
+        .into_iter()
+        .rfind(|e| e["type"] == "subagent.run.process_terminal")
+        .expect("no process_terminal event");
+    assert_eq!(event["processTerminal"]["state"], "observed");
+    assert!(!env.marker(id).exists(), "marker of {id} still present");
+    assert_eq!(used_slots(env), 0, "the slot was not released");
+    let next = env.run(&[
+        "run",
+        "--session",
+        SESSION,
+        "--max-active",
+        "1",
+        "--",
+        "true",
+    ]);
+    assert!(next.status.success(), "a new run was refused: {next:?}");
+}
+
+#[test]
+fn a_killed_monitor_is_replaced_by_the_observer_once_the_runner_completes() {
+    let env = Env::new();
+    let fifo = env.fifo("gate.fifo");
+    let script = format!("read line < '{}'", fifo.display());
+    let id = start(&env, &["sh", "-c", &script]);
+    let status = env.wait_for_child_pid(&id);
+    let monitor = pid_of(&status, "monitorIdentity");
+    let runner = pid_of(&status, "runnerIdentity");
+    kill_and_wait(monitor);
+
+    // The runner lives on without its monitor: nothing may be finalized yet.
+    env.ok(&["reconcile"]);
+    assert_eq!(raw_status(&env, &id)["processTerminal"]["state"], "pending");
+    assert!(env.marker(&id).exists());
+    assert_eq!(used_slots(&env), 1);
+
+    std::fs::write(&fifo, "go\n").unwrap();
+    poll(Duration::from_secs(30), || !alive(runner));
+    assert_eq!(raw_status(&env, &id)["state"], "complete");
+    env.ok(&["reconcile"]);
+    assert_eq!(raw_status(&env, &id)["state"], "complete");
+    assert_released(&env, &id);
+}
+
+#[test]
+fn killing_monitor_and_runner_leaves_no_process_of_the_run() {
+    let env = Env::new();
+    let id = start(&env, &["sh", "-c", "sleep 30 & sleep 30 & wait"]);
+    let status = env.wait_for_child_pid(&id);
+    let group = status["steps"][0]["externalProcess"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    let mut members = Vec::new();
+    poll(Duration::from_secs(20), || {
+        members = process_identity::group_members(group).unwrap();
+        members.len() == 3
+    });
+    kill_and_wait(pid_of(&status, "monitorIdentity"));
+    kill_and_wait(pid_of(&status, "runnerIdentity"));
+
+    env.ok(&["reconcile"]);
+    for pid in &members {
+        assert!(!alive(*pid), "process {pid} of the run is still alive");
+    }
+    let after = raw_status(&env, &id);
+    assert_eq!(after["state"], "failed", "{after}");
+    let error = after["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("exited before writing a final status"),
+        "{error}"
+    );
+    assert_eq!(after["steps"][0]["status"], "failed");
+    let candidate = read_json(&run_dir(&env, &id).join("process-terminal-candidate.json"));
+    let tree = &candidate["writers"]["0"][0]["processTree"];
+    assert_eq!(tree["state"], "observed", "{candidate}");
+    assert_eq!(tree["processGroupId"], group);
+    assert_released(&env, &id);
+}
+
+#[test]
+fn stop_ends_and_finalizes_a_run_whose_monitor_is_gone() {
+    let env = Env::new();
+    let id = start(&env, &["sh", "-c", "sleep 30 & sleep 30 & wait"]);
+    let status = env.wait_for_child_pid(&id);
+    let group = status["steps"][0]["externalProcess"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    let runner = pid_of(&status, "runnerIdentity");
+    kill_and_wait(pid_of(&status, "monitorIdentity"));
+
+    env.ok(&["stop", &id]);
+    assert!(!alive(runner), "the runner outlived stop");
+    assert!(process_identity::group_members(group).unwrap().is_empty());
+    assert_eq!(raw_status(&env, &id)["state"], "stopped");
+    assert_eq!(
+        read_json(&run_dir(&env, &id).join("process-terminal.json"))["state"],
+        "observed"
+    );
+    assert!(!env.marker(&id).exists());
+    assert_eq!(used_slots(&env), 0);
+}
+
+const HELPER_ROOT: &str = "SUBAGENTS_TEST_RESERVING_LAUNCHER_ROOT";
+
+/// The launcher of `a_launcher_killed_after_reserving_frees_its_slot`: it
+/// prepares a run exactly as `subagents run` does (capacity slot, queued
+/// status, marker), reports the run id, and then hangs until SIGKILLed, as
+/// a launcher killed between reserving and spawning.
+#[test]
+#[ignore = "not a test: the process a_launcher_killed_after_reserving_frees_its_slot starts and kills"]
+fn reserving_launcher() {
+    use clap::Parser;
+    let root = std::env::var(HELPER_ROOT).expect("only run by its test");
+    let cli = launcher::cli::Cli::try_parse_from([
+        "subagents",
+        "--root",
+        &root,
+        "run",
+        "--session",
+        SESSION,
+        "--max-active",
+        "1",
+        "--",
+        "sleep",
+        "1",
+    ])
+    .unwrap();
+    let launcher::cli::Command::Run(args) = cli.command else {
+        panic!("not a run command")
+    };
+    let layout = status::Layout::new(&root);
+    let request = launcher::prepare::Request::from_run_args(&args, SESSION).unwrap();
+    let (config, _slot) = launcher::prepare::prepare(&layout, &request).unwrap();
+    println!("RESERVED {}", config.run_id);
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    panic!("the reserving launcher was not killed");
+}
+
+#[test]
+fn a_launcher_killed_after_reserving_frees_its_slot() {
+    let env = Env::new();
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "reserving_launcher",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ROOT, env.root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(helper.stdout.take().unwrap());
+    let id = stdout
+        .lines()
+        .map_while(Result::ok)
+        // The harness prints "test reserving_launcher ... " on the same line.
+        .find_map(|l| Some(l.split_once("RESERVED ")?.1.trim().to_owned()))
+        .expect("the helper reported no run");
+    assert_eq!(used_slots(&env), 1);
+    assert_eq!(raw_status(&env, &id)["state"], "queued");
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+
+    env.ok(&["reconcile"]);
+    let after = raw_status(&env, &id);
+    assert_eq!(after["state"], "failed", "{after}");
+    assert_eq!(after["processTerminal"]["state"], "not-started", "{after}");
+    assert!(!env.marker(&id).exists());
+    assert_eq!(
+        used_slots(&env),
+        0,
+        "the dead launcher's slot is still held"
+    );
+    let next = env.run(&[
+        "run",
+        "--session",
+        SESSION,
+        "--max-active",
+        "1",
+        "--",
+        "true",
+    ]);
+    assert!(next.status.success(), "a new run was refused: {next:?}");
+}
