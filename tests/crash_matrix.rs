@@ -263,10 +263,7 @@ fn check(env: &Env, cell: &Cell, id: &str, dir: &Path) -> Result<(), String> {
     }
     // The proof as readers see it: `process-terminal.json` wins over the
     // copy overlaid on status.json.
-    let shown = match status {
-        Some(_) => Some(env.status_json(id)),
-        None => None,
-    };
+    let shown = status.as_ref().map(|_| env.status_json(id));
     let proof = shown
         .as_ref()
         .and_then(|s| s["processTerminal"]["state"].as_str());
