@@ -10,8 +10,8 @@
 //! * `<point>`:
 //!   - `after-run-dir`: the run directory exists, nothing is spawned yet by
 //!     this process (launcher: queued status, marker and slot are written;
-//!     monitor: before the runner is spawned; runner: before its marker,
-//!     status and ready line);
+//!     monitor: registered in the status, the runner not spawned; runner:
+//!     before its marker, status and ready line);
 //!   - `before-ready` / `after-ready`: around the runner's `ready` line
 //!     (launcher: monitor spawned, ready not read / ready read, capacity slot
 //!     not settled);
@@ -20,7 +20,8 @@
 //!   - `during-step`: a COMMAND is running (runner: right after it started;
 //!     monitor: once the status shows a started step);
 //!   - `after-candidate`: the process-terminal candidate exists (runner: after
-//!     its last candidate write; monitor: just before it finalizes the proof);
+//!     its last candidate write; monitor: the runner is gone, the proof not
+//!     yet finalized);
 //!   - `after-proof`: monitor, `process-terminal.json` written, not yet
 //!     overlaid on the status, marker not released;
 //!   - `mid-status-write`: inside this process's first atomic write of
