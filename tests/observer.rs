@@ -94,6 +94,11 @@ fn a_killed_monitor_is_replaced_by_the_observer_once_the_runner_completes() {
     assert_eq!(raw_status(&env, &id)["processTerminal"]["state"], "pending");
     assert!(env.marker(&id).exists());
     assert_eq!(used_slots(&env), 1);
+    let text = env.ok(&["status", &id]);
+    assert!(
+        text.contains(&format!("its monitor is gone; runner {runner} still runs")),
+        "{text}"
+    );
 
     std::fs::write(&fifo, "go\n").unwrap();
     poll(Duration::from_secs(30), || !alive(runner));
@@ -101,6 +106,33 @@ fn a_killed_monitor_is_replaced_by_the_observer_once_the_runner_completes() {
     env.ok(&["reconcile"]);
     assert_eq!(raw_status(&env, &id)["state"], "complete");
     assert_released(&env, &id);
+}
+
+#[test]
+fn a_full_session_held_by_a_run_whose_monitor_died_admits_the_next_run() {
+    let env = Env::new();
+    let fifo = env.fifo("gate.fifo");
+    let script = format!("read line < '{}'", fifo.display());
+    let id = start(&env, &["sh", "-c", &script]);
+    let status = env.wait_for_child_pid(&id);
+    let runner = pid_of(&status, "runnerIdentity");
+    kill_and_wait(pid_of(&status, "monitorIdentity"));
+    std::fs::write(&fifo, "go\n").unwrap();
+    poll(Duration::from_secs(30), || !alive(runner));
+
+    // No reconcile: admission itself lets the observer finalize the holder.
+    let next = env.run(&[
+        "run",
+        "--session",
+        SESSION,
+        "--max-active",
+        "1",
+        "--",
+        "true",
+    ]);
+    assert!(next.status.success(), "a new run was refused: {next:?}");
+    let proof = read_json(&run_dir(&env, &id).join("process-terminal.json"));
+    assert_eq!(proof["state"], "observed", "{proof}");
 }
 
 #[test]
@@ -127,7 +159,7 @@ fn killing_monitor_and_runner_leaves_no_process_of_the_run() {
     assert_eq!(after["state"], "failed", "{after}");
     let error = after["error"].as_str().unwrap_or_default();
     assert!(
-        error.contains("exited before writing a final status"),
+        error.contains("and its monitor exited or disappeared"),
         "{error}"
     );
     assert_eq!(after["steps"][0]["status"], "failed");

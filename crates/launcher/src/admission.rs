@@ -42,6 +42,7 @@ pub fn acquire(
     run_id: &str,
     run_dir: &Path,
 ) -> CliResult<Option<SlotHandle>> {
+    observe_holders_of_a_full_pool(layout, session, limit);
     let request = Acquire {
         session_id: session,
         limit,
@@ -51,6 +52,24 @@ pub fn acquire(
         live_workflows: &HashSet::new(),
     };
     pools(layout).acquire(&request).map_err(capacity_error)
+}
+
+/// A full pool may be held by runs whose monitor was killed: let the
+/// observer finalize those first, so their slots can be released by the
+/// acquire's own reconciliation instead of refusing the run.
+fn observe_holders_of_a_full_pool(layout: &Layout, session: &str, limit: Option<u32>) {
+    let Some(limit) = limit.filter(|l| *l > 0) else {
+        return;
+    };
+    let Ok(snapshot) = pools(layout).count(session, Some(limit)) else {
+        return;
+    };
+    if snapshot.used < limit as usize {
+        return;
+    }
+    for run_id in snapshot.slots.iter().filter_map(|s| s.run_id.as_deref()) {
+        crate::commands::observe(layout, run_id);
+    }
 }
 
 /// Moves the slot of `source` to the revival `run_id` (or takes a new one

@@ -68,27 +68,40 @@ pub fn observe(layout: &Layout, id: &str) -> observer::Observation {
 
 /// Loads a run (observing and reconciling it), exit 4 when it has no status.
 pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
+    load_observed(layout, id).map(|(run, _)| run)
+}
+
+/// [`load`], also returning what the observer found.
+fn load_observed(layout: &Layout, id: &str) -> CliResult<(RunSummary, observer::Observation)> {
     let id = resolve(layout, id)?;
-    observe(layout, &id);
+    let observation = observe(layout, &id);
     let budgets = layout.fanout_budgets_dir();
     let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
     let hooks = Hooks {
         fanout: Some(&fanout),
         on_repaired: Some(&crate::procs::kill_step_groups),
     };
-    status::list::load(layout, &id, true, now_ms(), &hooks)?
-        .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))
+    let run = status::list::load(layout, &id, true, now_ms(), &hooks)?
+        .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
+    Ok((run, observation))
 }
 
 /// `subagents status`.
 pub fn status(layout: &Layout, id: &str, json: bool) -> CliResult {
-    let run = load(layout, id)?;
+    let (run, observation) = load_observed(layout, id)?;
     admission::release_finished(layout, run.status.session_id.as_deref());
     if json {
         println!("{}", serde_json::to_string_pretty(&run).unwrap_or_default());
         return Ok(());
     }
     println!("{}", describe(&run));
+    match observation {
+        observer::Observation::Unproven(why) => println!("  Observer: retained: {why}"),
+        observer::Observation::RunnerAlive(pid) => {
+            println!("  Observer: its monitor is gone; runner {pid} still runs")
+        }
+        _ => {}
+    }
     Ok(())
 }
 
@@ -383,6 +396,13 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     let mut repaired = Vec::new();
     let mut observed = Vec::new();
     for (id, observation) in observer::observe_active(layout, &observer_options(layout)) {
+        if let observer::Observation::Finalized {
+            repaired: Some(message),
+            ..
+        } = &observation
+        {
+            repaired.push(json!({"runId": id, "message": message}));
+        }
         if let Some(line) = observation.line() {
             observed.push(json!({"runId": id, "message": line}));
         }
@@ -430,7 +450,8 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     Ok(())
 }
 
-/// `subagents dismiss`: display-only; processes and the marker stay.
+/// `subagents dismiss`: display-only; processes and the marker stay (a run
+/// whose monitor is gone is observed first, which may finalize it).
 pub fn dismiss(layout: &Layout, id: &str) -> CliResult {
     let id = resolve(layout, id)?;
     observe(layout, &id);
@@ -457,6 +478,16 @@ pub fn capacity(
     let session = admission::session_id(session);
     let pools = admission::pools(layout);
     let none = std::collections::HashSet::new();
+    // Runs whose monitor is gone are finalized first; what keeps one is said.
+    let held = pools
+        .count(&session, limit)
+        .map_err(admission::capacity_error)?;
+    let mut observed = std::collections::HashMap::new();
+    for run_id in held.slots.iter().filter_map(|s| s.run_id.clone()) {
+        if let observer::Observation::Unproven(why) = observe(layout, &run_id) {
+            observed.insert(run_id, why);
+        }
+    }
     let snapshot = pools
         .reconcile(&session, limit, &none)
         .map_err(admission::capacity_error)?;
@@ -470,7 +501,11 @@ pub fn capacity(
             };
             pools.inspect(&query, &none).ok().map(|i| i.release)
         });
-        slots.push(json!({"slot": slot, "release": verdict}));
+        let mut entry = json!({"slot": slot, "release": verdict});
+        if let Some(why) = slot.run_id.as_ref().and_then(|id| observed.get(id)) {
+            entry["observer"] = json!(why);
+        }
+        slots.push(entry);
     }
     if json {
         let out = json!({"session": session, "used": snapshot.used, "limit": snapshot.limit, "slots": slots});
@@ -495,7 +530,11 @@ pub fn capacity(
             (Some(state), None) => format!(" | {state}"),
             _ => String::new(),
         };
-        println!("  slot-{}: run {run}{verdict}", slot["slot"]);
+        let observer = entry["observer"]
+            .as_str()
+            .map(|why| format!(" | observer: {why}"))
+            .unwrap_or_default();
+        println!("  slot-{}: run {run}{verdict}{observer}", slot["slot"]);
     }
     Ok(())
 }

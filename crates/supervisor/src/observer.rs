@@ -399,8 +399,15 @@ fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
         .clone()
         .unwrap_or_else(|| "unknown".into());
     let now = now_ms();
+    let mut registered = false;
     let written = update_status(run_dir, |s| {
         let s = s?;
+        // A monitor that registered meanwhile is starting the run after all
+        // (it checks the state under this same lock).
+        if s.monitor_identity != status.monitor_identity {
+            registered = true;
+            return None;
+        }
         let mut s = if s.state.is_active() {
             let mut s = reconcile::fail_active(s, &message, now);
             s.error = Some(message.clone());
@@ -414,6 +421,9 @@ fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
     });
     if written.is_err() {
         return Observation::Unproven(format!("failed to write the status of '{run_id}'"));
+    }
+    if registered {
+        return Observation::Waiting("its monitor registered while it was being given up".into());
     }
     let fields = json!({"message": message, "observer": observer_record(&message)});
     let _ = events::append(run_dir, "subagent.run.repaired_stale", &run_id, now, fields);
@@ -648,7 +658,7 @@ fn repair_unfinished(run_dir: &Path, run_id: &str, witness: &Witness) -> Option<
             ended.describe()
         ),
         _ => format!(
-            "Async runner process {} and its monitor exited before writing a final status. Marked run failed by the observer.",
+            "Async runner process {} and its monitor exited or disappeared before writing a result. Marked run failed by the observer.",
             current.pid.unwrap_or(0)
         ),
     };

@@ -194,3 +194,106 @@ fn the_witnessed_candidate_proves_only_groups_seen_empty() {
         ProcessTree::Unknown { .. }
     ));
 }
+
+/// The identity of a process that certainly exited (and was reaped).
+fn dead() -> ProcessIdentity {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let identity = ProcessIdentity::of(child.id()).unwrap();
+    child.wait().unwrap();
+    identity
+}
+
+fn run_dir(tmp: &tempfile::TempDir) -> PathBuf {
+    let dir = tmp.path().join("async-subagent-runs").join("r");
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    index::create_marker(&dir).unwrap();
+    dir
+}
+
+fn orphaned(dir: &Path, monitor: ProcessIdentity) {
+    let mut status = two_steps();
+    status.lifecycle_artifact_version = Some(status::LIFECYCLE_ARTIFACT_VERSION);
+    status.runner_identity = Some(dead());
+    status.pid = status.runner_identity.as_ref().map(|r| r.pid);
+    status.monitor_identity = Some(monitor);
+    status.runner_process_instance_id = Some("runner-1".into());
+    status.process_terminal =
+        Some(ProcessTerminal::new(ProofState::Pending, "r", "runner-1").to_value());
+    status::model::write_status(dir, &status).unwrap();
+}
+
+#[test]
+fn observe_restores_the_outcome_from_events_and_finalizes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned(&dir, dead());
+    for i in 0..2 {
+        events::append(
+            &dir,
+            "subagent.step.completed",
+            "r",
+            1,
+            json!({"stepIndex": i}),
+        )
+        .unwrap();
+    }
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let Observation::Finalized {
+        proof, repaired, ..
+    } = observation
+    else {
+        panic!("not finalized: {observation:?}")
+    };
+    assert_eq!(proof.state, ProofState::Observed);
+    assert!(repaired.unwrap().contains("so the run is complete"));
+    let status = read_status(&dir).unwrap().unwrap();
+    assert_eq!(status.state, RunState::Complete);
+    assert_eq!(status.error, None);
+    assert!(!index::has_marker(&dir));
+    let runner = &proof.instances.as_ref().unwrap()[0];
+    assert_eq!(runner["observer"]["role"], "reconciler");
+    // Readers of either implementation accept the proof as written.
+    let text = std::fs::read_to_string(dir.join(status::layout::files::PROOF)).unwrap();
+    let raw: Value = serde_json::from_str(&text).unwrap();
+    assert!(proof::validate_proof(&raw, "test", &proof::Fallback::default()).is_ok());
+    // A second pass has nothing left to do.
+    assert!(matches!(
+        observe(&dir, &Options::new(tmp.path())),
+        Observation::Final
+    ));
+}
+
+#[test]
+fn observe_defers_to_a_live_monitor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let me = ProcessIdentity::current().unwrap();
+    orphaned(&dir, me.clone());
+    assert!(matches!(
+        observe(&dir, &Options::new(tmp.path())),
+        Observation::MonitorAlive(pid) if pid == me.pid
+    ));
+    assert_eq!(read_status(&dir).unwrap().unwrap().state, RunState::Running);
+    assert!(index::has_marker(&dir));
+}
+
+#[test]
+fn observe_gives_up_a_queued_run_whose_launcher_died() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let mut status = RunStatus::new("r", RunState::Queued);
+    status.launcher_identity = Some(dead());
+    status.runner_process_instance_id = Some("runner-1".into());
+    status::model::write_status(&dir, &status).unwrap();
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    assert!(
+        matches!(observation, Observation::Abandoned(_)),
+        "{observation:?}"
+    );
+    let status = read_status(&dir).unwrap().unwrap();
+    assert_eq!(status.state, RunState::Failed);
+    let proof = status.process_terminal.unwrap();
+    assert_eq!(proof["state"], "not-started");
+    assert_eq!(proof["runnerProcessInstanceId"], "runner-1");
+    assert!(!index::has_marker(&dir));
+}
