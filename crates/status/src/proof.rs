@@ -3,7 +3,8 @@
 //! The runner writes `process-terminal-candidate.json` at its very end: which
 //! child writer processes it started and how each one's process group was
 //! seen to be empty. The process that waited on the runner (our monitor, the
-//! runner's parent) then calls [`finalize`]: it decides the proof from the
+//! runner's parent) — or, when the monitor is gone, an observer that proved
+//! the run's processes gone — then calls [`finalize`]: it decides the proof from the
 //! runner's exit and the candidate, persists `process-terminal.json`, releases
 //! the active marker only if the proof is `observed`, overlays the proof on
 //! `status.json` and appends `subagent.run.process_terminal`.
