@@ -547,11 +547,11 @@ impl<'a> Execution<'a> {
             timed_out: run.interruption == Some(Interruption::TimedOut),
             process: run.ended.map(|e| (e.code(), e.signal())),
         };
-        let _ = durable::retry("status.json", || {
+        let write = || {
             update_status(&self.config.run_dir, |s| {
                 Some(transitions::step_ended(s?, self.config, i, &end, now))
             })
-        });
+        };
         let fields = json!({"stepIndex": i, "agent": self.config.steps[i].agent, "exitCode": run.ended.and_then(Ended::code),
             "durationMs": run.started_at.map(|t| run.closed_at.saturating_sub(t)), "tokens": null});
         let kind = if status == "complete" {
@@ -559,7 +559,15 @@ impl<'a> Execution<'a> {
         } else {
             status
         };
-        self.event(&format!("subagent.step.{kind}"), fields);
+        let kind = format!("subagent.step.{kind}");
+        if write().is_err_and(|e| durable::NoSpace::no_space(&e)) {
+            // Evidence first: a runner killed while it waits for space must
+            // still leave the step's end (its reserved room takes the line).
+            self.event(&kind, fields);
+            let _ = durable::retry("status.json", write);
+        } else {
+            self.event(&kind, fields);
+        }
     }
 
     /// Steps a group never started: skipped after a fail-fast trip, stopped
