@@ -104,10 +104,18 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
 
 /// Atomically replaces `path` with `bytes` (mode 0600, fsynced, directory fsynced).
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_private_with(path, bytes, || {})
+}
+
+/// [`write_private`] that calls `before_rename` once the temp file is written
+/// and synced, just before it is renamed onto `path`. Crash tests use it to
+/// die inside the write; a torn target must still be impossible.
+pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce()) -> Result<()> {
     let dir = parent_of(path);
     ensure_private_dir(dir)?;
     let tmp = temp_path(path);
     let written = write_new_file(&tmp, bytes).and_then(|()| {
+        before_rename();
         fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
     });
     if written.is_err() {
@@ -140,6 +148,8 @@ pub fn create_new_private(path: &Path, bytes: &[u8]) -> Result<()> {
 ///
 /// Lines shorter than `PIPE_BUF`-ish sizes from concurrent appenders do not
 /// interleave on local file systems because the file is opened `O_APPEND`.
+/// A write cut short (a full disk) is cut off again, so a failed append
+/// leaves no torn line that would also spoil the next one.
 pub fn append_private(path: &Path, bytes: &[u8]) -> Result<()> {
     // O_NONBLOCK: opening a FIFO planted in place of the file fails at once
     // (ENXIO) instead of waiting for a reader; O_NOFOLLOW: no symlink.
@@ -155,8 +165,36 @@ pub fn append_private(path: &Path, bytes: &[u8]) -> Result<()> {
         let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
         return Err(Error::new("open for append", path, e));
     }
-    file.write_all(bytes)
-        .map_err(|e| Error::new("append to", path, e))
+    let before = file.metadata().map(|m| m.len()).ok();
+    let mut written = 0;
+    while written < bytes.len() {
+        match file.write(&bytes[written..]) {
+            Ok(0) => {
+                undo_partial(&file, before, written);
+                return Err(Error::new(
+                    "append to",
+                    path,
+                    io::ErrorKind::WriteZero.into(),
+                ));
+            }
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                undo_partial(&file, before, written);
+                return Err(Error::new("append to", path, e));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Truncates a partial append away, unless another appender wrote meanwhile.
+fn undo_partial(file: &File, before: Option<u64>, written: usize) {
+    let Some(before) = before else { return };
+    let now = file.metadata().map(|m| m.len()).ok();
+    if written > 0 && now == Some(before + written as u64) {
+        let _ = file.set_len(before);
+    }
 }
 
 /// Removes `path`; a missing file is not an error.
@@ -269,6 +307,25 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn before_rename_sees_the_temp_file_and_the_old_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        write_private(&file, b"old").unwrap();
+        let mut seen = Vec::new();
+        write_private_with(&file, b"new", || {
+            seen = fs::read_dir(tmp.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(fs::read(&file).unwrap(), b"old");
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen.iter().any(|n| n.ends_with(".tmp")), "{seen:?}");
+        assert_eq!(fs::read(&file).unwrap(), b"new");
     }
 
     #[test]

@@ -207,6 +207,7 @@ impl LauncherSide<'_, '_> {
         let token = self.await_state("ready", None, timeouts.ready)?;
         let ack = records::control("ack", &token, self.binding);
         atomic_file::write_json(&self.paths.ack, &ack).map_err(HandshakeError::Acknowledge)?;
+        crate::fault_point("after-ack");
         self.await_state("acknowledged", Some(&token), timeouts.acknowledged)?;
         let proceed = records::control("proceed", &token, self.binding);
         atomic_file::write_json(&self.paths.proceed, &proceed)

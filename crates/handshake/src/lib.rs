@@ -48,6 +48,24 @@ pub use runner::{
     report_startup_failure_as,
 };
 
+/// A host's fault-injection callback (crash tests), called with the name of
+/// a point inside this crate's writers. Unset, the points cost one atomic load.
+static FAULT_HOOK: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Registers the fault-injection callback of this process (first call wins).
+/// Points: `after-ack` (launcher: the ack is written,
+/// the acknowledgement not yet awaited; runner: the ack was read and the
+/// `acknowledged` record written, proceed not yet awaited).
+pub fn install_fault_hook(hook: fn(&str)) {
+    let _ = FAULT_HOOK.set(hook);
+}
+
+pub(crate) fn fault_point(name: &str) {
+    if let Some(hook) = FAULT_HOOK.get() {
+        hook(name);
+    }
+}
+
 /// File the runner writes its startup state to.
 pub const STARTUP_FILE: &str = "runner-startup.json";
 /// File the launcher writes its acknowledgement to.

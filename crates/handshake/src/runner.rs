@@ -132,6 +132,7 @@ impl RunnerHandshake {
         self.await_control(&self.paths.ack, "ack", self.timeouts.ack)?;
         let record = records::acknowledged(&self.token, self.pid, &self.binding);
         atomic_file::write_json(&self.paths.startup, &record)?;
+        crate::fault_point("after-ack");
         self.await_control(&self.paths.proceed, "proceed", self.timeouts.proceed)?;
         // Committed: leftovers are harmless, the launcher deletes stale copies.
         let _ = atomic_file::remove_if_exists(&self.paths.ack);

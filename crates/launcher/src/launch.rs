@@ -35,6 +35,7 @@ pub fn run(layout: &Layout, args: &RunArgs) -> CliResult<Launched> {
 /// capacity slot from what is proven about the runner.
 pub fn launch(layout: &Layout, request: &Request) -> CliResult<Launched> {
     let (config, slot) = prepare::prepare(layout, request)?;
+    supervisor::fault::point(supervisor::fault::Point::AfterRunDir);
     if config.revival.is_some() {
         handshake::remove_stale_files(&config.run_dir)?;
     }

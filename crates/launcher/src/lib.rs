@@ -41,6 +41,9 @@ pub fn main() -> i32 {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    if matches!(cli.command, Command::Run(_) | Command::Resume(_)) {
+        supervisor::fault::init(supervisor::fault::Process::Launcher);
+    }
     let json = wants_json(&cli.command);
     match dispatch(cli) {
         Ok(()) => 0,

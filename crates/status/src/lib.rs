@@ -57,6 +57,24 @@ pub enum Error {
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A host's fault-injection callback (crash tests), called with the name of
+/// a point inside this crate's writers. Unset, the points cost one atomic load.
+static FAULT_HOOK: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Registers the fault-injection callback of this process (first call wins).
+/// Points: `mid-status-write` (the temp file of
+/// `status.json` is written and synced, not yet renamed) and `after-proof`
+/// (`process-terminal.json` is written, not yet overlaid on the status).
+pub fn install_fault_hook(hook: fn(&str)) {
+    let _ = FAULT_HOOK.set(hook);
+}
+
+pub(crate) fn fault_point(name: &str) {
+    if let Some(hook) = FAULT_HOOK.get() {
+        hook(name);
+    }
+}
+
 /// Milliseconds since the Unix epoch, the unit of every timestamp on disk.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

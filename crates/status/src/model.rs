@@ -313,7 +313,10 @@ pub fn read_status(run_dir: &Path) -> Result<Option<RunStatus>> {
 /// Writes `<run_dir>/status.json` atomically (0600). Callers that read first
 /// hold [`lock_status`] around the read and the write.
 pub fn write_status(run_dir: &Path, status: &RunStatus) -> Result<()> {
-    atomic_file::write_json(&run_dir.join(files::STATUS), status)?;
+    let bytes = atomic_file::to_pretty_json(status);
+    atomic_file::write_private_with(&run_dir.join(files::STATUS), &bytes, || {
+        crate::fault_point("mid-status-write")
+    })?;
     Ok(())
 }
 

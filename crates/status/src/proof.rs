@@ -728,6 +728,7 @@ pub fn finalize(
         let message = "Failed to persist process-terminal proof.".to_owned();
         return unreadable_proof(run_id, &close.process_instance_id, message);
     }
+    crate::fault_point("after-proof");
     let candidate = read_candidate(run_dir).ok().flatten();
     let _ = update_status(run_dir, |status| {
         status.map(|s| overlay(s, &proof, candidate.as_ref(), now))

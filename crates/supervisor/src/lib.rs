@@ -16,6 +16,10 @@
 //! * [`config`] is what travels from launcher to monitor to runner on stdin.
 //! * [`agent_output`] reads a preset run's CLI output back after its step:
 //!   the final answer into `output-<i>.log`, the CLI's session into the status.
+//! * [`durable`] keeps state writes going through a full disk (retry with
+//!   backoff, space reserved for the step-end evidence).
+//! * [`fault`] kills a named process at a named point (`SUBAGENTS_FAULT`),
+//!   for crash tests; off unless the variable is set.
 //!
 //! A host binary embeds this crate by dispatching the hidden arguments
 //! `__monitor` and `__runner` to [`monitor::main`] and [`runner::main`].
@@ -23,6 +27,8 @@
 
 pub mod agent_output;
 pub mod config;
+pub mod durable;
+pub mod fault;
 pub mod monitor;
 pub mod observer;
 pub mod procs;

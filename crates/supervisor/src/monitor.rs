@@ -22,11 +22,14 @@ use status::now_ms;
 use status::proof::{self, ProcessTerminal, ProofState};
 
 use crate::config::LaunchConfig;
+use crate::durable;
+use crate::fault::{self, Point};
 use crate::observer::{self, Role, Witness};
 use crate::procs::{Ended, Signals, empty_group};
 
 /// The monitor's entry point; returns the process exit code.
 pub fn main() -> i32 {
+    fault::init(fault::Process::Monitor);
     let config: LaunchConfig = match serde_json::from_reader(std::io::stdin()) {
         Ok(config) => config,
         Err(e) => {
@@ -49,6 +52,7 @@ pub fn main() -> i32 {
         );
         return 1;
     }
+    fault::point(Point::AfterRunDir);
     let runner = match spawn_runner(&config) {
         Ok(pid) => pid,
         Err(e) => {
@@ -56,6 +60,7 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    fault::when_step_started(&config.run_dir);
     let (ended, mut reaped) = wait_for(runner);
     let closed_at = now_ms();
     let (_, more) = empty_group(
@@ -79,7 +84,10 @@ pub fn main() -> i32 {
         groups_gone,
         stop_reason: None,
     };
-    observer::finish(&config.run_dir, &config.run_id, &config.root, &witness);
+    fault::point(Point::AfterCandidate);
+    durable::until_proof_written(&config.run_dir, || {
+        observer::finish(&config.run_dir, &config.run_id, &config.root, &witness);
+    });
     0
 }
 

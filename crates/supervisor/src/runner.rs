@@ -28,6 +28,8 @@ use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
 
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
+use crate::durable;
+use crate::fault::{self, Point};
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
 use crate::spawn::Launched;
 pub use crate::transitions::output_path;
@@ -47,6 +49,7 @@ enum Interruption {
 
 /// The runner's entry point; returns the process exit code.
 pub fn main() -> i32 {
+    fault::init(fault::Process::Runner);
     let config: LaunchConfig = match serde_json::from_reader(std::io::stdin()) {
         Ok(config) => config,
         Err(e) => {
@@ -66,6 +69,8 @@ pub fn main() -> i32 {
 fn run(config: &LaunchConfig) -> anyhow::Result<()> {
     let signals = Signals::block()?;
     become_subreaper();
+    fault::point(Point::AfterRunDir);
+    durable::reserve_evidence(&config.run_dir);
     let started_at = now_ms();
     let identity = ProcessIdentity::current()?;
     let lease = match &config.revival {
@@ -140,17 +145,23 @@ fn write_running(
     now: u64,
 ) -> anyhow::Result<()> {
     let dir = &config.run_dir;
-    index::create_marker(dir)?;
+    durable::retry("the active marker", || index::create_marker(dir))?;
     // Only a parent that is our monitor counts: after the monitor's death
     // our parent is a reaper, which must never pass for it.
     let parent = std::os::unix::process::parent_id();
     let monitor = crate::procs::runs_as(parent, &["__monitor"])
         .then(|| ProcessIdentity::of(parent).ok())
         .flatten();
-    update_status(dir, |current| {
-        Some(transitions::running(
-            current, config, identity, monitor, now,
-        ))
+    durable::retry("status.json", || {
+        update_status(dir, |current| {
+            Some(transitions::running(
+                current,
+                config,
+                identity,
+                monitor.clone(),
+                now,
+            ))
+        })
     })?;
     let mut fields = json!({
         "lifecycleArtifactVersion": LIFECYCLE_ARTIFACT_VERSION,
@@ -166,12 +177,21 @@ fn write_running(
         fields["task"] = json!(PROMPT_REDACTED);
         fields["goal"] = json!(PROMPT_REDACTED);
     }
-    let _ = events::append(dir, "subagent.run.started", &config.run_id, now, fields);
+    let _ = durable::retry("events.jsonl", || {
+        events::append(
+            dir,
+            "subagent.run.started",
+            &config.run_id,
+            now,
+            fields.clone(),
+        )
+    });
     Ok(())
 }
 
 /// Tells the launcher we are running, then closes the pipe.
 fn send_ready(config: &LaunchConfig, pid: u32) {
+    fault::point(Point::BeforeReady);
     let Some(fd) = std::env::var(READY_FD_ENV)
         .ok()
         .and_then(|v| v.parse::<i32>().ok())
@@ -191,6 +211,8 @@ fn send_ready(config: &LaunchConfig, pid: u32) {
         "ready {}",
         serde_json::to_string(&launched).unwrap_or_default()
     );
+    drop(pipe);
+    fault::point(Point::AfterReady);
 }
 
 /// What happened to one step's COMMAND.
@@ -293,6 +315,7 @@ impl<'a> Execution<'a> {
                 }
                 let Some(step) = queue.pop_front() else { break };
                 if self.start_step(step, index) {
+                    fault::point(Point::DuringStep);
                     active.push(step);
                 } else if group.fail_fast {
                     tripped = true;
@@ -463,8 +486,17 @@ impl<'a> Execution<'a> {
     fn write_step_started(&self, i: usize, pid: u32, now: u64) {
         let config = self.config;
         let identity = ProcessIdentity::of(pid).ok();
-        let _ = update_status(&config.run_dir, |s| {
-            Some(transitions::step_started(s?, config, i, pid, identity, now))
+        let _ = durable::retry("status.json", || {
+            update_status(&config.run_dir, |s| {
+                Some(transitions::step_started(
+                    s?,
+                    config,
+                    i,
+                    pid,
+                    identity.clone(),
+                    now,
+                ))
+            })
         });
     }
 
@@ -520,9 +552,11 @@ impl<'a> Execution<'a> {
             timed_out: run.interruption == Some(Interruption::TimedOut),
             process: run.ended.map(|e| (e.code(), e.signal())),
         };
-        let _ = update_status(&self.config.run_dir, |s| {
-            Some(transitions::step_ended(s?, self.config, i, &end, now))
-        });
+        let write = || {
+            update_status(&self.config.run_dir, |s| {
+                Some(transitions::step_ended(s?, self.config, i, &end, now))
+            })
+        };
         let fields = json!({"stepIndex": i, "agent": self.config.steps[i].agent, "exitCode": run.ended.and_then(Ended::code),
             "durationMs": run.started_at.map(|t| run.closed_at.saturating_sub(t)), "tokens": null});
         let kind = if status == "complete" {
@@ -530,7 +564,15 @@ impl<'a> Execution<'a> {
         } else {
             status
         };
-        self.event(&format!("subagent.step.{kind}"), fields);
+        let kind = format!("subagent.step.{kind}");
+        if write().is_err_and(|e| durable::NoSpace::no_space(&e)) {
+            // Evidence first: a runner killed while it waits for space must
+            // still leave the step's end (its reserved room takes the line).
+            self.event(&kind, fields);
+            let _ = durable::retry("status.json", write);
+        } else {
+            self.event(&kind, fields);
+        }
     }
 
     /// Steps a group never started: skipped after a fail-fast trip, stopped
@@ -582,13 +624,11 @@ impl<'a> Execution<'a> {
     }
 
     fn event(&self, kind: &str, fields: serde_json::Value) {
-        let _ = events::append(
-            &self.config.run_dir,
-            kind,
-            &self.config.run_id,
-            now_ms(),
-            fields,
-        );
+        let now = now_ms();
+        let dir = &self.config.run_dir;
+        let _ = durable::retry("events.jsonl", || {
+            events::append(dir, kind, &self.config.run_id, now, fields.clone())
+        });
     }
 
     fn finish(&mut self) -> anyhow::Result<()> {
@@ -598,19 +638,23 @@ impl<'a> Execution<'a> {
         let (state, error) = self.run_verdict(stop_reason);
         let timed_out = self.interruption == Some(Interruption::TimedOut);
         let stopped = self.interruption == Some(Interruption::Stopped);
-        update_status(&config.run_dir, |s| {
-            Some(transitions::finished(
-                s?,
-                state,
-                error.clone(),
-                timed_out,
-                stopped,
-                now,
-            ))
+        durable::retry("status.json", || {
+            update_status(&config.run_dir, |s| {
+                Some(transitions::finished(
+                    s?,
+                    state,
+                    error.clone(),
+                    timed_out,
+                    stopped,
+                    now,
+                ))
+            })
         })?;
         self.append_end_events(state, error.as_deref(), now);
         let mut candidate = self.candidate();
-        write_candidate(&config.run_dir, &candidate)?;
+        durable::retry("the candidate", || {
+            write_candidate(&config.run_dir, &candidate)
+        })?;
         if let Some(lease) = self.lease.take() {
             // The proof needs to know the lease was given back, and by whom.
             candidate.session_file = config
@@ -618,10 +662,15 @@ impl<'a> Execution<'a> {
                 .as_ref()
                 .map(|r| r.session_file.display().to_string());
             candidate.revival_lease_token = Some(lease.token().to_owned());
-            write_candidate(&config.run_dir, &candidate)?;
+            durable::retry("the candidate", || {
+                write_candidate(&config.run_dir, &candidate)
+            })?;
             candidate.revival_lease_release_acknowledged = Some(lease.release().unwrap_or(false));
-            write_candidate(&config.run_dir, &candidate)?;
+            durable::retry("the candidate", || {
+                write_candidate(&config.run_dir, &candidate)
+            })?;
         }
+        fault::point(Point::AfterCandidate);
         Ok(())
     }
 
@@ -856,6 +905,7 @@ fn spawn_command(
         .stdout(log("stdout")?)
         .stderr(log("stderr")?)
         .env_remove(READY_FD_ENV)
+        .env_remove(fault::FAULT_ENV)
         .env("SUBAGENTS_RUN_ID", &config.run_id)
         .env("SUBAGENTS_ROOT", &config.root)
         .env("SUBAGENTS_RUN_DIR", &config.run_dir)

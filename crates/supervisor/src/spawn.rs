@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use status::layout::files;
 
 use crate::config::{LaunchConfig, READY_FD_ENV};
+use crate::fault::{self, Point};
 
 /// How long the launcher waits for the runner's ready message.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,7 +53,10 @@ pub fn spawn(config: &LaunchConfig) -> std::io::Result<Launched> {
     drop(stdin);
     // The monitor is detached (own session); it outlives us and is reaped by
     // init or a subreaper, so `child` is deliberately not waited on.
-    read_ready(ready_read)
+    fault::point(Point::BeforeReady);
+    let launched = read_ready(ready_read)?;
+    fault::point(Point::AfterReady);
+    Ok(launched)
 }
 
 fn monitor_command(config: &LaunchConfig, ready_write: &OwnedFd) -> std::io::Result<Command> {

@@ -1,0 +1,238 @@
+//! State writes that survive a full disk.
+//!
+//! A run whose COMMAND exited must not turn `failed` because `status.json`
+//! could not be written for a while. The runner therefore:
+//!
+//! * reserves room for its evidence when it starts ([`reserve_evidence`]):
+//!   `events.jsonl` and `runner.stderr.log` get space allocated beyond their
+//!   end (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so the step-end events
+//!   (exit code per step) and the log lines below still fit on a full disk;
+//! * retries every state write that fails with `ENOSPC`/`EDQUOT`
+//!   ([`retry`]): backoff from 50 ms doubling to 1 s, for at most
+//!   `SUBAGENTS_WRITE_RETRY_MS` (default 30 s), logging to its stderr.
+//!
+//! The monitor finalizes the proof the same way ([`until_proof_written`]).
+//! If space does not come back in time, the runner gives up and exits; the
+//! step-end events stay, and whoever finalizes the run (its monitor, or a
+//! later `reconcile` once space is back) restores the outcome from them
+//! instead of declaring the run failed.
+
+use std::fmt::Display;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use status::layout::files;
+
+/// Environment override of the retry budget, in milliseconds.
+pub const WRITE_RETRY_ENV: &str = "SUBAGENTS_WRITE_RETRY_MS";
+
+/// Bytes reserved beyond the end of each evidence file.
+pub const EVIDENCE_RESERVE: i64 = 16 * 1024;
+
+const DEFAULT_BUDGET: Duration = Duration::from_secs(30);
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// An error that can say whether the file system was full.
+pub trait NoSpace {
+    /// True for `ENOSPC` and `EDQUOT`.
+    fn no_space(&self) -> bool;
+}
+
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+impl NoSpace for atomic_file::Error {
+    fn no_space(&self) -> bool {
+        is_full(&self.source)
+    }
+}
+
+impl NoSpace for status::Error {
+    fn no_space(&self) -> bool {
+        match self {
+            status::Error::Io(e) => e.no_space(),
+            // Reads never need space; a read failure is not retried.
+            status::Error::Read(_) | status::Error::Invalid { .. } => false,
+        }
+    }
+}
+
+impl NoSpace for std::io::Error {
+    fn no_space(&self) -> bool {
+        is_full(self)
+    }
+}
+
+fn budget() -> Duration {
+    std::env::var(WRITE_RETRY_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_BUDGET, Duration::from_millis)
+}
+
+/// When the current full-disk outage began, as this process saw it: all
+/// writes of one outage share one budget, so a disk that stays full costs
+/// the budget once, not once per write.
+static OUTAGE: Mutex<Option<Instant>> = Mutex::new(None);
+
+fn outage_deadline() -> Instant {
+    let mut outage = OUTAGE.lock().unwrap_or_else(|e| e.into_inner());
+    *outage.get_or_insert_with(Instant::now) + budget()
+}
+
+fn outage_over() {
+    *OUTAGE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// Runs `write`; while it fails because the disk is full, logs to stderr and
+/// tries again with backoff, within the retry budget of the current outage.
+/// Other errors, and the last full-disk error once the budget is spent, are
+/// returned.
+pub fn retry<T, E: NoSpace + Display>(
+    what: &str,
+    mut write: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let mut pause = FIRST_PAUSE;
+    let mut failures = 0u32;
+    loop {
+        match write() {
+            Ok(value) => {
+                if failures > 0 {
+                    eprintln!("subagents: wrote {what} after {failures} full-disk retries");
+                }
+                outage_over();
+                return Ok(value);
+            }
+            Err(e) if e.no_space() && Instant::now() + pause <= outage_deadline() => {
+                if failures == 0 {
+                    eprintln!(
+                        "subagents: failed to write {what}: {e}; retrying while space is short"
+                    );
+                }
+                failures += 1;
+                // Backoff between attempts at a full disk; nothing signals free space.
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            Err(e) => {
+                if e.no_space() {
+                    eprintln!(
+                        "subagents: failed to write {what}: {e}; giving up after {failures} retries"
+                    );
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The monitor's side: runs `finalize` (which writes the proof and what
+/// follows it, best effort) and runs it again, with the backoff of
+/// [`retry`], while `process-terminal.json` is still missing and the run's
+/// file system is short of space. `finalize` must be idempotent (the proof
+/// finalizer and the repair are).
+pub fn until_proof_written(run_dir: &Path, mut finalize: impl FnMut()) {
+    let _ = retry("process-terminal.json", || {
+        finalize();
+        if run_dir.join(files::PROOF).exists() || !short_of_space(run_dir) {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+    });
+}
+
+/// Less than 64 KiB available to us on the file system of `dir`.
+fn short_of_space(dir: &Path) -> bool {
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statvfs(3) fills the zeroed struct we own from a valid C string.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return false;
+    }
+    (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64) < 64 * 1024
+}
+
+/// Reserves [`EVIDENCE_RESERVE`] bytes beyond the end of `events.jsonl` and
+/// `runner.stderr.log` (best effort: a file system without `fallocate`
+/// simply gets no reservation).
+pub fn reserve_evidence(run_dir: &Path) {
+    for name in [files::EVENTS, files::RUNNER_STDERR] {
+        let _ = reserve_tail(&run_dir.join(name), EVIDENCE_RESERVE);
+    }
+}
+
+fn reserve_tail(path: &Path, bytes: i64) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(atomic_file::FILE_MODE)
+        .open(path)?;
+    let end = file.metadata()?.len() as i64;
+    // SAFETY: fallocate(2) on a descriptor we own; KEEP_SIZE leaves the
+    // visible length (and so every reader) unchanged.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, end, bytes) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_a_full_disk_until_the_write_succeeds() {
+        let mut attempts = 0;
+        let result: Result<u32, std::io::Error> = retry("status", || {
+            attempts += 1;
+            if attempts < 3 {
+                Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!(result.unwrap(), 7);
+        assert_eq!(attempts, 3);
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let mut attempts = 0;
+        let result: Result<(), std::io::Error> = retry("status", || {
+            attempts += 1;
+            Err(std::io::Error::from_raw_os_error(libc::EACCES))
+        });
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EACCES));
+        assert_eq!(attempts, 1);
+    }
+
+    #[test]
+    fn the_reservation_keeps_the_visible_length() {
+        let dir = tempfile_dir();
+        std::fs::write(dir.join(files::EVENTS), b"{}\n").unwrap();
+        reserve_evidence(&dir);
+        assert_eq!(std::fs::read(dir.join(files::EVENTS)).unwrap(), b"{}\n");
+        assert_eq!(
+            std::fs::metadata(dir.join(files::RUNNER_STDERR))
+                .unwrap()
+                .len(),
+            0
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("durable-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
