@@ -98,14 +98,6 @@ const CELLS: &[Cell] = &[
     cell("runner", "after-candidate", false, &[COMPLETE_OBSERVED]),
 ];
 
-/// WORKAROUND (test only): when the monitor dies after writing an observed
-/// `process-terminal.json` but before overlaying it and releasing the
-/// marker, `reconcile` takes the proof file as final and does nothing more;
-/// the marker goes only when an active listing (`list`) applies the index
-/// rule "not active and proof file observed". Until the observer finishes
-/// such a run itself, these cells also run `list` in the settle loop.
-const MARKER_WORKAROUND: &[&str] = &["monitor:after-proof"];
-
 /// How long a cell may take to settle (kill graces, handshake timeouts);
 /// `CRASH_MATRIX_SETTLE_S` overrides it.
 fn settle_within() -> Duration {
@@ -223,9 +215,6 @@ fn run_cell(cell: &Cell) -> Result<(), String> {
     let deadline = std::time::Instant::now() + settle;
     loop {
         let reconciled = env.run(&["reconcile"]);
-        if MARKER_WORKAROUND.contains(&fault.as_str()) {
-            env.run(&["list"]);
-        }
         last = match check(&env, cell, &id, &dir) {
             Ok(()) => break,
             Err(why) => format!("{why} (reconcile: {reconciled:?})"),

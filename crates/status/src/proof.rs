@@ -721,6 +721,7 @@ pub fn finalize(
     if let Some(existing) = read_proof(run_dir, &fallback)
         && matches!(existing.state, ProofState::Observed | ProofState::Unknown)
     {
+        complete_persisted(run_dir, run_id, &existing, now);
         return existing;
     }
     let proof = decide(run_dir, run_id, close, leases);
@@ -729,9 +730,16 @@ pub fn finalize(
         return unreadable_proof(run_id, &close.process_instance_id, message);
     }
     crate::fault_point("after-proof");
+    persist_after_proof(run_dir, run_id, &proof, now);
+    proof
+}
+
+/// Steps 3–4 and 2 of 2.6 for a proof already on disk: overlay, event, and
+/// only then (observed) the marker release.
+fn persist_after_proof(run_dir: &Path, run_id: &str, proof: &ProcessTerminal, now: u64) {
     let candidate = read_candidate(run_dir).ok().flatten();
     let _ = update_status(run_dir, |status| {
-        status.map(|s| overlay(s, &proof, candidate.as_ref(), now))
+        status.map(|s| overlay(s, proof, candidate.as_ref(), now))
     });
     let fields = json!({"lifecycleArtifactVersion": crate::LIFECYCLE_ARTIFACT_VERSION, "processTerminal": proof});
     let _ = events::append(
@@ -745,7 +753,31 @@ pub fn finalize(
     if proof.state == ProofState::Observed {
         let _ = index::release_marker(run_dir);
     }
-    proof
+}
+
+/// Whether a final proof's persistence is unfinished: its finalizer died
+/// after writing `process-terminal.json` but before the overlay, the event or
+/// the marker release (the status still projects another proof state, or the
+/// marker of an observed run is still there).
+pub fn persistence_unfinished(run_dir: &Path, proof: &ProcessTerminal) -> bool {
+    let projected = crate::model::read_status(run_dir)
+        .ok()
+        .flatten()
+        .and_then(|s| s.process_terminal)
+        .and_then(|p| p.get("state").and_then(Value::as_str).map(str::to_owned));
+    let overlaid = projected.as_deref() == Some(proof.state.as_str());
+    let marker_left = proof.state == ProofState::Observed && index::has_marker(run_dir);
+    !overlaid || marker_left
+}
+
+/// Finishes persisting a final proof (see [`persistence_unfinished`]);
+/// returns whether it did anything.
+pub fn complete_persisted(run_dir: &Path, run_id: &str, proof: &ProcessTerminal, now: u64) -> bool {
+    if !persistence_unfinished(run_dir, proof) {
+        return false;
+    }
+    persist_after_proof(run_dir, run_id, proof, now);
+    true
 }
 
 /// Sets the run proof on a status and projects a proof on every step (2.7).

@@ -279,7 +279,23 @@ pub fn observe(run_dir: &Path, options: &Options) -> Observation {
     let Ok(Some(status)) = read_status(run_dir) else {
         return Observation::NoStatus;
     };
-    // Cheap exit before any /proc scan or lock: most runs are final.
+    // Cheap exit before any /proc scan or lock: most runs are final. A
+    // finalizer that died right after writing the proof left its overlay,
+    // event or marker release undone: finish them here.
+    if let Some(proof) = final_proof(run_dir, &status) {
+        // A live monitor is still persisting it itself.
+        let monitor_alive = matches!(
+            Presence::of(status.monitor_identity.as_ref()),
+            Presence::Alive(_)
+        );
+        if !monitor_alive
+            && proof::persistence_unfinished(run_dir, &proof)
+            && let Some(_lock) = ObserverLock::try_take(run_dir)
+        {
+            proof::complete_persisted(run_dir, &run_id_of(run_dir, &status), &proof, now_ms());
+        }
+        return Observation::Final;
+    }
     if proof_is_final(run_dir, &status) {
         return Observation::Final;
     }
@@ -329,15 +345,17 @@ fn proof_is_final(run_dir: &Path, status: &RunStatus) -> bool {
         .as_ref()
         .and_then(|p| p.get("state"))
         .and_then(Value::as_str);
-    if projected == Some(ProofState::NotStarted.as_str()) {
-        return true;
-    }
+    projected == Some(ProofState::NotStarted.as_str()) || final_proof(run_dir, status).is_some()
+}
+
+/// The run's `process-terminal.json` when it is final (observed or unknown).
+fn final_proof(run_dir: &Path, status: &RunStatus) -> Option<ProcessTerminal> {
     let fallback = proof::Fallback {
         run_id: Some(run_id_of(run_dir, status)),
         runner_process_instance_id: status.runner_process_instance_id.clone(),
     };
     proof::read_proof(run_dir, &fallback)
-        .is_some_and(|p| matches!(p.state, ProofState::Observed | ProofState::Unknown))
+        .filter(|p| matches!(p.state, ProofState::Observed | ProofState::Unknown))
 }
 
 fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
