@@ -498,7 +498,9 @@ fn a_shared_root_is_refused_unless_allowed() {
         let out = sub(&env, &["status", &id, "--json"]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let why = shown["runFanoutBudgetUnavailable"].as_str().unwrap_or_default();
+        let why = shown["runFanoutBudgetUnavailable"]
+            .as_str()
+            .unwrap_or_default();
         assert!(why.contains("owned by uid 4242"), "{out:?}");
         assert!(shown.get("runFanoutBudget").is_none(), "{out:?}");
         allowed(&["status", &id]);

@@ -69,6 +69,15 @@ pub enum Command {
         /// Print {runId, state, logs: [{name, path, text}]} as JSON (not with --follow).
         #[arg(long, conflicts_with = "follow")]
         json: bool,
+        /// Only step N of a composite run (numbered as `status` shows them).
+        #[arg(long, value_name = "N")]
+        step: Option<usize>,
+        /// Only the last N lines of each file.
+        #[arg(long, value_name = "N", conflicts_with = "follow")]
+        tail: Option<usize>,
+        /// Only COMMAND's stderr.
+        #[arg(long)]
+        stderr: bool,
     },
     /// Repair stale runs and finalize what the evidence allows.
     Reconcile {
@@ -76,10 +85,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Hide a run from `list` without touching its processes.
+    /// Hide a finished run from `list` without touching its processes.
     Dismiss {
         /// Run id or unique prefix.
         run: String,
+        /// Hide it even while it is still active.
+        #[arg(long)]
+        force: bool,
         /// Print {runId, displayDismissedAt} as JSON.
         #[arg(long)]
         json: bool,
@@ -119,6 +131,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Delete finished runs older than a cutoff, with the budgets, leases,
+    /// index entries and capacity slots only they use. A run whose exit was
+    /// not observed is kept (the reason is printed).
+    Prune {
+        /// How old a run's end must be (e.g. 7d, 12h, 30m).
+        #[arg(long, value_name = "DURATION", default_value = crate::prune::DEFAULT_AGE)]
+        older_than: Option<String>,
+        /// Only say what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print {dryRun, olderThanMs, pruned, kept, budgets, leases, capacitySlots} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live view of the active runs: steps, elapsed time, fan-out and
+    /// capacity per session, the selected run's output; `s` stops a run.
+    Top,
     /// Print a shell completion script.
     Completions {
         /// bash, zsh or fish (also elvish, powershell).
@@ -126,10 +155,16 @@ pub enum Command {
     },
     /// Internal: the supervisor that waits on a runner and writes its proof.
     #[command(name = "__monitor", hide = true)]
-    Monitor,
+    Monitor {
+        /// The run id, shown by `ps` only (the config comes on stdin).
+        run: Option<String>,
+    },
     /// Internal: the runner of one run.
     #[command(name = "__runner", hide = true)]
-    Runner,
+    Runner {
+        /// The run id, shown by `ps` only (the config comes on stdin).
+        run: Option<String>,
+    },
 }
 
 /// `subagents run`.
@@ -187,9 +222,12 @@ pub struct RunArgs {
 /// `subagents list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Every run, newest first, not only active ones.
+    /// Every run, not only active ones.
     #[arg(long)]
     pub all: bool,
+    /// Only the runs hidden with `dismiss` (with --all).
+    #[arg(long, requires = "all")]
+    pub dismissed: bool,
     /// Only runs of this session.
     #[arg(long)]
     pub session: Option<String>,

@@ -280,8 +280,9 @@ fn resolve_cwd(cwd: Option<&Path>) -> CliResult<PathBuf> {
 fn run_timeout(text: Option<&str>) -> CliResult<Option<u64>> {
     let ms = match text {
         Some(text) => {
-            let d = parse_duration(text)
-                .map_err(|e| CliError::failed(format!("failed to parse --timeout: {e}")))?;
+            let d = parse_duration(text).map_err(|e| {
+                CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}"))
+            })?;
             d.as_millis() as u64
         }
         None => DEFAULT_TIMEOUT_MS,
@@ -321,9 +322,12 @@ fn non_blank(task: Option<String>) -> Option<String> {
 fn pick_id(layout: &Layout, explicit: Option<&str>) -> CliResult<String> {
     if let Some(id) = explicit {
         if !status::layout::is_safe_run_id(id) {
-            return Err(CliError::failed(format!(
-                "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
-            )));
+            return Err(CliError::new(
+                Exit::Usage,
+                format!(
+                    "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
+                ),
+            ));
         }
         if layout.run_dir(id).symlink_metadata().is_ok() {
             return Err(CliError::failed(format!(

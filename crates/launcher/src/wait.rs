@@ -54,7 +54,7 @@ pub fn wait_command(
     let timeout = timeout
         .map(|t| {
             parse_duration(t)
-                .map_err(|e| CliError::failed(format!("failed to parse --timeout: {e}")))
+                .map_err(|e| CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}")))
         })
         .transpose()?;
     let runs = wait_for_runs(layout, ids, timeout)?;
@@ -65,13 +65,7 @@ pub fn wait_command(
         );
     } else {
         for run in &runs {
-            let error = run
-                .status
-                .error
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default();
-            println!("{} {}{error}", run.id, run.status.state);
+            println!("{}", outcome_line(run));
         }
     }
     if runs.iter().all(|r| r.status.state == RunState::Complete) {
@@ -79,6 +73,44 @@ pub fn wait_command(
     } else {
         Err(CliError::silent(Exit::Failed))
     }
+}
+
+/// `<id> <state>[: <reason>][ (step N exit C)]`: what happened, and for a
+/// failure why, and the failing step's exit code (or signal).
+pub fn outcome_line(run: &RunSummary) -> String {
+    let s = &run.status;
+    let mut line = format!("{} {}", run.id, s.state);
+    let failing = s
+        .steps()
+        .iter()
+        .enumerate()
+        .find(|(_, st)| st.error.is_some() || st.exit_code.is_some_and(|c| c != 0));
+    let reason = s
+        .error
+        .as_deref()
+        .or_else(|| failing.and_then(|(_, st)| st.error.as_deref()));
+    if let Some(reason) = reason.filter(|_| s.state != RunState::Complete) {
+        line.push_str(&format!(": {}", atomic_file::escape(reason)));
+    }
+    if let Some((i, step)) = failing.filter(|_| s.state != RunState::Complete) {
+        let signal = step
+            .external_process
+            .as_ref()
+            .and_then(|p| p.process_signal.clone());
+        let end = match (signal, step.exit_code) {
+            (Some(signal), _) => Some(format!("signal {signal}")),
+            (None, Some(code)) => Some(format!("exit {code}")),
+            _ => None,
+        };
+        if let Some(end) = end {
+            if s.steps().len() > 1 {
+                line.push_str(&format!(" (step {} {end})", i + 1));
+            } else {
+                line.push_str(&format!(" ({end})"));
+            }
+        }
+    }
+    line
 }
 
 /// Blocks until every run is terminal; exit 124 past `timeout`.

@@ -197,6 +197,8 @@ struct StepRun {
     interruption: Option<Interruption>,
     tree: Option<ProcessTree>,
     spawn_error: Option<String>,
+    /// The shell's code for a command that could not start: 127 not found, 126 not executable.
+    spawn_exit: i64,
     deadline: Option<Instant>,
     kill_at: Option<Instant>,
 }
@@ -447,6 +449,11 @@ impl<'a> Execution<'a> {
                     .unwrap_or_default();
                 self.steps[i].spawn_error =
                     Some(format!("failed to start command '{program}': {e}"));
+                self.steps[i].spawn_exit = match e.kind() {
+                    std::io::ErrorKind::NotFound => 127,
+                    std::io::ErrorKind::PermissionDenied => 126,
+                    _ => 1,
+                };
                 self.steps[i].closed_at = now;
                 self.write_step_end(i);
                 false
@@ -766,7 +773,7 @@ fn step_verdict(
     run: &StepRun,
 ) -> (&'static str, Option<String>, i64) {
     if let Some(error) = &run.spawn_error {
-        return ("failed", Some(error.clone()), 1);
+        return ("failed", Some(error.clone()), run.spawn_exit);
     }
     match (run.interruption, run.ended) {
         (Some(Interruption::Stopped), _) => {
