@@ -81,13 +81,13 @@ fn prune_deletes_old_finished_runs_with_their_budget_and_keeps_recent_ones() {
     assert!(old_budget.is_dir());
 
     let dry = prune_json(&env, &["--dry-run"]);
-    assert_eq!(ids(&dry["pruned"]), [old.clone()]);
+    assert_eq!(ids(&dry["pruned"]), vec![old.clone()]);
     assert_eq!(dry["dryRun"], true);
     assert!(run_dir(&env, &old).is_dir(), "--dry-run deleted the run");
     assert!(old_budget.is_dir(), "--dry-run deleted the budget");
 
     let done = prune_json(&env, &[]);
-    assert_eq!(ids(&done["pruned"]), [old.clone()]);
+    assert_eq!(ids(&done["pruned"]), vec![old.clone()]);
     assert_eq!(done["olderThanMs"], 7 * DAY_MS);
     assert!(!run_dir(&env, &old).exists());
     assert!(!old_budget.exists(), "the pruned run's own budget stayed");
