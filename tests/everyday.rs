@@ -277,3 +277,93 @@ fn ps_shows_the_run_id_of_monitor_and_runner() {
     }
     env.ok(&["stop", &id]);
 }
+
+#[test]
+fn a_pipe_on_stdin_or_task_file_dash_is_the_task_and_stdin_ends_with_a_newline() {
+    use std::io::Write;
+    let env = Env::new();
+    for extra in [&[][..], &["--task-file", "-"][..]] {
+        let mut args = vec!["run", "--wait"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", "cat; echo end"]);
+        let mut child = env
+            .command(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"from the pipe")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{extra:?}: {out:?}");
+        let id = first_line(&out);
+        // The task file keeps the text as given; stdin got a final newline.
+        let task = env
+            .root()
+            .join("async-subagent-runs")
+            .join(&id)
+            .join("task.md");
+        assert_eq!(std::fs::read_to_string(task).unwrap(), "from the pipe");
+        assert_eq!(env.ok(&["logs", &id]), "from the pipe\nend\n", "{extra:?}");
+    }
+}
+
+#[test]
+fn wait_prints_each_run_as_it_ends() {
+    let env = Env::new();
+    let fifo = env.fifo("slow.fifo");
+    let slow = env
+        .ok(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("read line < '{}'", fifo.display()),
+        ])
+        .trim()
+        .to_owned();
+    let quick = env.ok(&["run", "--", "true"]).trim().to_owned();
+    let mut waiter = env
+        .command(&["wait", &slow, &quick])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(waiter.stdout.take().unwrap()).lines();
+    // The quick run's line comes while the slow one is still running.
+    assert_eq!(lines.next().unwrap().unwrap(), format!("{quick} complete"));
+    assert_eq!(env.status_json(&slow)["state"], "running");
+    std::fs::write(&fifo, "go\n").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), format!("{slow} complete"));
+    assert!(waiter.wait().unwrap().success());
+}
+
+#[test]
+fn ctrl_c_on_run_wait_says_the_run_goes_on_and_how_to_stop_it() {
+    let env = Env::new();
+    let mut child = env
+        .command(&["run", "--wait", "--", "sleep", "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut id = String::new();
+    stdout.read_line(&mut id).unwrap();
+    let id = id.trim().to_owned();
+    env.wait_for_child_pid(&id);
+    kill(child.id(), libc::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("run {id} goes on in the background"))
+            && stderr.contains(&format!("subagents stop {id}")),
+        "{stderr}"
+    );
+    assert_eq!(env.status_json(&id)["state"], "running");
+    env.ok(&["stop", &id]);
+}

@@ -176,7 +176,8 @@ pub struct RunArgs {
     /// The task prompt (written to task.md, stdin and $SUBAGENTS_TASK_FILE).
     #[arg(long, conflicts_with = "task_file")]
     pub task: Option<String>,
-    /// Read the task prompt from FILE.
+    /// Read the task prompt from FILE (`-` for stdin). Without --task or
+    /// --task-file, a pipe on stdin is the task.
     #[arg(long, value_name = "FILE")]
     pub task_file: Option<PathBuf>,
     /// Working directory of COMMAND.

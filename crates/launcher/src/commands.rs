@@ -30,6 +30,7 @@ pub fn run(layout: &Layout, args: &RunArgs) -> CliResult {
     if !args.wait {
         return Ok(());
     }
+    hint_on_interrupt(&launched.run_id);
     let runs = wait_for_runs(layout, std::slice::from_ref(&launched.run_id), None)?;
     let run = &runs[0];
     if args.json {
@@ -39,6 +40,34 @@ pub fn run(layout: &Layout, args: &RunArgs) -> CliResult {
         eprintln!("{}", crate::wait::outcome_line(run));
     }
     launch::exit_for(run.status.state)
+}
+
+static INTERRUPT_HINT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    if let Some(hint) = INTERRUPT_HINT.get() {
+        // SAFETY: write(2) is async-signal-safe; the buffer is never freed.
+        unsafe {
+            libc::write(2, hint.as_ptr().cast(), hint.len());
+        }
+    }
+    // SAFETY: _exit(2) is async-signal-safe.
+    unsafe { libc::_exit(130) }
+}
+
+/// Ctrl-C on `run --wait` ends the wait, not the run (it lives in its own
+/// session): say so, and how to stop it.
+fn hint_on_interrupt(id: &str) {
+    let id = atomic_file::escape(id);
+    let hint = format!(
+        "\nsubagents: stopped waiting; run {id} goes on in the background\n  hint: `subagents stop {id}` stops it, `subagents wait {id}` waits again\n"
+    );
+    let _ = INTERRUPT_HINT.set(hint.into_bytes());
+    let handler: extern "C" fn(libc::c_int) = on_interrupt;
+    // SAFETY: the handler only calls async-signal-safe functions.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+    }
 }
 
 /// Resolves a run id or prefix, exit 4 when unknown or ambiguous.

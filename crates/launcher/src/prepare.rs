@@ -300,6 +300,14 @@ fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
             .map(|s| non_blank(s.spec.task.clone()))
             .collect());
     }
+    if args.task_file.as_deref() == Some(Path::new("-"))
+        || (args.task.is_none() && args.task_file.is_none() && stdin_is_pipe())
+    {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| CliError::failed(format!("failed to read the task from stdin: {e}")))?;
+        return Ok(vec![non_blank(Some(text))]);
+    }
     if let Some(path) = &args.task_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
             CliError::failed(format!(
@@ -310,6 +318,14 @@ fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
         return Ok(vec![non_blank(Some(text))]);
     }
     Ok(vec![non_blank(args.task.clone())])
+}
+
+/// `echo task | subagents run -- agent`: a pipe on stdin is the task. Not
+/// inside a run, where stdin may be a tool's pipe that never closes.
+fn stdin_is_pipe() -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    !crate::fanout::is_nested()
+        && std::fs::metadata("/proc/self/fd/0").is_ok_and(|m| m.file_type().is_fifo())
 }
 
 /// A task that is blank after trimming is no task: no task file, no

@@ -57,16 +57,18 @@ pub fn wait_command(
                 .map_err(|e| CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}")))
         })
         .transpose()?;
-    let runs = wait_for_runs(layout, ids, timeout)?;
+    // Each run's line as soon as it is over, not when the last one is.
+    let mut print = |run: &RunSummary| {
+        if !json {
+            println!("{}", outcome_line(run));
+        }
+    };
+    let runs = wait_reporting(layout, ids, timeout, &mut print)?;
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&runs).unwrap_or_default()
         );
-    } else {
-        for run in &runs {
-            println!("{}", outcome_line(run));
-        }
     }
     if runs.iter().all(|r| r.status.state == RunState::Complete) {
         Ok(())
@@ -119,6 +121,16 @@ pub fn wait_for_runs(
     ids: &[String],
     timeout: Option<Duration>,
 ) -> CliResult<Vec<RunSummary>> {
+    wait_reporting(layout, ids, timeout, &mut |_| {})
+}
+
+/// [`wait_for_runs`], calling `report` once for each run as it settles.
+pub fn wait_reporting(
+    layout: &Layout,
+    ids: &[String],
+    timeout: Option<Duration>,
+    report: &mut dyn FnMut(&RunSummary),
+) -> CliResult<Vec<RunSummary>> {
     let ids: Vec<String> = ids
         .iter()
         .map(|id| resolve(layout, id))
@@ -128,8 +140,18 @@ pub fn wait_for_runs(
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let progress = std::io::stderr().is_terminal();
+    let mut reported = vec![false; ids.len()];
     loop {
         let runs = load_all(layout, &ids)?;
+        for (run, done) in runs.iter().zip(reported.iter_mut()) {
+            if !*done && is_settled(run) {
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                report(run);
+                *done = true;
+            }
+        }
         if runs.iter().all(is_settled) {
             if progress {
                 eprint!("\r\x1b[K");
