@@ -168,6 +168,7 @@ fn a_running_chain_has_no_exit_code_and_a_timed_out_run_says_so() {
     env.settled(&id);
     let shown = env.ok(&["status", &id]);
     assert!(shown.contains("Timed out after 1.0s"), "{shown}");
+    assert!(shown.contains("Signal: SIGTERM"), "{shown}");
 }
 
 #[test]
@@ -366,4 +367,24 @@ fn ctrl_c_on_run_wait_says_the_run_goes_on_and_how_to_stop_it() {
     );
     assert_eq!(env.status_json(&id)["state"], "running");
     env.ok(&["stop", &id]);
+}
+
+#[test]
+fn the_recursive_example_says_when_it_cannot_find_the_binary() {
+    let env = Env::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/recursive-agent.sh");
+    let out = env
+        .command(&["run", "--wait", "--", script.to_str().unwrap()])
+        .env_remove("SUBAGENTS_BIN")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let id = first_line(&out);
+    assert!(text(&out.stderr).contains("(exit 127)"), "{out:?}");
+    let logs = env.run(&["logs", &id]);
+    assert!(
+        text(&logs.stderr).contains("subagents is not on PATH; set SUBAGENTS_BIN"),
+        "{logs:?}"
+    );
 }
