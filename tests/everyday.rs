@@ -388,3 +388,41 @@ fn the_recursive_example_says_when_it_cannot_find_the_binary() {
         "{logs:?}"
     );
 }
+
+#[test]
+fn list_short_is_one_line_per_run_and_sort_started_is_newest_first() {
+    let env = Env::new();
+    let first = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let second = first_line(&env.run(&["run", "--wait", "--", "false"]));
+    let live = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
+    env.wait_for_child_pid(&live);
+
+    let table = env.ok(&["list", "--all", "--short", "--sort", "started"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STARTED"),
+        "{table}"
+    );
+    let order: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(order, [live.as_str(), second.as_str(), first.as_str()]);
+    assert!(
+        lines[1].contains("running") && lines[1].contains("0/1"),
+        "{table}"
+    );
+    assert!(lines[2].contains("failed"), "{table}");
+    assert!(!table.contains('\x1b'), "no colour off a terminal: {table}");
+
+    let coloured = env.ok(&["list", "--short", "--color", "always"]);
+    assert!(coloured.contains("\x1b[32mrunning\x1b[0m"), "{coloured}");
+    // Off a terminal the detailed listing stays the default (scripts read it).
+    assert!(env.ok(&["list"]).contains(&format!("- {live} | running")));
+    assert!(
+        env.ok(&["list", "--long"])
+            .contains(&format!("- {live} | running"))
+    );
+    env.ok(&["stop", &live]);
+}

@@ -238,6 +238,27 @@ pub struct ListArgs {
     /// Print an array of run summaries as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The detailed listing (steps, fan-out, errors, output), the default
+    /// when stdout is not a terminal.
+    #[arg(long, conflicts_with = "short")]
+    pub long: bool,
+    /// One line per run, the default on a terminal.
+    #[arg(long)]
+    pub short: bool,
+    /// Colour the table: auto (a terminal without $NO_COLOR), always, never.
+    #[arg(long, value_enum, default_value_t = crate::table::ColorChoice::Auto)]
+    pub color: crate::table::ColorChoice,
+    /// Order: by state then last update (default: running, queued, failed
+    /// and stopped, complete, each newest first), or newest start first.
+    #[arg(long, value_enum)]
+    pub sort: Option<SortKey>,
+}
+
+/// `list --sort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortKey {
+    /// Newest start first.
+    Started,
 }
 
 fn fanout_limit_parser() -> clap::builder::RangedU64ValueParser<u64> {

@@ -235,10 +235,12 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         return list_dismissed(layout, args);
     }
     let budgets = layout.fanout_budgets_dir();
+    let by_start = args.sort == Some(crate::cli::SortKey::Started);
     let options = ListOptions {
         all: args.all,
         session: args.session.clone(),
-        limit: args.limit,
+        // Sorted by start below, then cut.
+        limit: args.limit.filter(|_| !by_start),
         reconcile: true,
         now: now_ms(),
         hooks: Hooks {
@@ -248,7 +250,11 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
     };
     let listing = status::list::list(layout, &options)?;
     report_skipped(&listing.skipped_repairs);
-    let runs = listing.runs;
+    let mut runs = listing.runs;
+    if by_start {
+        runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
+        runs.truncate(args.limit.unwrap_or(usize::MAX));
+    }
     admission::release_finished(
         layout,
         runs.iter().filter_map(|r| r.status.session_id.as_deref()),
@@ -275,6 +281,18 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         } else {
             "Active async runs"
         };
+        use std::io::IsTerminal;
+        let terminal = std::io::stdout().is_terminal();
+        if !runs.is_empty() && (args.short || (terminal && !args.long)) {
+            let no_color = std::env::var("NO_COLOR").ok();
+            let color = crate::table::use_color(args.color, terminal, no_color.as_deref());
+            println!(
+                "{}",
+                crate::table::render(&runs, now_ms(), home().as_deref(), color)
+            );
+            print_unreadable(&listing.unreadable);
+            return Ok(());
+        }
         println!(
             "{}",
             status::format::format_run_list(&runs, heading, now_ms(), home().as_deref())

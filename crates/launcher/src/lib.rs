@@ -20,6 +20,7 @@ pub mod prune;
 pub mod revive;
 pub mod root;
 pub mod spec;
+pub mod table;
 pub mod top;
 pub mod validate;
 pub mod wait;
