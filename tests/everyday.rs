@@ -426,3 +426,52 @@ fn list_short_is_one_line_per_run_and_sort_started_is_newest_first() {
     );
     env.ok(&["stop", &live]);
 }
+
+#[test]
+fn the_config_file_supplies_defaults_below_the_environment() {
+    let env = Env::new();
+    let config = tempfile::tempdir().unwrap();
+    std::fs::create_dir(config.path().join("subagents")).unwrap();
+    let file = config.path().join("subagents/config.toml");
+    std::fs::write(&file, "# mine\nmax_active = 1\nsession = \"from-config\"\n").unwrap();
+    let run = |args: &[&str], extra: &[(&str, &str)]| {
+        let mut command = env.command(args);
+        command
+            .env("XDG_CONFIG_HOME", config.path())
+            .env_remove("SUBAGENTS_MAX_ACTIVE");
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    let shown: Value = serde_json::from_slice(&run(&["config", "--json"], &[]).stdout).unwrap();
+    assert_eq!(shown["exists"], true);
+    assert_eq!(shown["keys"][2]["key"], "max_active");
+    assert_eq!(shown["keys"][2]["value"], "1");
+    assert_eq!(shown["keys"][2]["source"], "config");
+    let over: Value = serde_json::from_slice(
+        &run(&["config", "--json"], &[("SUBAGENTS_MAX_ACTIVE", "5")]).stdout,
+    )
+    .unwrap();
+    assert_eq!(over["keys"][2]["value"], "5");
+    assert_eq!(over["keys"][2]["source"], "environment");
+
+    // The limit and the session come from the file.
+    let first = run(&["run", "--", "sleep", "300"], &[]);
+    assert!(first.status.success(), "{first:?}");
+    let id = first_line(&first);
+    assert_eq!(env.status_json(&id)["sessionId"], "from-config");
+    let second = run(&["run", "--", "true"], &[]);
+    assert_eq!(second.status.code(), Some(3), "{second:?}");
+    env.ok(&["stop", &id]);
+
+    std::fs::write(&file, "max_active = lots\n").unwrap();
+    let broken = run(&["list"], &[]);
+    assert_eq!(broken.status.code(), Some(1));
+    let stderr = text(&broken.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("config.toml': line 1: max_active must be a whole number"),
+        "{stderr}"
+    );
+}

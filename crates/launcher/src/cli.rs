@@ -145,6 +145,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the config file ($XDG_CONFIG_HOME/subagents/config.toml) and
+    /// each setting's value and source (flag > environment > file > default).
+    Config {
+        /// Print {path, exists, keys: [{key, variable, value, source}]} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// A live view of the active runs: steps, elapsed time, fan-out and
     /// capacity per session, the selected run's output; `s` stops a run.
     Top,

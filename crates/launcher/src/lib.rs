@@ -19,6 +19,7 @@ pub mod prepare;
 pub mod prune;
 pub mod revive;
 pub mod root;
+pub mod settings;
 pub mod spec;
 pub mod table;
 pub mod top;
@@ -32,6 +33,13 @@ use crate::error::CliResult;
 
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
+    let internal = std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__monitor" || a == "__runner");
+    if !internal && let Err(e) = settings::apply() {
+        eprintln!("subagents: {}", atomic_file::escape(&e.message));
+        return e.exit.code();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
@@ -123,6 +131,7 @@ fn wants_json(command: &Command) -> bool {
         | Command::Stop { json, .. }
         | Command::Reconcile { json }
         | Command::Prune { json, .. }
+        | Command::Config { json }
         | Command::Logs { json, .. }
         | Command::Dismiss { json, .. }
         | Command::Validate { json, .. }
@@ -206,6 +215,7 @@ fn dispatch(cli: Cli) -> CliResult {
             dry_run,
             json,
         } => prune::command(&layout, older_than.as_deref(), dry_run, json),
+        Command::Config { json } => settings::command(json),
         Command::Top => top::command(&layout, root::allow_shared_root(cli.allow_shared_root)),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
