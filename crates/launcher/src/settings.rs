@@ -67,9 +67,9 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
 }
 
 fn strip_comment(value: &str) -> &str {
-    if value.starts_with('"') {
+    if let Some(rest) = value.strip_prefix('"') {
         // A `#` inside the quotes belongs to the string.
-        match value[1..].find('"') {
+        match rest.find('"') {
             Some(end) => value[..end + 2].trim(),
             None => value,
         }
