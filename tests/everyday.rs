@@ -475,3 +475,38 @@ fn the_config_file_supplies_defaults_below_the_environment() {
         "{stderr}"
     );
 }
+
+#[test]
+fn max_active_counts_the_session_runs_launched_without_a_limit() {
+    let env = Env::new();
+    let free = env
+        .ok(&["run", "--session", "s", "--", "sleep", "300"])
+        .trim()
+        .to_owned();
+    let limited = env.run(&["run", "--session", "s", "--max-active", "1", "--", "true"]);
+    assert_eq!(limited.status.code(), Some(3), "{limited:?}");
+    // Another session is not affected.
+    env.ok(&[
+        "run",
+        "--session",
+        "t",
+        "--max-active",
+        "1",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    env.ok(&["stop", &free]);
+    env.settled(&free);
+    // Once the run is over (and its exit observed) its slot is free again.
+    env.ok(&[
+        "run",
+        "--session",
+        "s",
+        "--max-active",
+        "1",
+        "--wait",
+        "--",
+        "true",
+    ]);
+}

@@ -574,9 +574,20 @@ pub fn capacity(
     let session = admission::session_id(session);
     let pools = admission::pools(layout);
     let none = std::collections::HashSet::new();
-    let snapshot = pools
-        .reconcile(&session, limit, &none)
-        .map_err(admission::capacity_error)?;
+    // A root we cannot write to (read-only, full) still shows its usage.
+    let snapshot = match pools.reconcile(&session, limit, &none) {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            let snapshot = pools
+                .count(&session, limit)
+                .map_err(admission::capacity_error)?;
+            report_skipped(&[format!(
+                "skipped freeing finished runs' slots: {}",
+                atomic_file::escape(&e.to_string())
+            )]);
+            snapshot
+        }
+    };
     let mut slots = Vec::new();
     for slot in &snapshot.slots {
         let verdict = slot.run_id.as_deref().and_then(|run_id| {
