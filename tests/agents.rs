@@ -157,7 +157,7 @@ fn run_and_resume(name: &str, cli: &str, resume_flag: &str, fields: Value) {
 
     // The task went to stdin, and never onto an argv.
     let (argv, stdin, env) = f.call(cli, 0);
-    assert_eq!(stdin, TASK);
+    assert_eq!(stdin, format!("{TASK}\n"), "the task, newline-terminated");
     assert!(!argv.contains("review the diff"), "{argv}");
     assert!(
         env.contains(&format!("SUBAGENTS_AGENT_RUNNER={cli}")),
@@ -215,7 +215,11 @@ fn run_and_resume(name: &str, cli: &str, resume_flag: &str, fields: Value) {
     assert_eq!(status["sessionFile"], session_file.to_str().unwrap());
     assert_eq!(f.output(&revived), format!("{cli} turn 2: {FOLLOW_UP}\n"));
     let (argv, stdin, env) = f.call(cli, 1);
-    assert_eq!(stdin, FOLLOW_UP, "the follow-up arrives verbatim");
+    assert_eq!(
+        stdin,
+        format!("{FOLLOW_UP}\n"),
+        "the follow-up arrives verbatim"
+    );
     assert!(!argv.contains("blocking problems"), "{argv}");
     let args: Vec<&str> = argv.lines().collect();
     let at = args

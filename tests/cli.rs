@@ -403,7 +403,11 @@ fn unknown_and_ambiguous_runs_exit_4_and_bad_ids_are_refused() {
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
     let hostile = env.run(&["run", "--id", "../escape", "--", "true"]);
-    assert_eq!(hostile.status.code(), Some(1));
+    assert_eq!(
+        hostile.status.code(),
+        Some(2),
+        "an unsafe --id is a usage error"
+    );
     assert!(!env.root().join("escape").exists());
     let json = env.run(&["status", "nope", "--json"]);
     let error: Value = serde_json::from_slice(&json.stdout).unwrap();
@@ -419,7 +423,7 @@ fn wait_times_out_with_124_and_dismiss_hides_a_run() {
         Some(124)
     );
     assert!(env.ok(&["list"]).contains(&id));
-    env.ok(&["dismiss", &id]);
+    env.ok(&["dismiss", &id, "--force"]);
     assert!(!env.ok(&["list"]).contains(&id));
     assert_eq!(
         env.status_json(&id)["state"],

@@ -44,9 +44,15 @@ fn a_chain_hands_each_step_the_previous_output() {
         .ok(&["run", "--spec", &file, "--wait"])
         .trim()
         .to_owned();
+    // Every step's output under its header; the last step's alone with --step.
     assert_eq!(
         env.ok(&["logs", &id]),
-        "=== a (step 2) ===\na got three\n=== b (step 3) ===\nb got three\n"
+        "=== scout (step 1) ===\nthree\n=== a (step 2) ===\na got three\n=== b (step 3) ===\nb got three\n\
+         === writer (step 4) ===\n=== a (step 2) ===\na got three\n=== b (step 3) ===\nb got three\n"
+    );
+    assert_eq!(
+        env.ok(&["logs", &id, "--step", "4"]),
+        "=== writer (step 4) ===\n=== a (step 2) ===\na got three\n=== b (step 3) ===\nb got three\n"
     );
     let status = env.status_json(&id);
     assert_eq!(status["mode"], "chain");

@@ -166,7 +166,7 @@ fn a_fifo_status_json_never_hangs_and_never_hides_the_other_runs() {
     assert_eq!(env.status_json(&good)["state"], "complete");
     let stopped = env.ok(&["stop", &good]);
     assert!(
-        stopped.starts_with(&format!("{good} complete")),
+        stopped.starts_with(&format!("{good} was already over (complete)")),
         "{stopped}"
     );
 }

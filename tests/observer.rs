@@ -213,6 +213,9 @@ fn reserving_launcher() {
         SESSION,
         "--max-active",
         "1",
+        // A task given: this worker's stdin is the test's pipe, not a task.
+        "--task",
+        "reserve",
         "--",
         "sleep",
         "1",

@@ -35,7 +35,9 @@ impl Env {
             .arg("--root")
             .arg(self.root.path())
             .args(args)
-            .env_remove("SUBAGENTS_SESSION_ID");
+            .env_remove("SUBAGENTS_SESSION_ID")
+            // A pipe on stdin would be read as the task; callers may override.
+            .stdin(std::process::Stdio::null());
         command
     }
 

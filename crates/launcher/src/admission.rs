@@ -33,8 +33,13 @@ pub fn pools(layout: &Layout) -> Capacity {
     Capacity::new(layout.capacity_dir())
 }
 
-/// Takes a slot for `run_id` when a limit is set; exit 3 with the snapshot
-/// when the session is full.
+/// The cap of a launch without a limit: it still takes a slot, so a later
+/// `--max-active N` in the same session counts it.
+const UNLIMITED: u32 = u32::MAX;
+
+/// Takes a slot for `run_id` (also without a limit, so every top-level run
+/// of the session is counted); exit 3 with the snapshot when the session is
+/// full.
 pub fn acquire(
     layout: &Layout,
     session: &str,
@@ -43,15 +48,25 @@ pub fn acquire(
     run_dir: &Path,
 ) -> CliResult<Option<SlotHandle>> {
     observe_holders_of_a_full_pool(layout, session, limit);
+    let limited = limit.filter(|l| *l > 0);
     let request = Acquire {
         session_id: session,
-        limit,
+        limit: Some(limited.unwrap_or(UNLIMITED)),
         run_id,
         kind: Kind::Runner,
         async_dir: run_dir,
         live_workflows: &HashSet::new(),
     };
-    pools(layout).acquire(&request).map_err(capacity_error)
+    match pools(layout).acquire(&request) {
+        Ok(handle) => Ok(handle),
+        // Without a limit the slot only counts the run: a pool that cannot
+        // be used never stops the launch.
+        Err(e) if limited.is_none() => {
+            eprintln!("subagents: warning: run not counted in the session's capacity: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(capacity_error(e)),
+    }
 }
 
 /// A full pool may be held by runs whose monitor was killed: let the

@@ -69,6 +69,15 @@ pub enum Command {
         /// Print {runId, state, logs: [{name, path, text}]} as JSON (not with --follow).
         #[arg(long, conflicts_with = "follow")]
         json: bool,
+        /// Only step N of a composite run (numbered as `status` shows them).
+        #[arg(long, value_name = "N")]
+        step: Option<usize>,
+        /// Only the last N lines of each file.
+        #[arg(long, value_name = "N", conflicts_with = "follow")]
+        tail: Option<usize>,
+        /// Only COMMAND's stderr.
+        #[arg(long)]
+        stderr: bool,
     },
     /// Repair stale runs and finalize what the evidence allows.
     Reconcile {
@@ -76,10 +85,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Hide a run from `list` without touching its processes.
+    /// Hide a finished run from `list` without touching its processes.
     Dismiss {
         /// Run id or unique prefix.
         run: String,
+        /// Hide it even while it is still active.
+        #[arg(long)]
+        force: bool,
         /// Print {runId, displayDismissedAt} as JSON.
         #[arg(long)]
         json: bool,
@@ -129,6 +141,30 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Delete finished runs older than a cutoff, with the budgets, leases,
+    /// index entries and capacity slots only they use. A run whose exit was
+    /// not observed is kept (the reason is printed).
+    Prune {
+        /// How old a run's end must be (e.g. 7d, 12h, 30m).
+        #[arg(long, value_name = "DURATION", default_value = crate::prune::DEFAULT_AGE)]
+        older_than: Option<String>,
+        /// Only say what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print {dryRun, olderThanMs, pruned, kept, budgets, leases, capacitySlots} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the config file ($XDG_CONFIG_HOME/subagents/config.toml) and
+    /// each setting's value and source (flag > environment > file > default).
+    Config {
+        /// Print {path, exists, keys: [{key, variable, value, source}]} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live view of the active runs: steps, elapsed time, fan-out and
+    /// capacity per session, the selected run's output; `s` stops a run.
+    Top,
     /// Print a shell completion script.
     Completions {
         /// bash, zsh or fish (also elvish, powershell).
@@ -136,10 +172,16 @@ pub enum Command {
     },
     /// Internal: the supervisor that waits on a runner and writes its proof.
     #[command(name = "__monitor", hide = true)]
-    Monitor,
+    Monitor {
+        /// The run id, shown by `ps` only (the config comes on stdin).
+        run: Option<String>,
+    },
     /// Internal: the runner of one run.
     #[command(name = "__runner", hide = true)]
-    Runner,
+    Runner {
+        /// The run id, shown by `ps` only (the config comes on stdin).
+        run: Option<String>,
+    },
 }
 
 /// `subagents run`.
@@ -152,7 +194,8 @@ pub struct RunArgs {
     /// The task prompt (written to task.md, stdin and $SUBAGENTS_TASK_FILE).
     #[arg(long, conflicts_with = "task_file")]
     pub task: Option<String>,
-    /// Read the task prompt from FILE.
+    /// Read the task prompt from FILE (`-` for stdin). Without --task or
+    /// --task-file, a pipe on stdin is the task.
     #[arg(long, value_name = "FILE")]
     pub task_file: Option<PathBuf>,
     /// Working directory of COMMAND.
@@ -198,9 +241,12 @@ pub struct RunArgs {
 /// `subagents list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Every run, newest first, not only active ones.
+    /// Every run, not only active ones.
     #[arg(long)]
     pub all: bool,
+    /// Only the runs hidden with `dismiss` (with --all).
+    #[arg(long, requires = "all")]
+    pub dismissed: bool,
     /// Only runs of this session.
     #[arg(long)]
     pub session: Option<String>,
@@ -210,6 +256,27 @@ pub struct ListArgs {
     /// Print an array of run summaries as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The detailed listing (steps, fan-out, errors, output), the default
+    /// when stdout is not a terminal.
+    #[arg(long, conflicts_with = "short")]
+    pub long: bool,
+    /// One line per run, the default on a terminal.
+    #[arg(long)]
+    pub short: bool,
+    /// Colour the table: auto (a terminal without $NO_COLOR), always, never.
+    #[arg(long, value_enum, default_value_t = crate::table::ColorChoice::Auto)]
+    pub color: crate::table::ColorChoice,
+    /// Order: by state then last update (default: running, queued, failed
+    /// and stopped, complete, each newest first), or newest start first.
+    #[arg(long, value_enum)]
+    pub sort: Option<SortKey>,
+}
+
+/// `list --sort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortKey {
+    /// Newest start first.
+    Started,
 }
 
 fn fanout_limit_parser() -> clap::builder::RangedU64ValueParser<u64> {

@@ -1,13 +1,11 @@
 //! The user-facing commands other than `wait`.
 
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use process_identity::Liveness;
-use serde_json::{Value, json};
-use status::layout::files;
+use serde_json::json;
 use status::list::{Hooks, ListOptions, Resolved, RunSummary};
 use status::model::update_status;
 use status::reconcile::{self, Outcome};
@@ -25,16 +23,52 @@ use supervisor::observer;
 /// `subagents run`.
 pub fn run(layout: &Layout, args: &RunArgs) -> CliResult {
     let launched = launch::run(layout, args)?;
-    if args.json {
-        println!("{}", serde_json::to_string(&launched).unwrap_or_default());
-    } else {
+    if !args.json {
         println!("{}", launched.run_id);
+    } else if !args.wait {
+        println!("{}", serde_json::to_string(&launched).unwrap_or_default());
     }
     if !args.wait {
         return Ok(());
     }
+    hint_on_interrupt(&launched.run_id);
     let runs = wait_for_runs(layout, std::slice::from_ref(&launched.run_id), None)?;
-    launch::exit_for(runs[0].status.state)
+    let run = &runs[0];
+    if args.json {
+        // The outcome, on one line: the final run summary.
+        println!("{}", serde_json::to_string(run).unwrap_or_default());
+    } else if run.status.state != RunState::Complete {
+        eprintln!("{}", crate::wait::outcome_line(run));
+    }
+    launch::exit_for(run.status.state)
+}
+
+static INTERRUPT_HINT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    if let Some(hint) = INTERRUPT_HINT.get() {
+        // SAFETY: write(2) is async-signal-safe; the buffer is never freed.
+        unsafe {
+            libc::write(2, hint.as_ptr().cast(), hint.len());
+        }
+    }
+    // SAFETY: _exit(2) is async-signal-safe.
+    unsafe { libc::_exit(130) }
+}
+
+/// Ctrl-C on `run --wait` ends the wait, not the run (it lives in its own
+/// session): say so, and how to stop it.
+fn hint_on_interrupt(id: &str) {
+    let id = atomic_file::escape(id);
+    let hint = format!(
+        "\nsubagents: stopped waiting; run {id} goes on in the background\n  hint: `subagents stop {id}` stops it, `subagents wait {id}` waits again\n"
+    );
+    let _ = INTERRUPT_HINT.set(hint.into_bytes());
+    let handler: extern "C" fn(libc::c_int) = on_interrupt;
+    // SAFETY: the handler only calls async-signal-safe functions.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+    }
 }
 
 /// Resolves a run id or prefix, exit 4 when unknown or ambiguous.
@@ -119,8 +153,23 @@ pub fn status(layout: &Layout, id: &str, json: bool) -> CliResult {
 pub fn describe(run: &RunSummary) -> String {
     let home = home();
     let s = &run.status;
-    let mut lines = status::format::run_lines(run, now_ms(), home.as_deref());
+    let now = now_ms();
+    let mut lines = status::format::run_lines(run, now, home.as_deref());
+    // Our own step lines: numbered like `logs` headers, skipped steps named.
+    let steps = s.steps();
+    if lines.len() > steps.len() {
+        for (i, step) in steps.iter().enumerate() {
+            lines[i + 1] = step_line(i, step, !s.state.is_active(), now);
+        }
+    }
     lines.push(format!("  State: {}", s.state));
+    if s.timed_out == Some(true) {
+        let after = s
+            .timeout_ms
+            .map(|ms| format!(" after {}", status::format::format_duration(ms)))
+            .unwrap_or_default();
+        lines.push(format!("  Timed out{after}"));
+    }
     if let Some(pid) = s.pid {
         lines.push(format!("  Runner pid: {pid}"));
     }
@@ -128,18 +177,21 @@ pub fn describe(run: &RunSummary) -> String {
         lines.push(format!("  Session root: {root}"));
     }
     if let (Some(start), end) = (s.started_at, s.ended_at) {
-        let elapsed = end.unwrap_or_else(now_ms).saturating_sub(start);
+        let elapsed = end.unwrap_or(now).saturating_sub(start);
         lines.push(format!(
             "  Elapsed: {}",
             status::format::format_duration(elapsed)
         ));
     }
-    if s.error.is_none() {
-        for (i, step) in s.steps().iter().enumerate() {
-            if let Some(error) = &step.error {
-                lines.push(format!("  Step {} error: {error}", i + 1));
-            }
-        }
+    let failing = failing_step(s.steps());
+    if let Some((i, step)) = failing {
+        let error = step.error.as_deref().unwrap_or("exited non-zero");
+        lines.push(format!(
+            "  Failed step: {}/{} {}: {error}",
+            i + 1,
+            steps.len(),
+            step.agent
+        ));
     }
     if let Some(proof) = run.proof() {
         let mut line = format!("  Process terminal: {}", proof.state.as_str());
@@ -148,22 +200,78 @@ pub fn describe(run: &RunSummary) -> String {
         }
         lines.push(line);
     }
-    if let Some(step) = s.steps().first()
-        && let Some(code) = step.exit_code
-    {
-        lines.push(format!("  Exit code: {code}"));
+    if !s.state.is_active() {
+        // The failing step's code, else the last step that has one.
+        let ended = failing
+            .map(|(_, st)| st)
+            .or_else(|| steps.iter().rev().find(|st| st.exit_code.is_some()));
+        if let Some(step) = ended {
+            if let Some(signal) = step
+                .external_process
+                .as_ref()
+                .and_then(|p| p.process_signal.as_deref())
+            {
+                lines.push(format!("  Signal: {signal}"));
+            }
+            if let Some(code) = step.exit_code {
+                lines.push(format!("  Exit code: {code}"));
+            }
+        }
     }
     lines.join("\n")
 }
 
+/// The first step that failed on its own (not one skipped or stopped
+/// because of it).
+fn failing_step(steps: &[status::model::Step]) -> Option<(usize, &status::model::Step)> {
+    steps.iter().enumerate().find(|(_, st)| {
+        !is_skipped(st) && (st.status == "failed" || st.exit_code.is_some_and(|c| c != 0))
+    })
+}
+
+fn is_skipped(step: &status::model::Step) -> bool {
+    step.error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("skipped:") || e.starts_with("stopped: a sibling"))
+}
+
+fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> String {
+    let state = if is_skipped(step) || (over && step.status == "pending") {
+        "skipped"
+    } else {
+        step.status.as_str()
+    };
+    let mut parts = vec![format!("  {}. {}", i + 1, step.agent), state.to_owned()];
+    match (step.duration_ms, step.started_at) {
+        (Some(ms), _) => parts.push(status::format::format_duration(ms)),
+        (None, Some(start)) if step.status == "running" => parts.push(format!(
+            "{} so far",
+            status::format::format_duration(now.saturating_sub(start))
+        )),
+        _ => {}
+    }
+    if let Some(code) = step.exit_code.filter(|_| step.status != "running") {
+        parts.push(format!("exit {code}"));
+    }
+    if let Some(error) = &step.error {
+        parts.push(error.clone());
+    }
+    parts.join(" | ")
+}
+
 /// `subagents list`.
 pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
+    if args.dismissed {
+        return list_dismissed(layout, args);
+    }
     observer::observe_active(layout, &observer_options(layout));
     let budgets = layout.fanout_budgets_dir();
+    let by_start = args.sort == Some(crate::cli::SortKey::Started);
     let options = ListOptions {
         all: args.all,
         session: args.session.clone(),
-        limit: args.limit,
+        // Sorted by start below, then cut.
+        limit: args.limit.filter(|_| !by_start),
         reconcile: true,
         now: now_ms(),
         hooks: Hooks {
@@ -173,7 +281,11 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
     };
     let listing = status::list::list(layout, &options)?;
     report_skipped(&listing.skipped_repairs);
-    let runs = listing.runs;
+    let mut runs = listing.runs;
+    if by_start {
+        runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
+        runs.truncate(args.limit.unwrap_or(usize::MAX));
+    }
     admission::release_finished(
         layout,
         runs.iter().filter_map(|r| r.status.session_id.as_deref()),
@@ -200,11 +312,60 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         } else {
             "Active async runs"
         };
+        use std::io::IsTerminal;
+        let terminal = std::io::stdout().is_terminal();
+        if !runs.is_empty() && (args.short || (terminal && !args.long)) {
+            let no_color = std::env::var("NO_COLOR").ok();
+            let color = crate::table::use_color(args.color, terminal, no_color.as_deref());
+            println!(
+                "{}",
+                crate::table::render(&runs, now_ms(), home().as_deref(), color)
+            );
+            print_unreadable(&listing.unreadable);
+            return Ok(());
+        }
         println!(
             "{}",
             status::format::format_run_list(&runs, heading, now_ms(), home().as_deref())
         );
         print_unreadable(&listing.unreadable);
+    }
+    Ok(())
+}
+
+/// `list --all --dismissed`: the runs `dismiss` hid, newest first.
+fn list_dismissed(layout: &Layout, args: &ListArgs) -> CliResult {
+    let hooks = Hooks {
+        fanout: None,
+        on_repaired: None,
+    };
+    let now = now_ms();
+    let mut runs: Vec<RunSummary> = status::list::run_names(layout)?
+        .iter()
+        .filter_map(|id| {
+            status::list::load(layout, id, false, now, &hooks)
+                .ok()
+                .flatten()
+        })
+        .filter(|r| r.status.display_dismissed_at.is_some())
+        .filter(|r| {
+            args.session
+                .as_deref()
+                .is_none_or(|s| r.status.session_id.as_deref() == Some(s))
+        })
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.status.sort_time()));
+    runs.truncate(args.limit.unwrap_or(usize::MAX));
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&runs).unwrap_or_default()
+        );
+    } else {
+        println!(
+            "{}",
+            status::format::format_run_list(&runs, "Dismissed runs", now, home().as_deref())
+        );
     }
     Ok(())
 }
@@ -227,7 +388,8 @@ fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
 pub fn stop(layout: &Layout, id: &str, reason: &str, json: bool) -> CliResult {
     let run = load(layout, id)?;
     let dir = run.async_dir.clone();
-    if run.status.state.is_active() {
+    let was_over = !run.status.state.is_active();
+    if !was_over {
         request_stop(&dir, reason)?;
         let runner_alive = run
             .status
@@ -250,6 +412,11 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, json: bool) -> CliResult {
         println!(
             "{}",
             serde_json::to_string_pretty(&final_run).unwrap_or_default()
+        );
+    } else if was_over {
+        println!(
+            "{} was already over ({}); nothing to stop",
+            final_run.id, final_run.status.state
         );
     } else {
         println!("{} {}", final_run.id, final_run.status.state);
@@ -357,137 +524,6 @@ fn force_stop(dir: &Path, reason: &str) -> CliResult {
     Ok(())
 }
 
-/// `subagents logs`.
-pub fn logs(layout: &Layout, id: &str, follow: bool, json: bool) -> CliResult {
-    let run = load(layout, id)?;
-    if json {
-        return logs_json(&run);
-    }
-    if follow {
-        let dir = &run.async_dir;
-        let sources: Vec<PathBuf> = ["external-0.stdout.log", "external-0.stderr.log"]
-            .iter()
-            .chain(&[files::RUNNER_STDERR])
-            .map(|n| dir.join(n))
-            .collect();
-        return follow_logs(layout, &run.id, &sources);
-    }
-    let mut shown = false;
-    for (label, path) in log_sources(&run) {
-        print_file(&path, label, &mut shown)?;
-    }
-    Ok(())
-}
-
-/// The files `logs` shows, labelled: a finished run's output file and
-/// COMMAND's stderr; otherwise COMMAND's stdout and stderr and the runner's
-/// stderr.
-fn log_sources(run: &RunSummary) -> Vec<(&'static str, PathBuf)> {
-    let dir = &run.async_dir;
-    let output = run
-        .status
-        .output_file
-        .as_ref()
-        .map(|o| rebased_output(dir, o));
-    let terminal = !run.status.state.is_active();
-    match output.filter(|o| terminal && o.exists()) {
-        Some(output) => vec![
-            ("output", output),
-            ("stderr", dir.join("external-0.stderr.log")),
-        ],
-        None => vec![
-            ("stdout", dir.join("external-0.stdout.log")),
-            ("stderr", dir.join("external-0.stderr.log")),
-            ("runner stderr", dir.join(files::RUNNER_STDERR)),
-        ],
-    }
-}
-
-/// The output file of a run whose root was moved or copied: the status still
-/// records the old absolute path inside the old run directory; the file now
-/// lives in `dir`. Other absolute paths stay as recorded.
-fn rebased_output(dir: &Path, recorded: &str) -> PathBuf {
-    let path = dir.join(recorded);
-    if path.starts_with(dir) {
-        return path;
-    }
-    let same_run = path.parent().and_then(Path::file_name) == dir.file_name();
-    match path.file_name().map(|name| dir.join(name)) {
-        Some(moved) if same_run && moved.exists() => moved,
-        _ => path,
-    }
-}
-
-/// `logs --json`: the same files as the text form, each with its content.
-fn logs_json(run: &RunSummary) -> CliResult {
-    let logs: Vec<Value> = log_sources(run)
-        .into_iter()
-        .filter_map(|(name, path)| {
-            // A FIFO or symlink in place of a log is skipped, never waited on.
-            let mut file = atomic_file::read::open_regular(&path).ok()?;
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut file, &mut bytes).ok()?;
-            if bytes.is_empty() {
-                return None;
-            }
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            Some(json!({"name": name, "path": path.display().to_string(), "text": text}))
-        })
-        .collect();
-    let out = json!({"runId": run.id, "state": run.status.state.as_str(), "logs": logs});
-    println!("{out}");
-    Ok(())
-}
-
-fn print_file(path: &Path, label: &str, shown: &mut bool) -> CliResult<bool> {
-    // A FIFO or symlink in place of a log is skipped, never waited on.
-    let Ok(mut file) = atomic_file::read::open_regular(path) else {
-        return Ok(false);
-    };
-    if file.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
-        return Ok(false);
-    }
-    if *shown || label != "output" {
-        eprintln!("==> {label} ({}) <==", atomic_file::escape_path(path));
-    }
-    *shown = true;
-    std::io::copy(&mut file, &mut std::io::stdout())
-        .map_err(|e| CliError::failed(format!("failed to write logs: {e}")))?;
-    Ok(true)
-}
-
-fn follow_logs(layout: &Layout, id: &str, sources: &[PathBuf]) -> CliResult {
-    let dir = layout.run_dir(id);
-    let (_watcher, events) = watch_dirs(std::slice::from_ref(&dir));
-    let mut offsets = vec![0u64; sources.len()];
-    loop {
-        let over = status::model::read_status(&dir)?.is_none_or(|s| !s.state.is_active());
-        for (path, offset) in sources.iter().zip(offsets.iter_mut()) {
-            *offset += copy_new_bytes(path, *offset)?;
-        }
-        if over {
-            return Ok(());
-        }
-        let _ = events.recv_timeout(Duration::from_millis(500));
-    }
-}
-
-fn copy_new_bytes(path: &Path, offset: u64) -> CliResult<u64> {
-    let Ok(mut file) = atomic_file::read::open_regular(path) else {
-        return Ok(0);
-    };
-    file.seek(SeekFrom::Start(offset))
-        .map_err(|e| CliError::failed(format!("failed to read '{}': {e}", path.display())))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| CliError::failed(format!("failed to read '{}': {e}", path.display())))?;
-    let mut out = std::io::stdout();
-    out.write_all(&bytes)
-        .and_then(|()| out.flush())
-        .map_err(|e| CliError::failed(format!("failed to write logs: {e}")))?;
-    Ok(bytes.len() as u64)
-}
-
 /// `subagents reconcile`.
 pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     let mut repaired = Vec::new();
@@ -568,13 +604,27 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
     Ok(())
 }
 
-/// `subagents dismiss`: display-only; processes and the marker stay (a run
-/// whose monitor is gone is observed first, which may finalize it).
-pub fn dismiss(layout: &Layout, id: &str, json: bool) -> CliResult {
+/// `subagents dismiss`: display-only; processes and the marker stay. An
+/// active run is refused unless `force`: it would vanish from `list` while
+/// still running.
+pub fn dismiss(layout: &Layout, id: &str, force: bool, json: bool) -> CliResult {
     let id = resolve(layout, id)?;
     observe(layout, &id);
     let dir = layout.run_dir(&id);
     let now = now_ms();
+    if !force
+        && let Some(current) = status::model::read_status(&dir)?
+        && current.state.is_active()
+    {
+        let mut error = CliError::new(
+            Exit::Failed,
+            format!("run '{id}' is still {}; not dismissed", current.state),
+        );
+        error.hint = Some(format!(
+            "stop it first (`subagents stop {id}`), or hide it anyway with --force (`subagents list --all --dismissed` shows it)"
+        ));
+        return Err(error);
+    }
     let dismissed = update_status(&dir, |s| {
         let mut s = s?;
         s.display_dismissed_at = Some(now);
@@ -610,9 +660,17 @@ pub fn capacity(
             observed.insert(run_id, why);
         }
     }
-    let snapshot = pools
-        .reconcile(&session, limit, &none)
-        .map_err(admission::capacity_error)?;
+    // A root we cannot write to (read-only, full) still shows its usage.
+    let snapshot = match pools.reconcile(&session, limit, &none) {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            report_skipped(&[format!(
+                "skipped freeing finished runs' slots: {}",
+                atomic_file::escape(&e.to_string())
+            )]);
+            held
+        }
+    };
     let mut slots = Vec::new();
     for slot in &snapshot.slots {
         let verdict = slot.run_id.as_deref().and_then(|run_id| {

@@ -322,8 +322,9 @@ fn resolve_cwd(cwd: Option<&Path>) -> CliResult<PathBuf> {
 fn run_timeout(text: Option<&str>) -> CliResult<Option<u64>> {
     let ms = match text {
         Some(text) => {
-            let d = parse_duration(text)
-                .map_err(|e| CliError::failed(format!("failed to parse --timeout: {e}")))?;
+            let d = parse_duration(text).map_err(|e| {
+                CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}"))
+            })?;
             d.as_millis() as u64
         }
         None => DEFAULT_TIMEOUT_MS,
@@ -341,6 +342,14 @@ fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
             .map(|s| non_blank(s.spec.task.clone()))
             .collect());
     }
+    if args.task_file.as_deref() == Some(Path::new("-"))
+        || (args.task.is_none() && args.task_file.is_none() && stdin_is_pipe())
+    {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| CliError::failed(format!("failed to read the task from stdin: {e}")))?;
+        return Ok(vec![non_blank(Some(text))]);
+    }
     if let Some(path) = &args.task_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
             CliError::failed(format!(
@@ -353,6 +362,14 @@ fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
     Ok(vec![non_blank(args.task.clone())])
 }
 
+/// `echo task | subagents run -- agent`: a pipe on stdin is the task. Not
+/// inside a run, where stdin may be a tool's pipe that never closes.
+fn stdin_is_pipe() -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    !crate::fanout::is_nested()
+        && std::fs::metadata("/proc/self/fd/0").is_ok_and(|m| m.file_type().is_fifo())
+}
+
 /// A task that is blank after trimming is no task: no task file, no
 /// `[prompt redacted]` marker, nothing on stdin (as the reference).
 fn non_blank(task: Option<String>) -> Option<String> {
@@ -363,9 +380,12 @@ fn non_blank(task: Option<String>) -> Option<String> {
 fn pick_id(layout: &Layout, explicit: Option<&str>) -> CliResult<String> {
     if let Some(id) = explicit {
         if !status::layout::is_safe_run_id(id) {
-            return Err(CliError::failed(format!(
-                "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
-            )));
+            return Err(CliError::new(
+                Exit::Usage,
+                format!(
+                    "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
+                ),
+            ));
         }
         if layout.run_dir(id).symlink_metadata().is_ok() {
             return Err(CliError::failed(format!(

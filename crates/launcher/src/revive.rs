@@ -104,7 +104,7 @@ pub fn resume(layout: &Layout, args: &ResumeArgs) -> CliResult {
             status.state
         )));
     }
-    let follow_up = follow_up(args).map_err(&refuse)?;
+    let follow_up = follow_up(args).map_err(|e| CliError::new(Exit::Usage, e))?;
     let recovery = load(layout, &source_dir).map_err(&refuse)?;
     let request =
         revival_request(layout, args, &source, &status, recovery, &follow_up).map_err(&refuse)?;

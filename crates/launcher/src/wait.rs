@@ -54,25 +54,21 @@ pub fn wait_command(
     let timeout = timeout
         .map(|t| {
             parse_duration(t)
-                .map_err(|e| CliError::failed(format!("failed to parse --timeout: {e}")))
+                .map_err(|e| CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}")))
         })
         .transpose()?;
-    let runs = wait_for_runs(layout, ids, timeout)?;
+    // Each run's line as soon as it is over, not when the last one is.
+    let mut print = |run: &RunSummary| {
+        if !json {
+            println!("{}", outcome_line(run));
+        }
+    };
+    let runs = wait_reporting(layout, ids, timeout, &mut print)?;
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&runs).unwrap_or_default()
         );
-    } else {
-        for run in &runs {
-            let error = run
-                .status
-                .error
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default();
-            println!("{} {}{error}", run.id, run.status.state);
-        }
     }
     if runs.iter().all(|r| r.status.state == RunState::Complete) {
         Ok(())
@@ -81,11 +77,59 @@ pub fn wait_command(
     }
 }
 
+/// `<id> <state>[: <reason>][ (step N exit C)]`: what happened, and for a
+/// failure why, and the failing step's exit code (or signal).
+pub fn outcome_line(run: &RunSummary) -> String {
+    let s = &run.status;
+    let mut line = format!("{} {}", run.id, s.state);
+    let failing = s
+        .steps()
+        .iter()
+        .enumerate()
+        .find(|(_, st)| st.error.is_some() || st.exit_code.is_some_and(|c| c != 0));
+    let reason = s
+        .error
+        .as_deref()
+        .or_else(|| failing.and_then(|(_, st)| st.error.as_deref()));
+    if let Some(reason) = reason.filter(|_| s.state != RunState::Complete) {
+        line.push_str(&format!(": {}", atomic_file::escape(reason)));
+    }
+    if let Some((i, step)) = failing.filter(|_| s.state != RunState::Complete) {
+        let signal = step
+            .external_process
+            .as_ref()
+            .and_then(|p| p.process_signal.clone());
+        let end = match (signal, step.exit_code) {
+            (Some(signal), _) => Some(format!("signal {signal}")),
+            (None, Some(code)) => Some(format!("exit {code}")),
+            _ => None,
+        };
+        if let Some(end) = end {
+            if s.steps().len() > 1 {
+                line.push_str(&format!(" (step {} {end})", i + 1));
+            } else {
+                line.push_str(&format!(" ({end})"));
+            }
+        }
+    }
+    line
+}
+
 /// Blocks until every run is terminal; exit 124 past `timeout`.
 pub fn wait_for_runs(
     layout: &Layout,
     ids: &[String],
     timeout: Option<Duration>,
+) -> CliResult<Vec<RunSummary>> {
+    wait_reporting(layout, ids, timeout, &mut |_| {})
+}
+
+/// [`wait_for_runs`], calling `report` once for each run as it settles.
+pub fn wait_reporting(
+    layout: &Layout,
+    ids: &[String],
+    timeout: Option<Duration>,
+    report: &mut dyn FnMut(&RunSummary),
 ) -> CliResult<Vec<RunSummary>> {
     let ids: Vec<String> = ids
         .iter()
@@ -96,8 +140,18 @@ pub fn wait_for_runs(
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let progress = std::io::stderr().is_terminal();
+    let mut reported = vec![false; ids.len()];
     loop {
         let runs = load_all(layout, &ids)?;
+        for (run, done) in runs.iter().zip(reported.iter_mut()) {
+            if !*done && is_settled(run) {
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                report(run);
+                *done = true;
+            }
+        }
         if runs.iter().all(is_settled) {
             if progress {
                 eprint!("\r\x1b[K");

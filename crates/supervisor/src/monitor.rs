@@ -116,6 +116,8 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
     let mut command = Command::new(std::env::current_exe()?);
     command
         .arg("__runner")
+        // Only for `ps`: the run this process belongs to.
+        .arg(&config.run_id)
         .current_dir(&config.run_dir)
         .stdin(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut command, 0);

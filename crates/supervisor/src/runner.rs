@@ -225,6 +225,8 @@ struct StepRun {
     interruption: Option<Interruption>,
     tree: Option<ProcessTree>,
     spawn_error: Option<String>,
+    /// The shell's code for a command that could not start: 127 not found, 126 not executable.
+    spawn_exit: i64,
     deadline: Option<Instant>,
     kill_at: Option<Instant>,
 }
@@ -476,6 +478,11 @@ impl<'a> Execution<'a> {
                     .unwrap_or_default();
                 self.steps[i].spawn_error =
                     Some(format!("failed to start command '{program}': {e}"));
+                self.steps[i].spawn_exit = match e.kind() {
+                    std::io::ErrorKind::NotFound => 127,
+                    std::io::ErrorKind::PermissionDenied => 126,
+                    _ => 1,
+                };
                 self.steps[i].closed_at = now;
                 self.write_step_end(i);
                 false
@@ -822,7 +829,7 @@ fn step_verdict(
     run: &StepRun,
 ) -> (&'static str, Option<String>, i64) {
     if let Some(error) = &run.spawn_error {
-        return ("failed", Some(error.clone()), 1);
+        return ("failed", Some(error.clone()), run.spawn_exit);
     }
     match (run.interruption, run.ended) {
         (Some(Interruption::Stopped), _) => {
@@ -864,6 +871,28 @@ fn step_verdict(
     }
 }
 
+/// The task as COMMAND's stdin, ending with a newline (an agent that reads a
+/// line would otherwise wait for one). A task without one is copied, with
+/// it, into an anonymous memory file: no second file on disk holds the task.
+fn task_stdin(path: &std::path::Path) -> std::io::Result<File> {
+    use std::io::{Seek, SeekFrom};
+    let mut text = std::fs::read(path)?;
+    if text.is_empty() || text.ends_with(b"\n") {
+        return File::open(path);
+    }
+    text.push(b'\n');
+    // SAFETY: a static NUL-terminated name; the fd is owned by the File below.
+    let fd = unsafe { libc::memfd_create(c"subagents-task".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    file.write_all(&text)?;
+    file.seek(SeekFrom::Start(0))?;
+    Ok(file)
+}
+
 fn spawn_command(
     config: &LaunchConfig,
     i: usize,
@@ -888,7 +917,7 @@ fn spawn_command(
             .open(log_path(config, i, stream))
     };
     let stdin = match &step.task_file {
-        Some(path) => Stdio::from(File::open(path)?),
+        Some(path) => Stdio::from(task_stdin(path)?),
         None => Stdio::null(),
     };
     // Created here, 0600, so a COMMAND writing to it cannot leave it world-readable.

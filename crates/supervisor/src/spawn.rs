@@ -71,6 +71,8 @@ fn monitor_command(config: &LaunchConfig, ready_write: &OwnedFd) -> std::io::Res
     let mut command = Command::new(exe);
     command
         .arg("__monitor")
+        // Only for `ps`: the run this process belongs to.
+        .arg(&config.run_id)
         .current_dir(&config.run_dir)
         .env(READY_FD_ENV, "3")
         .stdin(Stdio::piped())

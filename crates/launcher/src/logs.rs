@@ -1,0 +1,315 @@
+//! `subagents logs`: a run's output.
+//!
+//! A single run shows its output file once it is over (else COMMAND's
+//! stdout), with COMMAND's stderr on stderr. A composite run shows every
+//! step's stdout under `=== <agent> (step N) ===` (numbered as `status`
+//! numbers steps), each step's stderr on stderr under the same header.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use status::Layout;
+use status::layout::files;
+use status::list::RunSummary;
+
+use crate::commands::load;
+use crate::error::{CliError, CliResult, Exit};
+use crate::wait::watch_dirs;
+
+/// What `logs` was asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogsOptions {
+    /// Keep printing until the run is over.
+    pub follow: bool,
+    /// Print JSON.
+    pub json: bool,
+    /// Only this step (1-based, as `status` numbers them).
+    pub step: Option<usize>,
+    /// Only the last N lines of each file.
+    pub tail: Option<usize>,
+    /// Only stderr.
+    pub stderr_only: bool,
+}
+
+/// Where one file's bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// One file `logs` shows.
+#[derive(Debug, Clone)]
+struct Source {
+    name: String,
+    path: PathBuf,
+    stream: Stream,
+    /// Printed once before the file's first bytes (composite runs).
+    header: Option<String>,
+}
+
+/// `subagents logs`.
+pub fn command(layout: &Layout, id: &str, options: LogsOptions) -> CliResult {
+    let run = load(layout, id)?;
+    let steps = run.status.steps().len();
+    if let Some(n) = options.step
+        && (n == 0 || n > steps.max(1))
+    {
+        return Err(CliError::new(
+            Exit::Usage,
+            format!("run '{}' has no step {n} (it has {})", run.id, steps.max(1)),
+        ));
+    }
+    if options.json {
+        return logs_json(&run, options);
+    }
+    if options.follow {
+        return follow(layout, &run.id, options);
+    }
+    let mut shown = false;
+    for source in sources(&run, options) {
+        shown |= print_source(&source, options.tail)?;
+    }
+    if !shown && !run.status.state.is_active() {
+        explain_silence(&run);
+    }
+    Ok(())
+}
+
+/// A run that ended without a byte of output says why (e.g. it never started).
+fn explain_silence(run: &RunSummary) {
+    let line = crate::wait::outcome_line(run);
+    if run.status.error.is_some() || run.status.state != status::RunState::Complete {
+        eprintln!("subagents: no output; {line}");
+    }
+}
+
+fn is_composite(run: &RunSummary) -> bool {
+    run.status.steps().len() > 1
+}
+
+fn sources(run: &RunSummary, options: LogsOptions) -> Vec<Source> {
+    let mut all = if is_composite(run) {
+        step_sources(run, options.step)
+    } else {
+        single_sources(run)
+    };
+    if options.stderr_only {
+        all.retain(|s| s.stream == Stream::Err);
+    }
+    all
+}
+
+fn step_sources(run: &RunSummary, only: Option<usize>) -> Vec<Source> {
+    let dir = &run.async_dir;
+    let mut out = Vec::new();
+    for (i, step) in run.status.steps().iter().enumerate() {
+        if only.is_some_and(|n| n != i + 1) {
+            continue;
+        }
+        let header = format!("=== {} (step {}) ===", step.agent, i + 1);
+        for (stream, kind) in [("stdout", Stream::Out), ("stderr", Stream::Err)] {
+            out.push(Source {
+                name: format!("step {} {stream}", i + 1),
+                path: dir.join(format!("external-{i}.{stream}.log")),
+                stream: kind,
+                header: Some(header.clone()),
+            });
+        }
+    }
+    out
+}
+
+/// A finished run's output file and COMMAND's stderr; otherwise COMMAND's
+/// stdout and stderr and the runner's stderr.
+fn single_sources(run: &RunSummary) -> Vec<Source> {
+    let dir = &run.async_dir;
+    let output = run
+        .status
+        .output_file
+        .as_ref()
+        .map(|o| rebased_output(dir, o));
+    let terminal = !run.status.state.is_active();
+    let source = |name: &str, path: PathBuf, stream| Source {
+        name: name.to_owned(),
+        path,
+        stream,
+        header: None,
+    };
+    let stderr = source("stderr", dir.join("external-0.stderr.log"), Stream::Err);
+    match output.filter(|o| terminal && o.exists()) {
+        Some(output) => vec![source("output", output, Stream::Out), stderr],
+        None => vec![
+            source("stdout", dir.join("external-0.stdout.log"), Stream::Out),
+            stderr,
+            source("runner stderr", dir.join(files::RUNNER_STDERR), Stream::Err),
+        ],
+    }
+}
+
+/// The output file of a run whose root was moved or copied: the status still
+/// records the old absolute path inside the old run directory; the file now
+/// lives in `dir`. Other absolute paths stay as recorded.
+fn rebased_output(dir: &Path, recorded: &str) -> PathBuf {
+    let path = dir.join(recorded);
+    if path.starts_with(dir) {
+        return path;
+    }
+    let same_run = path.parent().and_then(Path::file_name) == dir.file_name();
+    match path.file_name().map(|name| dir.join(name)) {
+        Some(moved) if same_run && moved.exists() => moved,
+        _ => path,
+    }
+}
+
+/// A FIFO or symlink in place of a log is skipped, never waited on.
+fn read_all(path: &Path) -> Option<Vec<u8>> {
+    let mut file = atomic_file::read::open_regular(path).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    (!bytes.is_empty()).then_some(bytes)
+}
+
+/// The last `n` lines of `bytes`.
+fn tail_of(bytes: &[u8], n: usize) -> &[u8] {
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let mut newlines = body.iter().enumerate().rev().filter(|(_, b)| **b == b'\n');
+    match n.checked_sub(1).and_then(|k| newlines.nth(k)) {
+        Some((at, _)) => &bytes[at + 1..],
+        None if n == 0 => &[],
+        None => bytes,
+    }
+}
+
+fn print_source(source: &Source, tail: Option<usize>) -> CliResult<bool> {
+    let Some(bytes) = read_all(&source.path) else {
+        return Ok(false);
+    };
+    let bytes = tail.map_or(&bytes[..], |n| tail_of(&bytes, n));
+    write_chunk(source, bytes, true)?;
+    Ok(true)
+}
+
+/// Writes `bytes` to the source's stream; `announce` first prints its header
+/// (a composite step's, or `==> name (path) <==` for a single run's stderr).
+fn write_chunk(source: &Source, bytes: &[u8], announce: bool) -> CliResult {
+    let failed = |e: std::io::Error| CliError::failed(format!("failed to write logs: {e}"));
+    let header = announce.then_some(source.header.as_deref()).flatten();
+    match source.stream {
+        Stream::Out => {
+            let mut out = std::io::stdout().lock();
+            if let Some(h) = header {
+                writeln!(out, "{h}").map_err(failed)?;
+            }
+            out.write_all(bytes)
+                .and_then(|()| out.flush())
+                .map_err(failed)
+        }
+        Stream::Err => {
+            let mut err = std::io::stderr().lock();
+            match (header, announce && source.header.is_none()) {
+                (Some(h), _) => writeln!(err, "{h} stderr").map_err(failed)?,
+                (None, true) => writeln!(
+                    err,
+                    "==> {} ({}) <==",
+                    source.name,
+                    atomic_file::escape_path(&source.path)
+                )
+                .map_err(failed)?,
+                _ => {}
+            }
+            err.write_all(bytes)
+                .and_then(|()| err.flush())
+                .map_err(failed)
+        }
+    }
+}
+
+/// `logs --json`: the same files as the text form, each with its content.
+fn logs_json(run: &RunSummary, options: LogsOptions) -> CliResult {
+    let logs: Vec<Value> = sources(run, options)
+        .into_iter()
+        .filter_map(|source| {
+            let bytes = read_all(&source.path)?;
+            let bytes = options.tail.map_or(&bytes[..], |n| tail_of(&bytes, n));
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            Some(json!({"name": source.name, "path": source.path.display().to_string(), "text": text}))
+        })
+        .collect();
+    let out = json!({"runId": run.id, "state": run.status.state.as_str(), "logs": logs});
+    println!("{out}");
+    Ok(())
+}
+
+/// Prints new bytes of every source as they come, taking in the steps of a
+/// composite run as they start, until the run is over.
+fn follow(layout: &Layout, id: &str, options: LogsOptions) -> CliResult {
+    let dir = layout.run_dir(id);
+    let (_watcher, events) = watch_dirs(std::slice::from_ref(&dir));
+    let mut offsets: std::collections::HashMap<PathBuf, u64> = Default::default();
+    let mut last: Option<String> = None;
+    loop {
+        let run = load(layout, id)?;
+        let over = !run.status.state.is_active();
+        let mut follow_sources = sources(&run, options);
+        if !is_composite(&run) {
+            // While running, a single run's output is its stdout log.
+            follow_sources.retain(|s| s.name != "output");
+            if !follow_sources.iter().any(|s| s.name == "stdout") && !options.stderr_only {
+                follow_sources.insert(
+                    0,
+                    Source {
+                        name: "stdout".into(),
+                        path: dir.join("external-0.stdout.log"),
+                        stream: Stream::Out,
+                        header: None,
+                    },
+                );
+            }
+        }
+        for source in &follow_sources {
+            let offset = offsets.entry(source.path.clone()).or_insert(0);
+            let bytes = new_bytes(&source.path, *offset)?;
+            if bytes.is_empty() {
+                continue;
+            }
+            *offset += bytes.len() as u64;
+            let key = source.header.clone().unwrap_or_else(|| source.name.clone());
+            let switched = last.as_ref() != Some(&key);
+            write_chunk(source, &bytes, switched)?;
+            last = Some(key);
+        }
+        if over {
+            return Ok(());
+        }
+        let _ = events.recv_timeout(Duration::from_millis(500));
+    }
+}
+
+fn new_bytes(path: &Path, offset: u64) -> CliResult<Vec<u8>> {
+    let Ok(mut file) = atomic_file::read::open_regular(path) else {
+        return Ok(Vec::new());
+    };
+    let failed =
+        |e: std::io::Error| CliError::failed(format!("failed to read '{}': {e}", path.display()));
+    file.seek(SeekFrom::Start(offset)).map_err(failed)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(failed)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_of;
+
+    #[test]
+    fn tail_keeps_the_last_lines_with_or_without_a_final_newline() {
+        assert_eq!(tail_of(b"a\nb\nc\n", 2), b"b\nc\n");
+        assert_eq!(tail_of(b"a\nb\nc", 2), b"b\nc");
+        assert_eq!(tail_of(b"a\nb\n", 5), b"a\nb\n");
+        assert_eq!(tail_of(b"a\nb\n", 0), b"");
+        assert_eq!(tail_of(b"a\nb\n", 1), b"b\n");
+    }
+}

@@ -1,0 +1,348 @@
+//! `subagents prune`: deletes finished runs older than a cutoff, with what
+//! only they still use (their capacity slots, session leases, fan-out
+//! budgets and active-index markers).
+//!
+//! A run is deleted only when it is terminal, its process-terminal proof is
+//! `observed`, and neither its runner nor its monitor is alive; every other
+//! old run is kept and the reason printed. Each run is judged and deleted
+//! under its status lock, and `status.json` goes first, so no command ever
+//! sees half a run. A budget is deleted only when its root run is pruned and
+//! no remaining run refers to it, under the budget's admission lock.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use process_identity::Liveness;
+use serde_json::{Value, json};
+use status::layout::files;
+use status::model::RunStatus;
+use status::proof::{Fallback, ProofState};
+use status::{Layout, now_ms};
+
+use crate::error::{CliError, CliResult, Exit};
+
+/// The default `--older-than`.
+pub const DEFAULT_AGE: &str = "7d";
+
+/// What prune decided for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// Too recent (or still being created): not mentioned.
+    Young,
+    /// Old but kept, and why.
+    Keep(String),
+    /// Old, over and proven.
+    Prune,
+}
+
+/// A run that is (or would be) deleted.
+#[derive(Debug, Clone)]
+struct Pruned {
+    id: String,
+    state: String,
+    ended_at: u64,
+    slots: usize,
+    budget: Option<String>,
+}
+
+/// `--older-than`: a duration (`ms`, `s`, `m`, `h`) or whole days (`7d`).
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    match text.trim().strip_suffix('d') {
+        Some(days) => days
+            .parse::<u64>()
+            .map(|d| Duration::from_secs(d * 86_400))
+            .map_err(|_| format!("invalid duration '{text}'")),
+        None => crate::root::parse_duration(text),
+    }
+}
+
+/// `subagents prune [--older-than D] [--dry-run] [--json]`.
+pub fn command(layout: &Layout, older_than: Option<&str>, dry_run: bool, json: bool) -> CliResult {
+    let age = parse_age(older_than.unwrap_or(DEFAULT_AGE))
+        .map_err(|e| CliError::new(Exit::Usage, format!("failed to parse --older-than: {e}")))?;
+    let now = now_ms();
+    let cutoff = now.saturating_sub(age.as_millis() as u64);
+    let mut pruned = Vec::new();
+    let mut kept = Vec::new();
+    let mut references: BTreeMap<String, String> = BTreeMap::new();
+    for id in status::list::run_names(layout)? {
+        let Some(dir) = status::list::exact_run_dir(layout, &id) else {
+            continue;
+        };
+        match prune_run(layout, &dir, &id, cutoff, dry_run) {
+            Ok(Some(run)) => pruned.push(run),
+            Ok(None) => {
+                if let Some(budget) = budget_of(&dir) {
+                    references.insert(budget, id.clone());
+                }
+            }
+            Err(reason) => {
+                if let Some(budget) = budget_of(&dir) {
+                    references.insert(budget, id.clone());
+                }
+                kept.push(json!({"runId": id, "reason": reason}));
+            }
+        }
+    }
+    let pruned_ids: HashSet<&str> = pruned.iter().map(|p| p.id.as_str()).collect();
+    if !dry_run {
+        release_markers(layout, &pruned_ids);
+    }
+    let slots = pruned.iter().map(|p| p.slots).sum();
+    let leases = prune_leases(layout, &pruned_ids, dry_run);
+    let budgets = prune_budgets(layout, &pruned, &references, dry_run);
+    report(&pruned, &kept, &budgets, &leases, slots, dry_run, json, age);
+    Ok(())
+}
+
+/// Judges one run and, unless `dry_run`, deletes it. `Ok(None)`: left
+/// alone silently; `Err(reason)`: old but kept.
+fn prune_run(
+    layout: &Layout,
+    dir: &Path,
+    id: &str,
+    cutoff: u64,
+    dry_run: bool,
+) -> Result<Option<Pruned>, String> {
+    // A directory without status.json is a run being created: never touched.
+    match status::model::read_status(dir) {
+        Ok(None) => return Ok(None),
+        Ok(Some(_)) => {}
+        Err(e) => return Err(format!("its status is unreadable: {e}")),
+    }
+    let _lock =
+        status::model::lock_status(dir).map_err(|e| format!("failed to lock its status: {e}"))?;
+    let status = match status::model::read_status(dir) {
+        Ok(Some(status)) => status,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("its status is unreadable: {e}")),
+    };
+    match judge(dir, &status, cutoff) {
+        Verdict::Young => return Ok(None),
+        Verdict::Keep(reason) => return Err(reason),
+        Verdict::Prune => {}
+    }
+    let slots = release_slots(layout, id, status.session_id.as_deref(), dry_run);
+    let budget = budget_of(dir);
+    if !dry_run {
+        delete_run_dir(dir).map_err(|e| format!("failed to delete it: {e}"))?;
+    }
+    Ok(Some(Pruned {
+        id: id.to_owned(),
+        state: status.state.as_str().to_owned(),
+        ended_at: ended_at(&status),
+        slots,
+        budget,
+    }))
+}
+
+fn ended_at(status: &RunStatus) -> u64 {
+    status
+        .ended_at
+        .or(status.last_update)
+        .or(status.started_at)
+        .unwrap_or(0)
+}
+
+fn judge(dir: &Path, status: &RunStatus, cutoff: u64) -> Verdict {
+    if ended_at(status) > cutoff {
+        return Verdict::Young;
+    }
+    if status.state.is_active() {
+        return Verdict::Keep(format!("it is still {}", status.state));
+    }
+    let alive = |p: &Option<process_identity::ProcessIdentity>| {
+        p.as_ref().is_some_and(|p| p.liveness() == Liveness::Alive)
+    };
+    if alive(&status.runner_identity) || alive(&status.monitor_identity) {
+        return Verdict::Keep("its runner or monitor is still alive".into());
+    }
+    let fallback = Fallback {
+        run_id: Some(status.run_id.clone()),
+        runner_process_instance_id: status.runner_process_instance_id.clone(),
+    };
+    let label = format!("{}/{}", dir.display(), files::STATUS);
+    let proof = status::proof::read_proof(dir, &fallback)
+        .or_else(|| status::proof::sanitize(status.process_terminal.as_ref(), &fallback, &label));
+    match proof.map(|p| p.state) {
+        Some(ProofState::Observed) => Verdict::Prune,
+        Some(state) => Verdict::Keep(format!(
+            "its process-terminal proof is {}, not observed",
+            state.as_str()
+        )),
+        None => Verdict::Keep("it has no process-terminal proof".into()),
+    }
+}
+
+/// status.json first: from then on every command treats the directory as absent.
+fn delete_run_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(dir.join(files::STATUS)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::remove_dir_all(dir)
+}
+
+fn release_markers(layout: &Layout, pruned: &HashSet<&str>) {
+    for id in pruned {
+        // The marker lives outside the run directory, keyed by its name.
+        let _ = status::index::release_marker(&layout.run_dir(id));
+    }
+}
+
+/// The budget directory name a run refers to.
+fn budget_of(dir: &Path) -> Option<String> {
+    let text = atomic_file::read::read_to_string(&dir.join(fanout_budget::PERSISTED_FILE)).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    budget_of_value(Some(&value))
+}
+
+fn budget_of_value(value: Option<&Value>) -> Option<String> {
+    let directory = value?.get("directory")?.as_str()?;
+    Path::new(directory)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+}
+
+/// Frees the capacity slots the run still holds, while its directory still
+/// shows the verdict: the session's pool is reconciled under its own lock
+/// and only releasable slots go. Returns how many of the run's slots went
+/// (or would go).
+fn release_slots(layout: &Layout, id: &str, session: Option<&str>, dry_run: bool) -> usize {
+    let Some(session) = session else { return 0 };
+    let pools = crate::admission::pools(layout);
+    let held = |snapshot: &capacity::Snapshot| {
+        snapshot
+            .slots
+            .iter()
+            .filter(|s| s.run_id.as_deref() == Some(id))
+            .count()
+    };
+    let Ok(before) = pools.count(session, None) else {
+        return 0;
+    };
+    if dry_run {
+        return held(&before);
+    }
+    match pools.reconcile(session, None, &HashSet::new()) {
+        Ok(after) => held(&before).saturating_sub(held(&after)),
+        Err(_) => 0,
+    }
+}
+
+/// Deletes the session leases held for a pruned run (a revival's lease).
+fn prune_leases(layout: &Layout, pruned: &HashSet<&str>, dry_run: bool) -> Vec<String> {
+    let root = layout.session_leases_dir();
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let owner = dir.join(recovery::lease::OWNER_FILE);
+        let run = atomic_file::read::read_to_string(&owner)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v.get("runId").and_then(Value::as_str).map(str::to_owned));
+        let Some(run) = run.filter(|r| pruned.contains(r.as_str())) else {
+            continue;
+        };
+        if dry_run || std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(format!(
+                "{} (run {run})",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    removed
+}
+
+/// Deletes each budget whose root run was pruned and that no remaining run
+/// refers to, holding its admission lock so no claim is half-written.
+fn prune_budgets(
+    layout: &Layout,
+    pruned: &[Pruned],
+    references: &BTreeMap<String, String>,
+    dry_run: bool,
+) -> Vec<String> {
+    let root = layout.fanout_budgets_dir();
+    let ids: HashSet<&str> = pruned.iter().map(|p| p.id.as_str()).collect();
+    let candidates: BTreeSet<&str> = pruned.iter().filter_map(|p| p.budget.as_deref()).collect();
+    let mut removed = Vec::new();
+    for name in candidates {
+        if references.contains_key(name) || name.starts_with('.') || name.contains('/') {
+            continue;
+        }
+        let dir: PathBuf = root.join(name);
+        let Ok(manifest) = fanout_budget::read_manifest(&dir) else {
+            continue;
+        };
+        if !ids.contains(manifest.root_run_id.as_str()) {
+            continue;
+        }
+        if dry_run || remove_budget(&dir).is_ok() {
+            removed.push(name.to_owned());
+        }
+    }
+    removed
+}
+
+fn remove_budget(dir: &Path) -> std::io::Result<()> {
+    let lock = std::fs::File::open(dir.join(fanout_budget::LOCK_FILE))?;
+    nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| std::io::Error::from(e))
+        .and_then(|_held| std::fs::remove_dir_all(dir))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    pruned: &[Pruned],
+    kept: &[Value],
+    budgets: &[String],
+    leases: &[String],
+    slots: usize,
+    dry_run: bool,
+    json: bool,
+    age: Duration,
+) {
+    if json {
+        let runs: Vec<Value> = pruned
+            .iter()
+            .map(|p| json!({"runId": p.id, "state": p.state, "endedAt": p.ended_at}))
+            .collect();
+        let out = json!({
+            "dryRun": dry_run,
+            "olderThanMs": age.as_millis() as u64,
+            "pruned": runs,
+            "kept": kept,
+            "budgets": budgets,
+            "leases": leases,
+            "capacitySlots": slots,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return;
+    }
+    let verb = if dry_run { "would prune" } else { "pruned" };
+    let now = now_ms();
+    for p in pruned {
+        let ago = status::format::format_duration(now.saturating_sub(p.ended_at));
+        println!("{verb} {} ({}, ended {ago} ago)", p.id, p.state);
+    }
+    for k in kept {
+        println!(
+            "kept {}: {}",
+            k["runId"].as_str().unwrap_or(""),
+            k["reason"].as_str().unwrap_or("")
+        );
+    }
+    let head = if dry_run { "Would prune" } else { "Pruned" };
+    println!(
+        "{head} {} run(s), {} budget(s), {} lease(s), {} capacity slot(s); kept {} old run(s).",
+        pruned.len(),
+        budgets.len(),
+        leases.len(),
+        slots,
+        kept.len()
+    );
+}

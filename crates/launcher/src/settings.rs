@@ -1,0 +1,191 @@
+//! The user's defaults: `$XDG_CONFIG_HOME/subagents/config.toml` (else
+//! `~/.config/subagents/config.toml`).
+//!
+//! Each key stands in for an environment variable that is not set, so the
+//! order is always flag, then environment, then this file, then the
+//! built-in default. The file is a flat list of `key = value` lines (TOML's
+//! simple subset: strings in double quotes, integers, `#` comments).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::error::{CliError, CliResult};
+
+/// The keys, the variable each one stands in for, and whether it is a number.
+pub const KEYS: [(&str, &str, bool); 4] = [
+    ("root", "SUBAGENTS_ROOT", false),
+    ("session", "SUBAGENTS_SESSION_ID", false),
+    ("max_active", "SUBAGENTS_MAX_ACTIVE", true),
+    ("fanout_limit", fanout_budget::LIMIT_ENV, true),
+];
+
+/// Where the file is looked for.
+pub fn path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| crate::root::home().map(|h| h.join(".config")))?;
+    Some(base.join("subagents").join("config.toml"))
+}
+
+/// Parses the file's text: `(key, value)` pairs; errors name the line.
+pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
+    let mut out = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fail = |why: String| format!("line {}: {why}", n + 1);
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| fail("expected `key = value`".into()))?;
+        let key = key.trim();
+        let &(name, _, number) = KEYS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
+            fail(format!(
+                "unknown key '{key}' (known: root, session, max_active, fanout_limit)"
+            ))
+        })?;
+        let value = strip_comment(value.trim());
+        let value = if number {
+            value
+                .parse::<u64>()
+                .map_err(|_| fail(format!("{key} must be a whole number, not '{value}'")))?
+                .to_string()
+        } else {
+            value
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .filter(|v| !v.contains('"') && !v.contains('\\'))
+                .ok_or_else(|| fail(format!("{key} must be a plain \"quoted string\"")))?
+                .to_owned()
+        };
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+fn strip_comment(value: &str) -> &str {
+    if let Some(rest) = value.strip_prefix('"') {
+        // A `#` inside the quotes belongs to the string.
+        match rest.find('"') {
+            Some(end) => value[..end + 2].trim(),
+            None => value,
+        }
+    } else {
+        value.split('#').next().unwrap_or("").trim()
+    }
+}
+
+fn read(path: &Path) -> CliResult<Vec<(&'static str, String)>> {
+    let text = match atomic_file::read::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.is_not_found() => return Ok(Vec::new()),
+        Err(e) => return Err(CliError::failed(format!("failed to read config: {e}"))),
+    };
+    parse(&text).map_err(|e| {
+        CliError::failed(format!(
+            "failed to read config '{}': {e}",
+            atomic_file::escape_path(path)
+        ))
+    })
+}
+
+/// Sets each configured variable that the environment does not already set.
+/// Call before parsing the command line (clap reads these variables).
+pub fn apply() -> CliResult {
+    let Some(path) = path() else { return Ok(()) };
+    for (key, value) in read(&path)? {
+        let var = variable(key);
+        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+            // SAFETY: called at start-up, before this process starts any thread.
+            unsafe { std::env::set_var(var, value) };
+        }
+    }
+    Ok(())
+}
+
+fn variable(key: &str) -> &'static str {
+    KEYS.iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, v, _)| *v)
+        .unwrap_or("")
+}
+
+/// `subagents config`: the file, and each key's value and where it comes from.
+pub fn command(json: bool) -> CliResult {
+    let path = path();
+    let file = match &path {
+        Some(p) => read(p)?,
+        None => Vec::new(),
+    };
+    let mut keys = Vec::new();
+    for (key, var, _) in KEYS {
+        let from_file = file.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v);
+        // `apply` already copied the file's values into unset variables.
+        let env = std::env::var(var).ok().filter(|v| !v.is_empty());
+        let (value, source) = match (env, from_file) {
+            (Some(v), Some(f)) if &v == f => (Some(v), "config"),
+            (Some(v), _) => (Some(v), "environment"),
+            (None, _) => (None, "default"),
+        };
+        keys.push(json!({"key": key, "variable": var, "value": value, "source": source}));
+    }
+    let shown = path.as_ref().map(|p| p.display().to_string());
+    if json {
+        let exists = path.as_ref().is_some_and(|p| p.exists());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"path": shown, "exists": exists, "keys": keys}))
+                .unwrap_or_default()
+        );
+        return Ok(());
+    }
+    let exists = path.as_ref().is_some_and(|p| p.exists());
+    println!(
+        "Config file: {} ({})",
+        shown.as_deref().unwrap_or("none (no $HOME)"),
+        if exists { "read" } else { "absent" }
+    );
+    for k in &keys {
+        println!(
+            "  {} = {} ({}, ${})",
+            k["key"].as_str().unwrap_or(""),
+            k["value"].as_str().unwrap_or("-"),
+            k["source"].as_str().unwrap_or(""),
+            k["variable"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn reads_keys_and_names_the_bad_line() {
+        let text =
+            "# defaults\nroot = \"/srv/state\" # here\nmax_active = 4\n\nsession = \"a#b\"\n";
+        assert_eq!(
+            parse(text).unwrap(),
+            [
+                ("root", "/srv/state".to_owned()),
+                ("max_active", "4".to_owned()),
+                ("session", "a#b".to_owned())
+            ]
+        );
+        assert_eq!(
+            parse("max_active = many").unwrap_err(),
+            "line 1: max_active must be a whole number, not 'many'"
+        );
+        assert!(
+            parse("\ncolour = 1")
+                .unwrap_err()
+                .starts_with("line 2: unknown key 'colour'")
+        );
+        assert!(parse("root = /x").unwrap_err().contains("quoted string"));
+        assert!(parse("just words").unwrap_err().contains("key = value"));
+    }
+}

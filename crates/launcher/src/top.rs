@@ -1,0 +1,689 @@
+//! `subagents top`: a live terminal view of the fleet.
+//!
+//! The screen is a pure function of [`App`] ([`render`]), so it is tested
+//! with ratatui's `TestBackend`. The loop redraws on file events (inotify on
+//! the state root, the active-run index and each active run's directory), on
+//! keys, and on a one-second tick that only advances the elapsed times.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Duration;
+
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use notify::{RecursiveMode, Watcher};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout as Split};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Text};
+use ratatui::widgets::{Block, List, ListItem, ListState, Paragraph};
+use status::format::{fanout_line, format_duration, shorten};
+use status::list::{Hooks, ListOptions, RunSummary};
+use status::{Layout, now_ms};
+
+use crate::error::{CliError, CliResult, Exit};
+
+/// How much of each log file the output pane reads (its end).
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// The runs of one session and its capacity pool.
+#[derive(Debug, Clone)]
+pub struct SessionGroup {
+    /// The session id (`(no session)` when the run recorded none).
+    pub session: String,
+    /// Occupied slots and the limit (0 = unlimited) of the session's pool.
+    pub capacity: Option<(usize, u32)>,
+    /// Its active runs, newest first.
+    pub runs: Vec<RunSummary>,
+}
+
+/// What the keys do at the moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// The fleet and the selected run's output.
+    Fleet,
+    /// Waiting for `y` to stop this run.
+    ConfirmStop(String),
+    /// The selected run's logs, full screen.
+    Logs,
+}
+
+/// Everything the screen shows.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The state root, as shown in the title.
+    pub root: String,
+    /// Sessions with active runs.
+    pub sessions: Vec<SessionGroup>,
+    /// The selected run's id.
+    pub selected: Option<String>,
+    /// The end of the selected run's output, one entry per line.
+    pub tail: Vec<String>,
+    /// Key mode.
+    pub mode: Mode,
+    /// The last thing that happened (a stop started or ended).
+    pub message: Option<String>,
+    /// The clock of this frame (ms).
+    pub now: u64,
+}
+
+impl App {
+    fn runs(&self) -> impl Iterator<Item = &RunSummary> {
+        self.sessions.iter().flat_map(|s| s.runs.iter())
+    }
+
+    fn selected_run(&self) -> Option<&RunSummary> {
+        let id = self.selected.as_deref()?;
+        self.runs().find(|r| r.id == id)
+    }
+
+    /// Keeps the selection on a run that still exists (else the first).
+    fn fix_selection(&mut self) {
+        if self.selected_run().is_none() {
+            let first = self.runs().next().map(|r| r.id.clone());
+            self.selected = first;
+        }
+    }
+
+    fn move_selection(&mut self, down: bool) {
+        let ids: Vec<&str> = self.runs().map(|r| r.id.as_str()).collect();
+        let at = ids
+            .iter()
+            .position(|id| Some(*id) == self.selected.as_deref());
+        let next = match (at, down) {
+            (None, _) => 0,
+            (Some(i), true) => (i + 1).min(ids.len().saturating_sub(1)),
+            (Some(i), false) => i.saturating_sub(1),
+        };
+        self.selected = ids.get(next).map(|id| (*id).to_owned());
+    }
+}
+
+/// Draws one frame.
+pub fn render(frame: &mut Frame<'_>, app: &App) {
+    let [title, body, footer] = Split::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    let count = app.runs().count();
+    let plural = if count == 1 { "" } else { "s" };
+    frame.render_widget(
+        Line::from(format!(
+            "subagents top · {count} active run{plural} · {}",
+            app.root
+        ))
+        .style(Style::new().add_modifier(Modifier::BOLD)),
+        title,
+    );
+    if app.mode == Mode::Logs {
+        render_output(frame, app, body, "Logs");
+    } else {
+        let [runs, output] =
+            Split::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(body);
+        render_runs(frame, app, runs);
+        render_output(frame, app, output, "Output");
+    }
+    frame.render_widget(Line::from(footer_text(app)), footer);
+}
+
+fn footer_text(app: &App) -> String {
+    let keys = match &app.mode {
+        Mode::ConfirmStop(id) => {
+            return format!("Stop run {id}? y to stop, any other key to keep it");
+        }
+        Mode::Logs => "esc back  q quit",
+        Mode::Fleet => "↑/↓ select  s stop  l logs  q quit",
+    };
+    match &app.message {
+        Some(message) => format!("{keys}  · {message}"),
+        None => keys.to_owned(),
+    }
+}
+
+fn render_runs(frame: &mut Frame<'_>, app: &App, area: ratatui::layout::Rect) {
+    let mut items = Vec::new();
+    let mut selected_item = None;
+    for group in &app.sessions {
+        items.push(
+            ListItem::new(Line::from(session_line(group)))
+                .style(Style::new().add_modifier(Modifier::DIM)),
+        );
+        for run in &group.runs {
+            if app.selected.as_deref() == Some(run.id.as_str()) {
+                selected_item = Some(items.len());
+            }
+            items.push(ListItem::new(Text::from(run_lines(run, app.now))));
+        }
+    }
+    if items.is_empty() {
+        items.push(ListItem::new("No active runs."));
+    }
+    let list = List::new(items)
+        .block(Block::bordered().title("Runs"))
+        .highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+        .highlight_symbol("> ");
+    let mut state = ListState::default().with_selected(selected_item);
+    frame.render_stateful_widget(list, area, &mut state);
+}
+
+fn session_line(group: &SessionGroup) -> String {
+    let capacity = match group.capacity {
+        Some((used, 0)) => format!("capacity {used} used, no limit"),
+        Some((used, limit)) => format!("capacity {used}/{limit} used"),
+        None => "capacity unavailable".to_owned(),
+    };
+    format!("Session {} · {capacity}", group.session)
+}
+
+/// The run line, one line per step, and the fan-out line.
+fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
+    let s = &run.status;
+    let steps = s.steps();
+    let done = steps
+        .iter()
+        .filter(|st| matches!(st.status.as_str(), "complete" | "completed"))
+        .count();
+    let elapsed = s
+        .started_at
+        .map(|start| format_duration(now.saturating_sub(start)))
+        .unwrap_or_else(|| "-".to_owned());
+    let cwd = s.cwd.as_deref().unwrap_or("");
+    let mut lines = vec![Line::from(format!(
+        "{}  {}  {}  {done}/{} done  {elapsed}  {}",
+        run.id,
+        s.state,
+        s.mode.as_deref().unwrap_or("single"),
+        steps.len(),
+        shorten(Path::new(cwd), crate::root::home().as_deref()),
+    ))];
+    if steps.len() > 1 {
+        for (i, step) in steps.iter().enumerate() {
+            lines.push(Line::from(format!(
+                "    {}. {}  {}  {}",
+                i + 1,
+                step.agent,
+                step.status,
+                step_time(step, now)
+            )));
+        }
+    }
+    if let Some(fanout) = fanout_line(s.run_fanout_budget.as_ref()) {
+        lines.push(Line::from(format!("    {fanout}")));
+    }
+    lines
+}
+
+fn step_time(step: &status::model::Step, now: u64) -> String {
+    match (step.duration_ms, step.started_at) {
+        (Some(ms), _) => format_duration(ms),
+        (None, Some(start)) if step.status == "running" => {
+            format_duration(now.saturating_sub(start))
+        }
+        _ => String::new(),
+    }
+}
+
+fn render_output(frame: &mut Frame<'_>, app: &App, area: ratatui::layout::Rect, what: &str) {
+    let title = match &app.selected {
+        Some(id) => format!("{what} of {id}"),
+        None => what.to_owned(),
+    };
+    let height = area.height.saturating_sub(2) as usize;
+    let start = app.tail.len().saturating_sub(height);
+    let text: Vec<Line<'_>> = app.tail[start..]
+        .iter()
+        .map(|l| Line::from(l.as_str()))
+        .collect();
+    frame.render_widget(
+        Paragraph::new(text).block(Block::bordered().title(title)),
+        area,
+    );
+}
+
+/// The end of every step's stdout and stderr under a header per step
+/// (numbered as `status` numbers them), at most `max` lines.
+pub fn tail_lines(run: &RunSummary, max: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let steps = run.status.steps();
+    for (i, step) in steps.iter().enumerate() {
+        for stream in ["stdout", "stderr"] {
+            let path = run.async_dir.join(format!("external-{i}.{stream}.log"));
+            let text = read_end(&path);
+            if text.trim().is_empty() {
+                continue;
+            }
+            let label = if stream == "stderr" { " (stderr)" } else { "" };
+            lines.push(format!("── step {} {}{label} ──", i + 1, step.agent));
+            lines.extend(text.lines().map(atomic_file::escape));
+        }
+    }
+    if lines.is_empty() {
+        lines.push(match &run.status.error {
+            Some(error) => format!("(no output) {error}"),
+            None => "(no output yet)".to_owned(),
+        });
+    }
+    let start = lines.len().saturating_sub(max);
+    lines.split_off(start)
+}
+
+fn read_end(path: &Path) -> String {
+    let Ok(mut file) = atomic_file::read::open_regular(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = len.saturating_sub(TAIL_BYTES);
+    if file.seek(SeekFrom::Start(from)).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = file.take(TAIL_BYTES).read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    if from > 0 {
+        // Drop the partial first line.
+        return text
+            .split_once('\n')
+            .map(|(_, r)| r.to_owned())
+            .unwrap_or_default();
+    }
+    text
+}
+
+/// Reads the active runs grouped by session, with each session's capacity.
+pub fn load_fleet(layout: &Layout) -> CliResult<Vec<SessionGroup>> {
+    let budgets = layout.fanout_budgets_dir();
+    let options = ListOptions {
+        all: false,
+        session: None,
+        limit: None,
+        reconcile: true,
+        now: now_ms(),
+        hooks: Hooks {
+            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
+            on_repaired: Some(&crate::procs::kill_step_groups),
+        },
+    };
+    let listing = status::list::list(layout, &options)?;
+    let limit = std::env::var("SUBAGENTS_MAX_ACTIVE")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let pools = crate::admission::pools(layout);
+    let mut groups: BTreeMap<String, Vec<RunSummary>> = BTreeMap::new();
+    for run in listing.runs {
+        let session = run
+            .status
+            .session_id
+            .clone()
+            .unwrap_or_else(|| "(no session)".to_owned());
+        groups.entry(session).or_default().push(run);
+    }
+    Ok(groups
+        .into_iter()
+        .map(|(session, runs)| {
+            let capacity = pools
+                .count(&session, limit)
+                .ok()
+                .map(|snap| (snap.used, snap.limit));
+            SessionGroup {
+                session,
+                capacity,
+                runs,
+            }
+        })
+        .collect())
+}
+
+enum Msg {
+    Input(Event),
+    Changed,
+    Tick,
+    Stopped(String),
+}
+
+/// Restores the terminal however `top` ends.
+struct TerminalGuard;
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        let _ = crossterm::terminal::disable_raw_mode();
+        let _ = crossterm::execute!(
+            std::io::stdout(),
+            crossterm::terminal::LeaveAlternateScreen,
+            crossterm::cursor::Show
+        );
+    }
+}
+
+/// `subagents top`.
+pub fn command(layout: &Layout, allow_shared_root: bool) -> CliResult {
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        return Err(CliError::new(
+            Exit::Usage,
+            "top needs a terminal (use `subagents list` in scripts)",
+        ));
+    }
+    let failed =
+        |e: std::io::Error| CliError::failed(format!("failed to set up the terminal: {e}"));
+    crossterm::terminal::enable_raw_mode().map_err(failed)?;
+    let _guard = TerminalGuard;
+    crossterm::execute!(
+        std::io::stdout(),
+        crossterm::terminal::EnterAlternateScreen,
+        crossterm::cursor::Hide
+    )
+    .map_err(failed)?;
+    let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
+    let mut terminal = ratatui::Terminal::new(backend).map_err(failed)?;
+    let (tx, rx) = channel();
+    spawn_input(tx.clone());
+    spawn_tick(tx.clone());
+    let watched = tx.clone();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Our own reads are events too; they must not wake us.
+        if !matches!(&event, Ok(e) if matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = watched.send(Msg::Changed);
+        }
+    })
+    .ok();
+    let mut app = App {
+        root: layout.root().display().to_string(),
+        sessions: Vec::new(),
+        selected: None,
+        tail: Vec::new(),
+        mode: Mode::Fleet,
+        message: None,
+        now: now_ms(),
+    };
+    let mut watching: Vec<PathBuf> = Vec::new();
+    let mut dirty = true;
+    loop {
+        if dirty {
+            app.sessions = load_fleet(layout)?;
+            app.fix_selection();
+            rewatch(&mut watcher, layout, &app, &mut watching);
+            dirty = false;
+        }
+        app.now = now_ms();
+        let rows = terminal.size().map(|s| s.height as usize).unwrap_or(40);
+        app.tail = app
+            .selected_run()
+            .map(|run| tail_lines(run, rows.max(10)))
+            .unwrap_or_default();
+        terminal
+            .draw(|frame| render(frame, &app))
+            .map_err(|e| CliError::failed(format!("failed to draw: {e}")))?;
+        let Ok(msg) = rx.recv() else {
+            return Ok(());
+        };
+        for msg in std::iter::once(msg).chain(drain(&rx)) {
+            match msg {
+                Msg::Changed => dirty = true,
+                Msg::Tick => {}
+                Msg::Stopped(line) => {
+                    app.message = Some(line);
+                    dirty = true;
+                }
+                Msg::Input(Event::Key(key)) if key.kind != KeyEventKind::Release => {
+                    if handle_key(&mut app, key, layout, allow_shared_root, &tx) {
+                        return Ok(());
+                    }
+                }
+                Msg::Input(_) => {}
+            }
+        }
+    }
+}
+
+fn drain(rx: &Receiver<Msg>) -> Vec<Msg> {
+    std::iter::from_fn(|| rx.try_recv().ok()).collect()
+}
+
+/// Applies one key; true to quit.
+fn handle_key(
+    app: &mut App,
+    key: KeyEvent,
+    layout: &Layout,
+    allow_shared_root: bool,
+    tx: &Sender<Msg>,
+) -> bool {
+    let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
+    if let Mode::ConfirmStop(id) = &app.mode {
+        if key.code == KeyCode::Char('y') {
+            app.message = Some(format!("stopping {id}…"));
+            spawn_stop(layout, id, allow_shared_root, tx.clone());
+        } else {
+            app.message = Some(format!("kept {id}"));
+        }
+        app.mode = Mode::Fleet;
+        return ctrl_c;
+    }
+    match key.code {
+        KeyCode::Char('q') => return true,
+        _ if ctrl_c => return true,
+        KeyCode::Esc if app.mode == Mode::Logs => app.mode = Mode::Fleet,
+        KeyCode::Char('l') | KeyCode::Enter if app.mode == Mode::Logs => app.mode = Mode::Fleet,
+        KeyCode::Char('l') | KeyCode::Enter if app.selected.is_some() => app.mode = Mode::Logs,
+        KeyCode::Up | KeyCode::Char('k') => app.move_selection(false),
+        KeyCode::Down | KeyCode::Char('j') => app.move_selection(true),
+        KeyCode::Char('s') => {
+            if let Some(id) = app.selected.clone() {
+                app.mode = Mode::ConfirmStop(id);
+            }
+        }
+        _ => {}
+    }
+    false
+}
+
+/// `subagents stop` as a child process, so the screen stays live meanwhile.
+fn spawn_stop(layout: &Layout, id: &str, allow_shared_root: bool, tx: Sender<Msg>) {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("subagents"));
+    let mut command = std::process::Command::new(exe);
+    command.arg("--root").arg(layout.root());
+    if allow_shared_root {
+        command.arg("--allow-shared-root");
+    }
+    command
+        .args(["stop", id])
+        .stdin(std::process::Stdio::null());
+    let id = id.to_owned();
+    std::thread::spawn(move || {
+        let line = match command.output() {
+            Ok(out) if out.status.success() => {
+                let text = String::from_utf8_lossy(&out.stdout);
+                text.lines().last().unwrap_or(&id).to_owned()
+            }
+            Ok(out) => format!(
+                "failed to stop {id}: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+            ),
+            Err(e) => format!("failed to stop {id}: {e}"),
+        };
+        let _ = tx.send(Msg::Stopped(line));
+    });
+}
+
+fn spawn_input(tx: Sender<Msg>) {
+    std::thread::spawn(move || {
+        while let Ok(event) = crossterm::event::read() {
+            if tx.send(Msg::Input(event)).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+fn spawn_tick(tx: Sender<Msg>) {
+    std::thread::spawn(move || {
+        while tx.send(Msg::Tick).is_ok() {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+}
+
+/// Watches the root, the runs directory, the active index and every active
+/// run's directory; directories of runs that ended are dropped.
+fn rewatch(
+    watcher: &mut Option<notify::RecommendedWatcher>,
+    layout: &Layout,
+    app: &App,
+    watching: &mut Vec<PathBuf>,
+) {
+    let Some(watcher) = watcher else { return };
+    let mut wanted = vec![
+        layout.root().to_path_buf(),
+        layout.runs_dir(),
+        layout.active_index_dir(),
+    ];
+    wanted.extend(app.runs().map(|r| r.async_dir.clone()));
+    for dir in watching.iter().filter(|d| !wanted.contains(d)) {
+        let _ = watcher.unwatch(dir);
+    }
+    watching.retain(|d| wanted.contains(d));
+    for dir in wanted {
+        // A directory that does not exist yet is retried on the next reload.
+        if !watching.contains(&dir) && watcher.watch(&dir, RecursiveMode::NonRecursive).is_ok() {
+            watching.push(dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    use serde_json::json;
+    use status::RunState;
+    use status::model::{RunStatus, Step};
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn step(agent: &str, state: &str, started: Option<u64>, duration: Option<u64>) -> Step {
+        Step {
+            agent: agent.into(),
+            status: state.into(),
+            started_at: started,
+            duration_ms: duration,
+            ..Step::default()
+        }
+    }
+
+    fn fleet() -> App {
+        let mut chain = RunStatus::new("20261130-chain", RunState::Running);
+        chain.mode = Some("chain".into());
+        chain.session_id = Some("review".into());
+        chain.started_at = Some(NOW - 75_000);
+        chain.cwd = Some("/srv/project".into());
+        chain.steps = Some(vec![
+            step("scout", "complete", Some(NOW - 75_000), Some(12_000)),
+            step("writer", "running", Some(NOW - 63_000), None),
+            step("checker", "pending", None, None),
+        ]);
+        chain.run_fanout_budget = Some(json!({"used": 3, "limit": 64, "remaining": 61}));
+        let mut single = RunStatus::new("20261130-single", RunState::Running);
+        single.mode = Some("single".into());
+        single.session_id = Some("review".into());
+        single.started_at = Some(NOW - 4_000);
+        single.cwd = Some("/srv/other".into());
+        single.steps = Some(vec![step("claude", "running", Some(NOW - 4_000), None)]);
+        let mut queued = RunStatus::new("20261130-queued", RunState::Queued);
+        queued.cwd = Some("/tmp".into());
+        let summary = |status: RunStatus| RunSummary {
+            id: status.run_id.clone(),
+            async_dir: PathBuf::from("/nonexistent").join(&status.run_id),
+            status,
+        };
+        App {
+            root: "/state".into(),
+            sessions: vec![
+                SessionGroup {
+                    session: "(no session)".into(),
+                    capacity: None,
+                    runs: vec![summary(queued)],
+                },
+                SessionGroup {
+                    session: "review".into(),
+                    capacity: Some((2, 4)),
+                    runs: vec![summary(chain), summary(single)],
+                },
+            ],
+            selected: Some("20261130-chain".into()),
+            tail: vec![
+                "── step 1 scout ──".into(),
+                "found three files".into(),
+                "── step 2 writer ──".into(),
+                "drafting section 2".into(),
+            ],
+            mode: Mode::Fleet,
+            message: None,
+            now: NOW,
+        }
+    }
+
+    fn draw(app: &App) -> Terminal<TestBackend> {
+        let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        terminal.draw(|f| render(f, app)).unwrap();
+        terminal
+    }
+
+    #[test]
+    fn renders_the_fleet() {
+        insta::assert_snapshot!(draw(&fleet()).backend());
+    }
+
+    #[test]
+    fn asks_before_stopping() {
+        let mut app = fleet();
+        app.mode = Mode::ConfirmStop("20261130-chain".into());
+        insta::assert_snapshot!(draw(&app).backend());
+    }
+
+    #[test]
+    fn shows_logs_full_screen() {
+        let mut app = fleet();
+        app.mode = Mode::Logs;
+        insta::assert_snapshot!(draw(&app).backend());
+    }
+
+    #[test]
+    fn selection_moves_across_sessions_and_stays_in_range() {
+        let mut app = fleet();
+        app.move_selection(true);
+        assert_eq!(app.selected.as_deref(), Some("20261130-single"));
+        app.move_selection(true);
+        assert_eq!(app.selected.as_deref(), Some("20261130-single"));
+        app.move_selection(false);
+        app.move_selection(false);
+        app.move_selection(false);
+        assert_eq!(app.selected.as_deref(), Some("20261130-queued"));
+    }
+
+    #[test]
+    fn the_tail_has_a_header_per_step_and_stderr_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("external-0.stdout.log"), "one\n").unwrap();
+        std::fs::write(dir.path().join("external-1.stderr.log"), "oops\n").unwrap();
+        let mut status = RunStatus::new("r", RunState::Running);
+        status.steps = Some(vec![
+            step("a", "complete", None, None),
+            step("b", "running", None, None),
+        ]);
+        let run = RunSummary {
+            id: "r".into(),
+            async_dir: dir.path().to_path_buf(),
+            status,
+        };
+        assert_eq!(
+            tail_lines(&run, 10),
+            ["── step 1 a ──", "one", "── step 2 b (stderr) ──", "oops"]
+        );
+        assert_eq!(tail_lines(&run, 1), ["oops"]);
+    }
+}
