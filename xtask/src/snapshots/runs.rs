@@ -9,13 +9,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use supervisor::config::{GroupConfig, LaunchConfig, StepConfig};
 use launcher::prepare::{Budget, Request, Slot};
 use launcher::spec::{Plan, StepSpec};
-use supervisor::transitions::{self, StepEnd};
 use process_identity::ProcessIdentity;
 use serde_json::json;
 use status::{RunState, RunStatus};
+use supervisor::config::{GroupConfig, LaunchConfig, StepConfig};
+use supervisor::transitions::{self, StepEnd};
 
 use super::{Artifact, Kind, PID, Scratch, T0};
 
