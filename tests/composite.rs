@@ -104,7 +104,11 @@ fn fail_fast_stops_the_siblings_of_a_failed_task() {
         {"agent": "never", "command": ["true"]}
     ]});
     let file = write_spec(&env, "par.json", &spec);
-    let out = env.run(&["run", "--spec", &file, "--cwd", env.work(), "--wait"]);
+    // Bounded: a fail-fast that never stops the sleeper must fail here, fast.
+    let out = env.run_within(
+        &["run", "--spec", &file, "--cwd", env.work(), "--wait"],
+        Duration::from_secs(20),
+    );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let status = env.status_json(&id);
@@ -381,7 +385,11 @@ fn fail_fast_also_stops_siblings_when_a_task_cannot_start() {
         {"agent": "never", "command": ["true"]}
     ]});
     let file = write_spec(&env, "spawnfail.json", &spec);
-    let out = env.run(&["run", "--spec", &file, "--cwd", env.work(), "--wait"]);
+    // Bounded: a fail-fast that never stops the sleeper must fail here, fast.
+    let out = env.run_within(
+        &["run", "--spec", &file, "--cwd", env.work(), "--wait"],
+        Duration::from_secs(20),
+    );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let status = env.status_json(&id);

@@ -171,7 +171,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
         .trim()
         .to_owned();
     // 1 s deadline + 2 s grace; 124 here means SIGKILL never came.
-    let wait = env.run_within(&["wait", &id, "--timeout", "15s"], RUN_DEADLINE);
+    let wait = env.run_within(&["wait", &id, "--timeout", "10s"], RUN_DEADLINE);
     assert_eq!(wait.status.code(), Some(1), "{wait:?}");
     let status = env.settled(&id);
     assert_eq!(status["state"], "failed");
