@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
+use supervisor::config::{GroupConfig, LaunchConfig, StepConfig};
 
 /// Deadline of one `--wait` launch in these tests.
 const RUN_DEADLINE: Duration = Duration::from_secs(25);
@@ -285,4 +286,155 @@ fn a_step_timeout_ends_that_step_only() {
     assert_eq!(steps[0]["error"], "Subagent timed out after 1000ms.");
     assert_eq!(steps[1]["status"], "complete");
     assert!(!alive(read_pid(&work_file(&env, "slow.pid"))));
+}
+
+/// A one-step config, as `run --id ID --cwd WORK -- COMMAND` would make it.
+fn single_config(env: &Env, id: &str, command: &[&str]) -> LaunchConfig {
+    LaunchConfig {
+        run_id: id.to_owned(),
+        root: env.root().to_path_buf(),
+        run_dir: env.run_dir(id),
+        runner_process_instance_id: uuid::Uuid::new_v4().to_string(),
+        mode: "single".into(),
+        steps: vec![StepConfig {
+            agent: "sh".into(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            cwd: PathBuf::from(env.work()),
+            task_file: None,
+            timeout_ms: None,
+            fanout_label: None,
+        }],
+        groups: vec![GroupConfig {
+            start: 0,
+            count: 1,
+            concurrency: 1,
+            fail_fast: false,
+            parallel: false,
+        }],
+        timeout_ms: Some(60_000),
+        session_id: None,
+        fanout_descriptor: None,
+        env: Default::default(),
+        revival: None,
+    }
+}
+
+/// What `run` does before any process exists: the run directory, the
+/// queued status and the active marker.
+fn queue(config: &LaunchConfig) {
+    atomic_file::ensure_private_dir(&config.run_dir).unwrap();
+    let queued = supervisor::transitions::queued(config, None, None, status::now_ms());
+    status::model::write_status(&config.run_dir, &queued).unwrap();
+    status::index::create_marker(&config.run_dir).unwrap();
+}
+
+/// What `run` does next, done by the test so it can act in between: starts
+/// the detached monitor with the config on stdin and the ready pipe as
+/// descriptor 3, and returns what arrived on the pipe before it closed.
+fn start_monitor(config: &LaunchConfig) -> (std::process::Child, String) {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    let log = |name: &str| {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(config.run_dir.join(name))
+            .unwrap()
+    };
+    let fd = write_end.as_raw_fd();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+    command
+        .arg("__monitor")
+        .current_dir(&config.run_dir)
+        .env(supervisor::config::READY_FD_ENV, "3")
+        .stdin(Stdio::piped())
+        .stdout(log("runner.stdout.log"))
+        .stderr(log("runner.stderr.log"));
+    // SAFETY: only async-signal-safe calls (setsid, dup2, fcntl) between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            libc::setsid();
+            supervisor::spawn::inherit_as_fd3(fd)
+        });
+    }
+    let mut monitor = command.spawn().unwrap();
+    drop(write_end);
+    let mut stdin = monitor.stdin.take().unwrap();
+    stdin
+        .write_all(&serde_json::to_vec(config).unwrap())
+        .unwrap();
+    drop(stdin);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::fs::File::from(read_end).read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    let text = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the ready pipe stayed open for 15 s");
+    (monitor, text)
+}
+
+#[test]
+fn a_stop_that_reaches_a_queued_run_wins_and_nothing_starts() {
+    let env = Env::new();
+    let id = "queued-stop";
+    let config = single_config(&env, id, &["sh", "-c", "touch started; exec sleep 300"]);
+    queue(&config);
+    // The stop lands while the run is queued: no runner to signal yet.
+    let stop = env.command(&["stop", id, "--reason", "changed my mind"]);
+    let stopper = std::thread::spawn(move || output_within(stop, Duration::from_secs(20)));
+    poll(Duration::from_secs(10), || {
+        env.status_json(id)["stopReason"] == "changed my mind"
+    });
+    let (mut monitor, ready) = start_monitor(&config);
+    assert!(ready.starts_with("ready "), "{ready:?}");
+    let stopped = stopper.join().unwrap();
+    assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+    let status = env.settled_within(id, Duration::from_secs(15));
+    monitor.wait().unwrap();
+    assert_eq!(status["state"], "stopped", "{status}");
+    assert_eq!(status["error"], "changed my mind");
+    assert_eq!(status["steps"][0]["status"], "stopped", "{status}");
+    assert!(status["steps"][0]["externalProcess"].is_null(), "{status}");
+    assert!(started_steps(&env, id).is_empty());
+    assert!(!work_file(&env, "started").exists(), "the command started");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
+    assert!(!env.marker(id).exists());
+}
+
+#[test]
+fn a_runner_that_dies_before_ready_closes_the_pipe_and_the_monitor_fails_the_run() {
+    let env = Env::new();
+    let id = "dies-early";
+    let config = single_config(&env, id, &["sh", "-c", "touch started"]);
+    queue(&config);
+    // The runner's first act is to (re)create its active marker: make that
+    // impossible, so it exits before it reports ready.
+    let index = env.root().join("async-subagent-runs/.active-runs");
+    std::fs::remove_dir_all(&index).unwrap();
+    std::fs::write(&index, "not a directory").unwrap();
+    let (mut monitor, ready) = start_monitor(&config);
+    assert_eq!(ready, "", "no ready line from a runner that failed");
+    let status = env.settled_within(id, Duration::from_secs(15));
+    monitor.wait().unwrap();
+    assert_eq!(status["state"], "failed", "{status}");
+    let error = status["error"].as_str().unwrap();
+    assert!(
+        error.contains("exited with exit code 1 before writing a final status"),
+        "{error}"
+    );
+    assert!(
+        error.contains(".active-runs"),
+        "the runner's own error: {error}"
+    );
+    assert!(!work_file(&env, "started").exists(), "the command started");
+    assert_ne!(status["processTerminal"]["state"], "pending", "{status}");
 }
