@@ -296,3 +296,100 @@ fn await_launcher_verdict(config: &LaunchConfig, signals: &mut Signals) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use nix::sys::signal::Signal;
+    use status::model::{ExternalProcess, Step};
+
+    use super::*;
+
+    fn config() -> LaunchConfig {
+        LaunchConfig {
+            run_id: "r".into(),
+            root: PathBuf::from("/nonexistent"),
+            run_dir: PathBuf::from("/nonexistent/async-subagent-runs/r"),
+            runner_process_instance_id: "rid".into(),
+            mode: "parallel".into(),
+            steps: Vec::new(),
+            groups: Vec::new(),
+            timeout_ms: None,
+            session_id: None,
+            fanout_descriptor: None,
+            env: Default::default(),
+            revival: None,
+        }
+    }
+
+    /// A status whose steps 0 and 2 were started (pids 100 and 300), step 1 not.
+    fn status() -> RunStatus {
+        let started = |pid| Step {
+            external_process: Some(ExternalProcess {
+                pid: Some(pid),
+                ..ExternalProcess::default()
+            }),
+            ..Step::default()
+        };
+        let mut status = RunStatus::new("r", status::RunState::Running);
+        status.ended_at = Some(42);
+        status.steps = Some(vec![started(100), Step::default(), started(300)]);
+        status
+    }
+
+    #[test]
+    fn only_started_steps_have_groups() {
+        assert_eq!(step_groups(&status()), [(0, 100), (2, 300)]);
+    }
+
+    #[test]
+    fn the_witnessed_candidate_claims_only_what_the_monitor_saw() {
+        let reaped = BTreeMap::from([
+            (100, Ended::Exited(3)),
+            (300, Ended::Signaled(Signal::SIGKILL)),
+        ]);
+        let gone = BTreeMap::from([(0, true), (2, false)]);
+        let candidate = witnessed_candidate(&config(), &status(), &reaped, &gone);
+        assert_eq!(candidate.run_id, "r");
+        assert_eq!(
+            candidate.expected_writers,
+            Some(BTreeMap::from([
+                ("0".into(), 1),
+                ("1".into(), 0),
+                ("2".into(), 1)
+            ]))
+        );
+        let first = &candidate.writers["0"][0];
+        assert_eq!(first.process_instance_id, "rid-writer-0");
+        assert_eq!(first.exit_code, Some(3));
+        assert_eq!(first.signal, None);
+        assert_eq!(first.close_observed_at, 42);
+        assert!(matches!(
+            first.process_tree,
+            ProcessTree::Observed {
+                process_group_id: 100,
+                ..
+            }
+        ));
+        let third = &candidate.writers["2"][0];
+        assert_eq!(third.exit_code, None);
+        assert_eq!(third.signal.as_deref(), Some("SIGKILL"));
+        // A group not proven empty is never claimed observed.
+        assert!(matches!(
+            &third.process_tree,
+            ProcessTree::Unknown { reason, .. } if reason == "verification-failed"
+        ));
+        assert!(!candidate.writers.contains_key("1"));
+    }
+
+    #[test]
+    fn an_exit_the_monitor_did_not_reap_is_not_invented() {
+        let gone = BTreeMap::from([(0, true), (2, true)]);
+        let candidate = witnessed_candidate(&config(), &status(), &BTreeMap::new(), &gone);
+        for writer in ["0", "2"] {
+            let record = &candidate.writers[writer][0];
+            assert_eq!((record.exit_code, record.signal.as_deref()), (None, None));
+        }
+    }
+}
