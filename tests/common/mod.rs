@@ -88,16 +88,24 @@ impl Env {
     /// [`Env::settled`] with a deadline sized to the behaviour under test.
     pub fn settled_within(&self, id: &str, within: Duration) -> Value {
         let dir = self.run_dir(id);
-        let mut last = Value::Null;
-        poll(within, || {
-            if !processes_in(&[&dir]).is_empty() {
-                return false;
+        let deadline = Instant::now() + within;
+        loop {
+            let left = processes_in(&[&dir]);
+            let mut last = Value::Null;
+            if left.is_empty() {
+                last = self.status_json(id);
+                let active = matches!(last["state"].as_str(), Some("queued" | "running"));
+                if !active && last["processTerminal"]["state"] != "pending" {
+                    return last;
+                }
             }
-            last = self.status_json(id);
-            let active = matches!(last["state"].as_str(), Some("queued" | "running"));
-            !active && last["processTerminal"]["state"] != "pending"
-        });
-        last
+            assert!(
+                Instant::now() < deadline,
+                "run {id} not settled within {within:?}: processes {left:?}, status {last}"
+            );
+            // Poll interval, not synchronisation: the deadline above decides.
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The directory of run `id`.
