@@ -301,7 +301,8 @@ fn quick_parallel_tasks_all_end_even_when_their_exits_arrive_together() {
             &json!({"mode": "parallel", "concurrency": concurrency, "tasks": tasks}),
         );
         let id = env.ok(&["run", "--spec", &file]).trim().to_owned();
-        let wait = env.run(&["wait", &id, "--timeout", "60s"]);
+        // A lost exit leaves the run waiting forever: fail in 15 s, not 60.
+        let wait = env.run_within(&["wait", &id, "--timeout", "15s"], Duration::from_secs(20));
         assert_eq!(wait.status.code(), Some(0), "{n} tasks: {wait:?}");
     }
 }

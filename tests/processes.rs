@@ -5,7 +5,7 @@
 //! text of a composite run.
 //!
 //! Each test bounds its waits by a deadline sized to the behaviour (seconds,
-//! not the suite's 180 s guard), so a regression fails fast; `Env` tears
+//! not the suite's 60 s guard), so a regression fails fast; `Env` tears
 //! down every process a test started even when it fails.
 
 mod common;

@@ -53,11 +53,12 @@ impl Env {
         command
     }
 
-    /// Runs the binary; a command that hangs fails the test after 180 s
-    /// instead of hanging the suite. Tests of a failure path use
-    /// [`Env::run_within`] with a deadline sized to the behaviour instead.
+    /// Runs the binary; a command that hangs fails the test after 60 s
+    /// instead of hanging the suite (no command of the suite needs more than
+    /// a few seconds). Tests of a failure path use [`Env::run_within`] with a
+    /// deadline sized to the behaviour instead.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.run_within(args, Duration::from_secs(180))
+        self.run_within(args, Duration::from_secs(60))
     }
 
     /// Runs the binary; fails the test if it has not finished `within`.
