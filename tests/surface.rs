@@ -231,3 +231,37 @@ fn usage_errors_exit_2_and_create_nothing() {
         assert_eq!(env.run_count(), 0, "{args:?}");
     }
 }
+
+#[test]
+fn the_launch_variables_set_the_session_its_limit_and_the_budget() {
+    let env = Env::new();
+    let with_vars = |args: &[&str]| {
+        let mut command = env.command(args);
+        command
+            .env("SUBAGENTS_SESSION_ID", "session-from-env")
+            .env("SUBAGENTS_MAX_ACTIVE", "1")
+            .env("SUBAGENTS_MAX_SPAWNS_PER_RUN", "5");
+        output_within(command, DEADLINE)
+    };
+    // Holds the session's only slot until the test lets it go.
+    let gate = "i=0; while [ ! -e go ]; do i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.05; done";
+    let first = with_vars(&["run", "--cwd", env.work(), "--", "sh", "-c", gate]);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let first = stdout_of(&first);
+    let status = env.status_json(&first);
+    assert_eq!(status["sessionId"], "session-from-env");
+    assert_eq!(
+        status["runFanoutBudget"],
+        serde_json::json!({"used": 1, "limit": 5, "remaining": 4})
+    );
+    let refused = with_vars(&["run", "--", "true"]);
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    assert_eq!(env.run_count(), 1, "nothing started over the limit");
+    // A flag wins over its variable.
+    let other = with_vars(&["run", "--wait", "--session", "other", "--", "true"]);
+    assert_eq!(other.status.code(), Some(0), "{other:?}");
+    assert_eq!(env.status_json(&stdout_of(&other))["sessionId"], "other");
+    std::fs::write(Path::new(env.work()).join("go"), "").unwrap();
+    let wait = env.run_within(&["wait", &first, "--timeout", "20s"], DEADLINE);
+    assert_eq!(wait.status.code(), Some(0), "{wait:?}");
+}
