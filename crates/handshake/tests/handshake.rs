@@ -38,6 +38,9 @@ fn patient() -> LauncherTimeouts {
 struct Fixture {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
+    /// Fake runners started, killed on drop: a test that fails (or a
+    /// termination that regressed) must not leave them parked forever.
+    started: std::cell::RefCell<Vec<u32>>,
     binding: Binding,
     token: String,
 }
@@ -50,6 +53,7 @@ impl Fixture {
         Self {
             dir,
             _tmp: tmp,
+            started: Default::default(),
             binding: Binding {
                 run_id: "run12345".into(),
                 runner_process_instance_id: uuid::Uuid::new_v4().to_string(),
@@ -64,7 +68,7 @@ impl Fixture {
 
     fn spawn_with(&self, mode: &str, env: &[(&str, &str)]) -> Child {
         remove_stale_files(&self.dir).unwrap();
-        Command::new(std::env::current_exe().unwrap())
+        let child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "fake_runner", "--nocapture", "--test-threads=1"])
             .arg("--include-ignored")
             .env(MODE, mode)
@@ -78,7 +82,9 @@ impl Fixture {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
-            .unwrap()
+            .unwrap();
+        self.started.borrow_mut().push(child.id());
+        child
     }
 
     fn launch(&self, child: &mut Child, timeouts: &LauncherTimeouts) -> Box<StartupFailure> {
@@ -647,5 +653,22 @@ fn wait_for_file(path: &Path) {
 fn park() -> ! {
     loop {
         std::thread::park();
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let exe = std::env::current_exe().unwrap_or_default();
+        for pid in self.started.borrow().iter() {
+            // Only a fake runner of ours that still lives (its pid is its
+            // group, and the pid may have been reused once it was reaped).
+            let ours = fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe);
+            if ours {
+                // SAFETY: kill(2) has no memory effects.
+                unsafe {
+                    libc::kill(-(*pid as i32), libc::SIGKILL);
+                }
+            }
+        }
     }
 }
