@@ -705,9 +705,11 @@ fn fake_runner() {
         }
         "silent" => park(),
         "garbage-with-deaf-child" => {
-            // A child in the runner's process group that ignores SIGTERM.
+            // A child in the runner's process group that ignores SIGTERM;
+            // never waited on: it must outlive us until the group is killed.
             let script = r#"trap "" TERM; echo $$ > deaf.pid; while :; do sleep 1; done"#;
-            Command::new("sh")
+            #[allow(clippy::zombie_processes)]
+            let _deaf = Command::new("sh")
                 .args(["-c", script])
                 .current_dir(&dir)
                 .stdin(Stdio::null())
