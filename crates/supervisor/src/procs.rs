@@ -427,4 +427,106 @@ pub(crate) mod tests {
         assert_eq!(reaped[&pid], Ended::Signaled(Signal::SIGKILL));
         assert!(!leftovers(None).contains(&pid));
     }
+
+    #[test]
+    fn emptying_a_group_keeps_a_stop_that_arrived_and_invents_none() {
+        let _serial = serial();
+        let mut signals = Signals::block().unwrap();
+        let pgid = group_leader("exec sleep 300");
+        let _reaper = Reaper(pgid);
+        until_members(pgid, 1);
+        let (alive, _) = empty_group(
+            &mut signals,
+            Some(pgid),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        assert!(alive.is_empty());
+        assert!(!signals.stop_requested(), "no stop was asked for");
+        let pgid = group_leader("exec sleep 300");
+        let _reaper = Reaper(pgid);
+        until_members(pgid, 1);
+        // SAFETY: raise(3) sends a signal to this thread, which blocks it.
+        unsafe { libc::raise(libc::SIGTERM) };
+        let (alive, _) = empty_group(
+            &mut signals,
+            Some(pgid),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        assert!(alive.is_empty());
+        assert!(signals.stop_requested(), "the stop is kept for the caller");
+    }
+
+    /// A status whose one step recorded `pid` (its group) and `identity`.
+    fn status_with_step(
+        pid: u32,
+        identity: Option<process_identity::ProcessIdentity>,
+    ) -> status::RunStatus {
+        let mut status = status::RunStatus::new("r", status::RunState::Running);
+        status.steps = Some(vec![status::Step {
+            external_process: Some(status::model::ExternalProcess {
+                pid: Some(pid),
+                identity,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        status
+    }
+
+    /// How our child `pid` ended; `None` if it has not within 10 s.
+    fn reaped_within(pid: u32) -> Option<Ended> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(ended) = reap_all().remove(&pid) {
+                return Some(ended);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn step_groups_are_killed_only_when_provably_the_runners() {
+        let _serial = serial();
+        // The recorded COMMAND still runs (identity matches): killed.
+        let pid = group_leader("exec sleep 300");
+        let _reaper = Reaper(pid);
+        let identity = process_identity::ProcessIdentity::of(pid).unwrap();
+        kill_step_groups(&status_with_step(pid, Some(identity.clone())));
+        assert_eq!(reaped_within(pid), Some(Ended::Signaled(Signal::SIGKILL)));
+        // A live process under the recorded pid but with another start
+        // time is someone else (a recycled pid): left alone.
+        let stranger = group_leader("exec sleep 300");
+        let _reaper = Reaper(stranger);
+        let mut recycled = process_identity::ProcessIdentity::of(stranger).unwrap();
+        recycled.start_time += 1;
+        kill_step_groups(&status_with_step(stranger, Some(recycled)));
+        // Had it been sent a SIGKILL, that would be how it ended; our
+        // SIGTERM, sent after, decides only if nothing came before.
+        signal_group(stranger, Signal::SIGTERM);
+        assert_eq!(
+            reaped_within(stranger),
+            Some(Ended::Signaled(Signal::SIGTERM)),
+            "a stranger was killed"
+        );
+        // The leader is gone but its group lives on: the group is killed.
+        let leader = group_leader("sleep 300 & echo $! > /dev/null; exit 0");
+        let _reaper = Reaper(leader);
+        assert_eq!(reaped_within(leader), Some(Ended::Exited(0)));
+        until_members(leader, 1);
+        let orphan = leftovers(Some(leader))[0];
+        kill_step_groups(&status_with_step(leader, Some(identity)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !leftovers(Some(leader)).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "orphan {orphan} of a gone leader survived"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
