@@ -185,12 +185,19 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
 #[test]
 fn processes_that_left_the_step_group_end_with_the_run() {
     let env = Env::new();
-    // Two grandchildren in sessions of their own (outside the step's process
-    // group), one of them deaf to SIGTERM; the COMMAND exits 0 at once.
+    // Grandchildren in sessions of their own (outside the step's process
+    // group): one deaf to SIGTERM, one whose command line looks like a nested
+    // run's monitor (`sh __monitor`) without being one. The COMMAND exits 0.
+    std::fs::write(
+        work_file(&env, "__monitor"),
+        "echo $$ > impostor.pid; while :; do sleep 0.1; done\n",
+    )
+    .unwrap();
     let script = r#"setsid sh -c 'echo $$ > escaped.pid; exec sleep 300' </dev/null >/dev/null 2>&1 &
 setsid sh -c 'trap "" TERM; echo $$ > stubborn.pid; while :; do sleep 0.1; done' </dev/null >/dev/null 2>&1 &
+setsid sh __monitor </dev/null >/dev/null 2>&1 &
 i=0
-while [ ! -s escaped.pid ] || [ ! -s stubborn.pid ]; do
+while [ ! -s escaped.pid ] || [ ! -s stubborn.pid ] || [ ! -s impostor.pid ]; do
   i=$((i+1)); [ $i -gt 300 ] && exit 9; sleep 0.02
 done
 echo started"#;
@@ -211,7 +218,7 @@ echo started"#;
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let status = env.settled(&id);
     assert_eq!(status["state"], "complete");
-    for name in ["escaped.pid", "stubborn.pid"] {
+    for name in ["escaped.pid", "stubborn.pid", "impostor.pid"] {
         let pid = read_pid(&work_file(&env, name));
         assert!(!alive(pid), "{name}: {pid} outlived its run");
     }
