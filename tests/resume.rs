@@ -263,6 +263,13 @@ fn the_task_text_never_reaches_the_recovery_files() {
 #[test]
 fn a_revival_inherits_the_source_capacity_slot() {
     let env = Env::new();
+    // The revival holds its slot until the test lets it go: a revival that
+    // ended first would have released it before the check below.
+    let go = Path::new(env.work()).join("go");
+    let script = format!(
+        "[ -z \"$SUBAGENTS_RESUMED_FROM\" ] && exit 0; i=0; while [ ! -e '{}' ]; do i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.05; done",
+        go.display()
+    );
     let source = env
         .ok(&[
             "run",
@@ -272,7 +279,9 @@ fn a_revival_inherits_the_source_capacity_slot() {
             "1",
             "--wait",
             "--",
-            "true",
+            "sh",
+            "-c",
+            &script,
         ])
         .trim()
         .to_owned();
@@ -287,6 +296,7 @@ fn a_revival_inherits_the_source_capacity_slot() {
     let slot = &capacity["slots"][0]["slot"];
     assert_eq!(slot["runId"], revived.as_str(), "{capacity}");
     assert_eq!(slot["generation"], 1, "{capacity}");
+    std::fs::write(&go, "").unwrap();
     env.settled(&revived);
     let capacity: Value =
         serde_json::from_str(&env.ok(&["capacity", "--session", "s", "--limit", "1", "--json"]))
