@@ -128,7 +128,7 @@ fn timeout_kills_the_whole_process_group() {
         ])
         .trim()
         .to_owned();
-    let wait = env.run(&["wait", &id, "--timeout", "60s"]);
+    let wait = env.run_within(&["wait", &id, "--timeout", "15s"], Duration::from_secs(20));
     assert_eq!(wait.status.code(), Some(1), "{wait:?}");
     let status = env.status_json(&id);
     assert_eq!(status["state"], "failed");

@@ -110,7 +110,11 @@ fn fail_fast_stops_the_siblings_of_a_failed_task() {
         {"agent": "never", "command": ["true"]}
     ]});
     let file = write_spec(&env, "par.json", &spec);
-    let out = env.run(&["run", "--spec", &file, "--cwd", env.work(), "--wait"]);
+    // Bounded: a fail-fast that never stops the sleeper must fail here, fast.
+    let out = env.run_within(
+        &["run", "--spec", &file, "--cwd", env.work(), "--wait"],
+        Duration::from_secs(20),
+    );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let status = env.status_json(&id);
@@ -303,7 +307,8 @@ fn quick_parallel_tasks_all_end_even_when_their_exits_arrive_together() {
             &json!({"mode": "parallel", "concurrency": concurrency, "tasks": tasks}),
         );
         let id = env.ok(&["run", "--spec", &file]).trim().to_owned();
-        let wait = env.run(&["wait", &id, "--timeout", "60s"]);
+        // A lost exit leaves the run waiting forever: fail in 15 s, not 60.
+        let wait = env.run_within(&["wait", &id, "--timeout", "15s"], Duration::from_secs(20));
         assert_eq!(wait.status.code(), Some(0), "{n} tasks: {wait:?}");
     }
 }
@@ -387,7 +392,11 @@ fn fail_fast_also_stops_siblings_when_a_task_cannot_start() {
         {"agent": "never", "command": ["true"]}
     ]});
     let file = write_spec(&env, "spawnfail.json", &spec);
-    let out = env.run(&["run", "--spec", &file, "--cwd", env.work(), "--wait"]);
+    // Bounded: a fail-fast that never stops the sleeper must fail here, fast.
+    let out = env.run_within(
+        &["run", "--spec", &file, "--cwd", env.work(), "--wait"],
+        Duration::from_secs(20),
+    );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let status = env.status_json(&id);

@@ -1,8 +1,9 @@
 //! Helpers of the end-to-end tests.
 #![allow(dead_code)]
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -41,29 +42,30 @@ impl Env {
         command
     }
 
-    /// Runs the binary; a command that hangs fails the test after 180 s
-    /// instead of hanging the suite.
+    /// The binary without `--root` and without any variable that chooses
+    /// the root, for tests of the root's resolution.
+    pub fn rootless_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+        command
+            .args(args)
+            .env_remove("SUBAGENTS_ROOT")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("SUBAGENTS_SESSION_ID")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs the binary; a command that hangs fails the test after 60 s
+    /// instead of hanging the suite (no command of the suite needs more than
+    /// a few seconds). Tests of a failure path use [`Env::run_within`] with a
+    /// deadline sized to the behaviour instead.
     pub fn run(&self, args: &[&str]) -> Output {
-        use std::process::Stdio;
-        let child = self
-            .command(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(Duration::from_secs(180)) {
-            Ok(output) => output.unwrap(),
-            Err(_) => {
-                kill(pid, libc::SIGKILL);
-                panic!("subagents {args:?} did not finish within 180 s");
-            }
-        }
+        self.run_within(args, Duration::from_secs(60))
+    }
+
+    /// Runs the binary; fails the test if it has not finished `within`.
+    pub fn run_within(&self, args: &[&str], within: Duration) -> Output {
+        output_within(self.command(args), within)
     }
 
     /// Runs and asserts exit 0; returns stdout.
@@ -77,15 +79,56 @@ impl Env {
         serde_json::from_str(&self.ok(&["status", id, "--json"])).unwrap()
     }
 
-    /// The status once the run is over and its proof is no longer pending.
+    /// The status once the run is over for good: not active, its proof no
+    /// longer pending, and its monitor and runner gone (the monitor adds the
+    /// step-level proofs after the run-level one, and exits only after its
+    /// last write). Both processes run with the run directory as their cwd,
+    /// which is how they are found. Fails after 30 s.
     pub fn settled(&self, id: &str) -> Value {
-        let _ = self.run(&["wait", id, "--timeout", "60s"]);
-        let mut last = Value::Null;
-        poll(Duration::from_secs(30), || {
-            last = self.status_json(id);
-            last["processTerminal"]["state"] != "pending"
-        });
-        last
+        self.settled_within(id, Duration::from_secs(30))
+    }
+
+    /// [`Env::settled`] with a deadline sized to the behaviour under test.
+    pub fn settled_within(&self, id: &str, within: Duration) -> Value {
+        let dir = self.run_dir(id);
+        let deadline = Instant::now() + within;
+        loop {
+            let left = processes_in(&[&dir]);
+            let mut last = Value::Null;
+            if left.is_empty() {
+                last = self.status_json(id);
+                let active = matches!(last["state"].as_str(), Some("queued" | "running"));
+                if !active && last["processTerminal"]["state"] != "pending" {
+                    return last;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {id} not settled within {within:?}: processes {left:?}, status {last}"
+            );
+            // Poll interval, not synchronisation: the deadline above decides.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The directory of run `id`.
+    pub fn run_dir(&self, id: &str) -> PathBuf {
+        self.root.path().join("async-subagent-runs").join(id)
+    }
+
+    /// Ids of the runs the active listing shows.
+    fn active_ids(&self) -> Vec<String> {
+        let Ok(out) = self
+            .command(&["list", "--json"])
+            .stdin(Stdio::null())
+            .output()
+        else {
+            return Vec::new();
+        };
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let ids = runs.as_array().into_iter().flatten();
+        ids.filter_map(|r| r["id"].as_str().map(str::to_owned))
+            .collect()
     }
 
     /// Polls until the run's command has been started; returns the status.
@@ -141,6 +184,117 @@ impl Env {
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+}
+
+/// Teardown, also when the test failed: every run of this root still
+/// active is stopped, then whatever still lives with its cwd or environment
+/// in the root or the work directory (monitors, runners, COMMANDs, their
+/// escaped descendants) is killed with its process group, so a failing test
+/// leaves no detached process behind.
+impl Drop for Env {
+    fn drop(&mut self) {
+        let dirs = [self.root.path(), self.work.path()];
+        if processes_under(&dirs).is_empty() {
+            return;
+        }
+        for id in self.active_ids() {
+            let stop = self
+                .command(&["stop", &id, "--reason", "test teardown"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            if let Ok(mut child) = stop {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // SAFETY: getpgrp(2) has no memory effects.
+        let own_group = unsafe { libc::getpgrp() } as u32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = processes_under(&dirs);
+            if left.is_empty() || Instant::now() >= deadline {
+                if !left.is_empty() {
+                    eprintln!("teardown: processes still alive: {left:?}");
+                }
+                return;
+            }
+            for pid in left {
+                // SAFETY: getpgid(2) has no memory effects.
+                let group = unsafe { libc::getpgid(pid as i32) };
+                if group > 1 && group as u32 != own_group {
+                    kill_group(group as u32, libc::SIGKILL);
+                }
+                kill(pid, libc::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Live processes (other than this one) whose cwd lies under one of `dirs`
+/// or whose environment holds a path under one of them.
+pub fn processes_under(dirs: &[&Path]) -> Vec<u32> {
+    live_pids(|pid| cwd_under(pid, dirs) || env_under(pid, dirs))
+}
+
+/// Live processes (other than this one) whose cwd lies under one of `dirs`:
+/// for a run directory, its monitor and runner.
+pub fn processes_in(dirs: &[&Path]) -> Vec<u32> {
+    live_pids(|pid| cwd_under(pid, dirs))
+}
+
+fn live_pids(mut keep: impl FnMut(u32) -> bool) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let pids = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter(|pid| *pid != me && keep(*pid) && alive(*pid))
+        .collect()
+}
+
+fn cwd_under(pid: u32, dirs: &[&Path]) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/cwd"))
+        .is_ok_and(|cwd| dirs.iter().any(|d| cwd.starts_with(d)))
+}
+
+fn env_under(pid: u32, dirs: &[&Path]) -> bool {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    environ.split(|b| *b == 0).any(|entry| {
+        let value = entry.splitn(2, |b| *b == b'=').nth(1).unwrap_or_default();
+        let value = Path::new(std::ffi::OsStr::from_bytes(value));
+        value.is_absolute() && dirs.iter().any(|d| value.starts_with(d))
+    })
+}
+
+/// Runs `command` with its output captured; kills it and fails the test if
+/// it has not finished `within`.
+pub fn output_within(mut command: Command, within: Duration) -> Output {
+    let what = format!("{command:?}");
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(within) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            kill(pid, libc::SIGKILL);
+            panic!("{what} did not finish within {within:?}");
+        }
     }
 }
 

@@ -170,3 +170,80 @@ mod validate_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    fn binding() -> Binding {
+        Binding {
+            run_id: "r".into(),
+            runner_process_instance_id: "i".into(),
+        }
+    }
+
+    #[test]
+    fn only_a_missing_file_reads_as_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            read_json(&tmp.path().join("none.json")),
+            FileRead::Missing
+        ));
+        // Present but unreadable (a directory): broken, never "not yet written".
+        assert!(matches!(read_json(tmp.path()), FileRead::Broken(_)));
+        let garbage = tmp.path().join("garbage.json");
+        std::fs::write(&garbage, "{not json").unwrap();
+        assert!(matches!(read_json(&garbage), FileRead::Broken(_)));
+        let good = tmp.path().join("good.json");
+        std::fs::write(&good, r#"{"state":"ready"}"#).unwrap();
+        assert!(matches!(read_json(&good), FileRead::Json(v) if v["state"] == "ready"));
+    }
+
+    #[test]
+    fn a_binding_matches_only_when_both_fields_do() {
+        let b = binding();
+        assert!(binding_matches(
+            &json!({"runId": "r", "runnerProcessInstanceId": "i"}),
+            &b
+        ));
+        assert!(!binding_matches(
+            &json!({"runId": "r", "runnerProcessInstanceId": "x"}),
+            &b
+        ));
+        assert!(!binding_matches(
+            &json!({"runId": "x", "runnerProcessInstanceId": "i"}),
+            &b
+        ));
+        assert!(!binding_matches(&json!({"runId": "r"}), &b));
+    }
+
+    #[test]
+    fn any_one_contradicting_field_contradicts() {
+        let b = binding();
+        let whole = json!({"runId": "r", "runnerProcessInstanceId": "i", "pid": 7});
+        assert!(!contradicts(&whole, &b, 7));
+        assert!(
+            !contradicts(&json!({}), &b, 7),
+            "absent fields are accepted"
+        );
+        for (key, value) in [
+            ("runId", json!("x")),
+            ("runnerProcessInstanceId", json!("x")),
+            ("pid", json!(8)),
+        ] {
+            let mut record = whole.clone();
+            record[key] = value;
+            assert!(contradicts(&record, &b, 7), "{key}");
+        }
+    }
+
+    #[test]
+    fn empty_tokens_and_non_positive_pids_are_refused() {
+        let empty = json!({"state": "ready", "token": "", "pid": 1});
+        assert!(validate_record(&empty).unwrap_err().starts_with("token"));
+        let zero = json!({"state": "acknowledged", "token": "t", "pid": 0});
+        assert!(validate_record(&zero).unwrap_err().starts_with("pid"));
+        let one = json!({"state": "acknowledged", "token": "t", "pid": 1});
+        validate_record(&one).unwrap();
+    }
+}

@@ -38,6 +38,9 @@ fn patient() -> LauncherTimeouts {
 struct Fixture {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
+    /// Fake runners started, killed on drop: a test that fails (or a
+    /// termination that regressed) must not leave them parked forever.
+    started: std::cell::RefCell<Vec<u32>>,
     binding: Binding,
     token: String,
 }
@@ -50,6 +53,7 @@ impl Fixture {
         Self {
             dir,
             _tmp: tmp,
+            started: Default::default(),
             binding: Binding {
                 run_id: "run12345".into(),
                 runner_process_instance_id: uuid::Uuid::new_v4().to_string(),
@@ -63,8 +67,18 @@ impl Fixture {
     }
 
     fn spawn_with(&self, mode: &str, env: &[(&str, &str)]) -> Child {
+        self.spawn_in(mode, env, true)
+    }
+
+    /// `own_group`: the runner leads a process group of its own (as a real
+    /// runner does); else it stays in this test's group.
+    fn spawn_in(&self, mode: &str, env: &[(&str, &str)], own_group: bool) -> Child {
         remove_stale_files(&self.dir).unwrap();
-        Command::new(std::env::current_exe().unwrap())
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        if own_group {
+            command.process_group(0);
+        }
+        let child = command
             .args(["--exact", "fake_runner", "--nocapture", "--test-threads=1"])
             .arg("--include-ignored")
             .env(MODE, mode)
@@ -76,9 +90,10 @@ impl Fixture {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
             .spawn()
-            .unwrap()
+            .unwrap();
+        self.started.borrow_mut().push(child.id());
+        child
     }
 
     fn launch(&self, child: &mut Child, timeouts: &LauncherTimeouts) -> Box<StartupFailure> {
@@ -315,6 +330,71 @@ fn unparsable_startup_file_is_a_read_failure() {
 }
 
 #[test]
+fn termination_waits_for_the_whole_group_not_just_the_runner() {
+    let fx = Fixture::new();
+    let mut child = fx.spawn("garbage-with-deaf-child");
+    let timeouts = LauncherTimeouts {
+        terminate_grace: Duration::from_millis(300),
+        ..patient()
+    };
+    let failure = fx.launch(&mut child, &timeouts);
+    assert!(
+        matches!(failure.error, HandshakeError::Read { .. }),
+        "{}",
+        failure.error
+    );
+    assert!(failure.termination_observed);
+    let deaf: u32 = fs::read_to_string(fx.dir.join("deaf.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Gone, not merely a zombie: its parent (the runner) is dead, so init reaps it.
+    wait_until("the deaf child's end", || {
+        fs::read_to_string(format!("/proc/{deaf}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    });
+    assert!(
+        process_identity::group_members(child.id())
+            .unwrap()
+            .is_empty(),
+        "the runner's group was left with members"
+    );
+}
+
+#[test]
+fn a_runner_that_leads_no_group_is_signalled_itself() {
+    let fx = Fixture::new();
+    let mut child = fx.spawn_in("ready-then-park", &[], false);
+    let id = identity(&child);
+    let failure = fx.launch(
+        &mut child,
+        &LauncherTimeouts {
+            acknowledged: Duration::from_millis(1),
+            ..patient()
+        },
+    );
+    assert!(failure.termination_observed, "{}", failure.error);
+    assert_eq!(failure.pid, id.pid);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(exit_of(&mut child).signal(), Some(libc::SIGTERM));
+}
+
+/// The child's exit status; fails the test if it has not exited within 10 s
+/// (a termination that regressed must not hang the suite).
+fn exit_of(child: &mut Child) -> std::process::ExitStatus {
+    let mut status = None;
+    wait_until("the runner's exit", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status.unwrap()
+}
+
+#[test]
 fn silent_runner_times_out_waiting_for_ready() {
     let fx = Fixture::new();
     let mut child = fx.spawn("silent");
@@ -436,7 +516,7 @@ fn failing_to_write_the_ack_is_reported_and_the_runner_terminated() {
         &id,
     );
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+    assert_eq!(exit_of(&mut child).signal(), Some(libc::SIGTERM));
 }
 
 #[test]
@@ -624,6 +704,23 @@ fn fake_runner() {
             park();
         }
         "silent" => park(),
+        "garbage-with-deaf-child" => {
+            // A child in the runner's process group that ignores SIGTERM;
+            // never waited on: it must outlive us until the group is killed.
+            let script = r#"trap "" TERM; echo $$ > deaf.pid; while :; do sleep 1; done"#;
+            #[allow(clippy::zombie_processes)]
+            let _deaf = Command::new("sh")
+                .args(["-c", script])
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap();
+            wait_until("the deaf child", || {
+                fs::read_to_string(dir.join("deaf.pid")).is_ok_and(|t| t.ends_with('\n'))
+            });
+            fs::write(&startup, "{\"state\": ").unwrap();
+            park();
+        }
         other => panic!("unknown fake runner mode {other}"),
     }
 }
@@ -647,5 +744,33 @@ fn wait_for_file(path: &Path) {
 fn park() -> ! {
     loop {
         std::thread::park();
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let exe = std::env::current_exe().unwrap_or_default();
+        for pid in self.started.borrow().iter() {
+            // Only a fake runner of ours that still lives (its pid is its
+            // group, and the pid may have been reused once it was reaped).
+            let ours = fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe);
+            // A group whose leader is gone keeps its id reserved while any
+            // member lives, so signalling it cannot reach a stranger.
+            let orphaned_group = !Path::new(&format!("/proc/{pid}")).exists()
+                && process_identity::group_members(*pid).is_ok_and(|m| !m.is_empty());
+            if orphaned_group {
+                // SAFETY: kill(2) has no memory effects.
+                unsafe {
+                    libc::kill(-(*pid as i32), libc::SIGKILL);
+                }
+            }
+            if ours {
+                // SAFETY: kill(2) has no memory effects.
+                unsafe {
+                    libc::kill(-(*pid as i32), libc::SIGKILL);
+                    libc::kill(*pid as i32, libc::SIGKILL);
+                }
+            }
+        }
     }
 }

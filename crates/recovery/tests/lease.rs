@@ -298,13 +298,12 @@ fn a_dead_spawning_holder_is_reclaimed_only_when_no_writer_carries_its_token() {
     assert_eq!(lease.writer_env(), (WRITER_TOKEN_ENV, lease.token()));
 }
 
-/// Entry point of the worker processes the tests below start; a no-op
-/// unless `RECOVERY_LEASE_WORKER` is set.
+/// Entry point of the worker processes the tests below start; not a test
+/// of its own (it checks nothing when run without `RECOVERY_LEASE_WORKER`).
 #[test]
+#[ignore = "worker entry point, run by Worker::spawn with --ignored --exact"]
 fn lease_worker() {
-    let Ok(go_file) = std::env::var(WORKER_ENV) else {
-        return;
-    };
+    let go_file = std::env::var(WORKER_ENV).expect("run only as a worker");
     let root = PathBuf::from(std::env::var("RECOVERY_LEASE_ROOT").unwrap());
     let session = PathBuf::from(std::env::var("RECOVERY_LEASE_SESSION").unwrap());
     let run = std::env::var("RECOVERY_LEASE_RUN").unwrap();
@@ -339,7 +338,13 @@ struct Worker {
 impl Worker {
     fn spawn(f: &Fixture, run: &str, go_file: &Path) -> Worker {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "lease_worker", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "lease_worker",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(WORKER_ENV, go_file)
             .env("RECOVERY_LEASE_ROOT", &f.root)
             .env("RECOVERY_LEASE_SESSION", &f.session)

@@ -238,3 +238,98 @@ fn await_launcher_verdict(config: &LaunchConfig, signals: &mut Signals) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use nix::sys::signal::Signal;
+    use status::RunStatus;
+    use status::model::{ExternalProcess, Step};
+    use status::proof::ProcessTree;
+
+    use super::*;
+    use crate::observer::{Role, Witness, step_groups, witnessed_candidate};
+
+    /// What a monitor witnessed: these reaped children and these groups gone.
+    fn witness(reaped: BTreeMap<u32, Ended>, groups_gone: BTreeMap<usize, bool>) -> Witness {
+        Witness {
+            role: Role::Monitor,
+            reason: None,
+            runner_instance_id: "rid".into(),
+            runner_end: Some(Ended::Exited(0)),
+            closed_at: 42,
+            reaped,
+            groups_gone,
+            stop_reason: None,
+        }
+    }
+
+    /// A status whose steps 0 and 2 were started (pids 100 and 300), step 1 not.
+    fn status() -> RunStatus {
+        let started = |pid| Step {
+            external_process: Some(ExternalProcess {
+                pid: Some(pid),
+                ..ExternalProcess::default()
+            }),
+            ..Step::default()
+        };
+        let mut status = RunStatus::new("r", status::RunState::Running);
+        status.ended_at = Some(42);
+        status.steps = Some(vec![started(100), Step::default(), started(300)]);
+        status
+    }
+
+    #[test]
+    fn only_started_steps_have_groups() {
+        assert_eq!(step_groups(&status()), [(0, 100), (2, 300)]);
+    }
+
+    #[test]
+    fn the_witnessed_candidate_claims_only_what_the_monitor_saw() {
+        let reaped = BTreeMap::from([
+            (100, Ended::Exited(3)),
+            (300, Ended::Signaled(Signal::SIGKILL)),
+        ]);
+        let gone = BTreeMap::from([(0, true), (2, false)]);
+        let candidate = witnessed_candidate("r", &status(), &witness(reaped, gone));
+        assert_eq!(candidate.run_id, "r");
+        assert_eq!(
+            candidate.expected_writers,
+            Some(BTreeMap::from([
+                ("0".into(), 1),
+                ("1".into(), 0),
+                ("2".into(), 1)
+            ]))
+        );
+        let first = &candidate.writers["0"][0];
+        assert_eq!(first.process_instance_id, "rid-writer-0");
+        assert_eq!(first.exit_code, Some(3));
+        assert_eq!(first.signal, None);
+        assert_eq!(first.close_observed_at, 42);
+        assert!(matches!(
+            first.process_tree,
+            ProcessTree::Observed {
+                process_group_id: 100,
+                ..
+            }
+        ));
+        let third = &candidate.writers["2"][0];
+        assert_eq!(third.exit_code, None);
+        assert_eq!(third.signal.as_deref(), Some("SIGKILL"));
+        // A group not proven empty is never claimed observed.
+        assert!(matches!(
+            &third.process_tree,
+            ProcessTree::Unknown { reason, .. } if reason == "verification-failed"
+        ));
+        assert!(!candidate.writers.contains_key("1"));
+    }
+
+    #[test]
+    fn an_exit_the_monitor_did_not_reap_is_not_invented() {
+        let gone = BTreeMap::from([(0, true), (2, true)]);
+        let candidate = witnessed_candidate("r", &status(), &witness(BTreeMap::new(), gone));
+        for writer in ["0", "2"] {
+            let record = &candidate.writers[writer][0];
+            assert_eq!((record.exit_code, record.signal.as_deref()), (None, None));
+        }
+    }
+}

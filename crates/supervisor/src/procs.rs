@@ -291,3 +291,248 @@ pub fn kill_step_groups(status: &status::RunStatus) {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+    use std::sync::{Mutex, MutexGuard};
+
+    use super::*;
+
+    /// Tests that spawn children or reap with `waitpid(-1)` run one at a
+    /// time: a reap in one test would steal another test's child exit.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    pub(crate) fn serial() -> MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A shell in a process group of its own, with the signal mask a
+    /// runner gives its COMMAND; returns its pid (= pgid).
+    fn group_leader(script: &str) -> u32 {
+        let mut command = Command::new("sh");
+        command.args(["-c", script]).process_group(0);
+        // SAFETY: only resets the signal mask (async-signal-safe) between fork and exec.
+        unsafe {
+            command.pre_exec(unblock_all_in_child);
+        }
+        command.spawn().unwrap().id()
+    }
+
+    /// SIGKILLs the group on drop, so a failed assertion leaves nothing behind.
+    struct Reaper(u32);
+
+    impl Drop for Reaper {
+        fn drop(&mut self) {
+            signal_group(self.0, Signal::SIGKILL);
+        }
+    }
+
+    /// Waits (polling /proc, bounded) until `pgid` has `n` live members.
+    fn until_members(pgid: u32, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while leftovers(Some(pgid)).len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "group {pgid} never had {n} members"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn ended_describes_codes_and_signals() {
+        assert_eq!(Ended::Exited(3).code(), Some(3));
+        assert_eq!(Ended::Exited(3).signal(), None);
+        assert_eq!(Ended::Exited(3).describe(), "exit code 3");
+        let killed = Ended::Signaled(Signal::SIGKILL);
+        assert_eq!(killed.code(), None);
+        assert_eq!(killed.signal().as_deref(), Some("SIGKILL"));
+        assert_eq!(killed.describe(), "signal SIGKILL");
+    }
+
+    #[test]
+    fn a_group_that_obeys_sigterm_is_emptied_by_it() {
+        let _serial = serial();
+        let mut signals = Signals::block().unwrap();
+        let pgid = group_leader("sleep 300 & sleep 300 & wait");
+        let _reaper = Reaper(pgid);
+        until_members(pgid, 3);
+        let (alive, reaped) = empty_group(
+            &mut signals,
+            Some(pgid),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        assert!(alive.is_empty(), "{alive:?}");
+        assert!(leftovers(Some(pgid)).is_empty());
+        assert_eq!(reaped.get(&pgid), Some(&Ended::Signaled(Signal::SIGTERM)));
+    }
+
+    #[test]
+    fn a_group_deaf_to_sigterm_gets_sigkill_after_the_term_wait() {
+        let _serial = serial();
+        let mut signals = Signals::block().unwrap();
+        let pgid = group_leader(r#"trap "" TERM; sleep 300 & wait; while :; do sleep 1; done"#);
+        let _reaper = Reaper(pgid);
+        until_members(pgid, 2);
+        let (alive, reaped) = empty_group(
+            &mut signals,
+            Some(pgid),
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+        );
+        assert!(alive.is_empty(), "{alive:?}");
+        assert!(leftovers(Some(pgid)).is_empty(), "members left");
+        assert_eq!(reaped.get(&pgid), Some(&Ended::Signaled(Signal::SIGKILL)));
+    }
+
+    #[test]
+    fn a_child_exit_read_while_checking_for_stop_is_not_lost() {
+        let _serial = serial();
+        let mut signals = Signals::block().unwrap();
+        // SAFETY: raise(3) sends a signal to this thread, which blocks it.
+        unsafe { libc::raise(libc::SIGCHLD) };
+        assert!(!signals.stop_requested());
+        // The SIGCHLD consumed above is handed out by the next wait.
+        let past = Instant::now();
+        assert_eq!(signals.wait(Some(past)), Ok(Wake::Child));
+        assert_eq!(signals.wait(Some(past)), Ok(Wake::Deadline));
+    }
+
+    #[test]
+    fn a_stop_request_is_kept_until_cleared() {
+        let _serial = serial();
+        let mut signals = Signals::block().unwrap();
+        // SAFETY: raise(3) sends a signal to this thread, which blocks it.
+        unsafe { libc::raise(libc::SIGTERM) };
+        assert!(signals.stop_requested());
+        assert!(signals.stop_requested(), "asking twice does not lose it");
+        signals.clear_stop();
+        assert!(!signals.stop_requested());
+        signals.defer_stop();
+        assert_eq!(signals.wait(Some(Instant::now())), Ok(Wake::Stop));
+        assert_eq!(signals.wait(Some(Instant::now())), Ok(Wake::Deadline));
+    }
+
+    #[test]
+    fn orphans_of_ours_are_leftovers_of_none() {
+        let _serial = serial();
+        let pid = group_leader("exec sleep 300");
+        let _reaper = Reaper(pid);
+        assert!(leftovers(None).contains(&pid));
+        signal_group(pid, Signal::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut reaped = BTreeMap::new();
+        while !reaped.contains_key(&pid) {
+            assert!(Instant::now() < deadline, "never reaped");
+            reaped.extend(reap_all());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(reaped[&pid], Ended::Signaled(Signal::SIGKILL));
+        assert!(!leftovers(None).contains(&pid));
+    }
+
+    #[test]
+    fn emptying_a_group_keeps_a_stop_that_arrived_and_invents_none() {
+        let _serial = serial();
+        let mut signals = Signals::block().unwrap();
+        let pgid = group_leader("exec sleep 300");
+        let _reaper = Reaper(pgid);
+        until_members(pgid, 1);
+        let (alive, _) = empty_group(
+            &mut signals,
+            Some(pgid),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        assert!(alive.is_empty());
+        assert!(!signals.stop_requested(), "no stop was asked for");
+        let pgid = group_leader("exec sleep 300");
+        let _reaper = Reaper(pgid);
+        until_members(pgid, 1);
+        // SAFETY: raise(3) sends a signal to this thread, which blocks it.
+        unsafe { libc::raise(libc::SIGTERM) };
+        let (alive, _) = empty_group(
+            &mut signals,
+            Some(pgid),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        assert!(alive.is_empty());
+        assert!(signals.stop_requested(), "the stop is kept for the caller");
+    }
+
+    /// A status whose one step recorded `pid` (its group) and `identity`.
+    fn status_with_step(
+        pid: u32,
+        identity: Option<process_identity::ProcessIdentity>,
+    ) -> status::RunStatus {
+        let mut status = status::RunStatus::new("r", status::RunState::Running);
+        status.steps = Some(vec![status::Step {
+            external_process: Some(status::model::ExternalProcess {
+                pid: Some(pid),
+                identity,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        status
+    }
+
+    /// How our child `pid` ended; `None` if it has not within 10 s.
+    fn reaped_within(pid: u32) -> Option<Ended> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(ended) = reap_all().remove(&pid) {
+                return Some(ended);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn step_groups_are_killed_only_when_provably_the_runners() {
+        let _serial = serial();
+        // The recorded COMMAND still runs (identity matches): killed.
+        let pid = group_leader("exec sleep 300");
+        let _reaper = Reaper(pid);
+        let identity = process_identity::ProcessIdentity::of(pid).unwrap();
+        kill_step_groups(&status_with_step(pid, Some(identity.clone())));
+        assert_eq!(reaped_within(pid), Some(Ended::Signaled(Signal::SIGKILL)));
+        // A live process under the recorded pid but with another start
+        // time is someone else (a recycled pid): left alone.
+        let stranger = group_leader("exec sleep 300");
+        let _reaper = Reaper(stranger);
+        let mut recycled = process_identity::ProcessIdentity::of(stranger).unwrap();
+        recycled.start_time += 1;
+        kill_step_groups(&status_with_step(stranger, Some(recycled)));
+        // Had it been sent a SIGKILL, that would be how it ended; our
+        // SIGTERM, sent after, decides only if nothing came before.
+        signal_group(stranger, Signal::SIGTERM);
+        assert_eq!(
+            reaped_within(stranger),
+            Some(Ended::Signaled(Signal::SIGTERM)),
+            "a stranger was killed"
+        );
+        // The leader is gone but its group lives on: the group is killed.
+        let leader = group_leader("sleep 300 & echo $! > /dev/null; exit 0");
+        let _reaper = Reaper(leader);
+        assert_eq!(reaped_within(leader), Some(Ended::Exited(0)));
+        until_members(leader, 1);
+        let orphan = leftovers(Some(leader))[0];
+        kill_step_groups(&status_with_step(leader, Some(identity)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !leftovers(Some(leader)).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "orphan {orphan} of a gone leader survived"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

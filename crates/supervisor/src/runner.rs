@@ -971,3 +971,183 @@ fn spawn_command(
     }
     Ok(command.spawn()?.id())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StepConfig;
+
+    fn config(step_timeout: Option<u64>, run_timeout: Option<u64>) -> LaunchConfig {
+        let step = |agent: &str| StepConfig {
+            agent: agent.into(),
+            command: vec!["true".into()],
+            cwd: PathBuf::from("/"),
+            task_file: None,
+            timeout_ms: step_timeout,
+            fanout_label: None,
+        };
+        LaunchConfig {
+            run_id: "r".into(),
+            root: PathBuf::from("/nonexistent"),
+            run_dir: PathBuf::from("/nonexistent/async-subagent-runs/r"),
+            runner_process_instance_id: "rid".into(),
+            mode: "parallel".into(),
+            steps: vec![step("first"), step("second")],
+            groups: vec![GroupConfig {
+                start: 0,
+                count: 2,
+                concurrency: 2,
+                fail_fast: true,
+                parallel: true,
+            }],
+            timeout_ms: run_timeout,
+            session_id: None,
+            fanout_descriptor: None,
+            env: Default::default(),
+            revival: None,
+            session_root: None,
+        }
+    }
+
+    fn ended(exit: Ended, interruption: Option<Interruption>) -> StepRun {
+        StepRun {
+            pid: Some(1),
+            started_at: Some(1),
+            ended: Some(exit),
+            interruption,
+            ..StepRun::default()
+        }
+    }
+
+    #[test]
+    fn a_step_verdict_follows_how_it_ended() {
+        let c = config(None, Some(5_000));
+        let verdict = |run: &StepRun| {
+            let (status, error, code) = step_verdict(&c, 0, run);
+            (status, error.unwrap_or_default(), code)
+        };
+        assert_eq!(
+            verdict(&ended(Ended::Exited(0), None)),
+            ("complete", String::new(), 0)
+        );
+        assert_eq!(
+            verdict(&ended(Ended::Exited(3), None)),
+            ("failed", "command ended with exit code 3".into(), 3)
+        );
+        assert_eq!(
+            verdict(&ended(Ended::Signaled(Signal::SIGSEGV), None)),
+            ("stopped", "command ended with signal SIGSEGV".into(), 1)
+        );
+        let sigterm = Ended::Signaled(Signal::SIGTERM);
+        assert_eq!(
+            verdict(&ended(sigterm, Some(Interruption::Stopped))),
+            ("stopped", "Subagent stopped by user.".into(), 1)
+        );
+        assert_eq!(
+            verdict(&ended(sigterm, Some(Interruption::TimedOut))),
+            ("failed", "Subagent timed out after 5000ms.".into(), 1)
+        );
+        assert_eq!(
+            verdict(&ended(sigterm, Some(Interruption::FailFast))),
+            ("failed", "stopped: a sibling failed (failFast)".into(), 1)
+        );
+        let skipped = StepRun {
+            interruption: Some(Interruption::FailFast),
+            ..StepRun::default()
+        };
+        assert_eq!(
+            verdict(&skipped),
+            ("failed", "skipped: a sibling failed (failFast)".into(), 1)
+        );
+        assert_eq!(verdict(&StepRun::default()), ("pending", String::new(), 1));
+        let unstartable = StepRun {
+            spawn_error: Some("failed to start command 'x': not found".into()),
+            ..StepRun::default()
+        };
+        assert_eq!(verdict(&unstartable).0, "failed");
+        assert_eq!(
+            verdict(&unstartable).1,
+            "failed to start command 'x': not found"
+        );
+    }
+
+    #[test]
+    fn a_step_timeout_is_reported_before_the_run_timeout() {
+        let c = config(Some(1_000), Some(9_000));
+        let run = ended(
+            Ended::Signaled(Signal::SIGKILL),
+            Some(Interruption::TimedOut),
+        );
+        let (_, error, _) = step_verdict(&c, 1, &run);
+        assert_eq!(error.as_deref(), Some("Subagent timed out after 1000ms."));
+    }
+
+    #[test]
+    fn only_a_clean_exit_without_interruption_succeeds() {
+        assert!(ended(Ended::Exited(0), None).succeeded());
+        assert!(!ended(Ended::Exited(1), None).succeeded());
+        assert!(!ended(Ended::Exited(0), Some(Interruption::FailFast)).succeeded());
+        let mut spawn_failed = ended(Ended::Exited(0), None);
+        spawn_failed.spawn_error = Some("x".into());
+        assert!(!spawn_failed.succeeded());
+        assert!(!StepRun::default().succeeded());
+    }
+
+    /// An execution over `config` with the given step outcomes.
+    fn verdict_of(
+        c: &LaunchConfig,
+        steps: Vec<StepRun>,
+        interruption: Option<Interruption>,
+    ) -> (RunState, Option<String>) {
+        let _serial = crate::procs::tests::serial();
+        let mut execution = Execution::new(c, Signals::block().unwrap(), 0, None);
+        execution.steps = steps;
+        execution.interruption = interruption;
+        execution.run_verdict(Some("reason given".into()))
+    }
+
+    #[test]
+    fn the_run_verdict_names_the_step_that_really_failed() {
+        let c = config(None, Some(7_000));
+        let casualty = ended(
+            Ended::Signaled(Signal::SIGTERM),
+            Some(Interruption::FailFast),
+        );
+        let culprit = ended(Ended::Exited(2), None);
+        assert_eq!(
+            verdict_of(&c, vec![casualty, culprit], None),
+            (RunState::Failed, Some("Step failed: second".into()))
+        );
+        let ok = || ended(Ended::Exited(0), None);
+        assert_eq!(
+            verdict_of(&c, vec![ok(), ok()], None),
+            (RunState::Complete, None)
+        );
+        assert_eq!(
+            verdict_of(&c, vec![ok(), StepRun::default()], None),
+            (
+                RunState::Failed,
+                Some("Run ended before every step ran.".into())
+            )
+        );
+        let outside = ended(Ended::Signaled(Signal::SIGKILL), None);
+        assert_eq!(
+            verdict_of(&c, vec![ok(), outside], None),
+            (
+                RunState::Stopped,
+                Some("Step second ended with signal SIGKILL.".into())
+            )
+        );
+        assert_eq!(
+            verdict_of(&c, vec![ok(), ok()], Some(Interruption::Stopped)),
+            (RunState::Stopped, Some("reason given".into()))
+        );
+        assert_eq!(
+            verdict_of(&c, vec![ok(), ok()], Some(Interruption::TimedOut)),
+            (
+                RunState::Failed,
+                Some("Subagent timed out after 7000ms.".into())
+            )
+        );
+    }
+}

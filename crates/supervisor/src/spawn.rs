@@ -150,3 +150,55 @@ fn read_ready(fd: OwnedFd) -> std::io::Result<Launched> {
         })?;
     serde_json::from_str(line).map_err(std::io::Error::other)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `sh -c script` with the write end of a ready pipe as descriptor
+    /// 3, as the monitor hands it to the runner; returns what the launcher
+    /// side makes of the pipe.
+    fn launcher_side_of(script: &str) -> std::io::Result<Launched> {
+        let _serial = crate::procs::tests::serial();
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let fd = write.as_raw_fd();
+        let mut command = Command::new("sh");
+        command.args(["-c", script]);
+        // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+        unsafe {
+            command.pre_exec(move || inherit_as_fd3(fd));
+        }
+        let mut child = command.spawn()?;
+        drop(write);
+        let result = read_ready(read);
+        child.wait()?;
+        result
+    }
+
+    #[test]
+    fn a_runner_that_exits_before_ready_is_reported_at_once() {
+        let err = launcher_side_of("echo starting >&3; exit 1").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert_eq!(
+            err.to_string(),
+            "the runner exited before it reported ready"
+        );
+    }
+
+    #[test]
+    fn the_ready_line_carries_the_runner() {
+        let line =
+            r#"ready {"runId":"r1","asyncDir":"/x/r1","pid":77,"runnerProcessInstanceId":"rid"}"#;
+        let launched = launcher_side_of(&format!("echo '{line}' >&3; exit 0")).unwrap();
+        assert_eq!(launched.run_id, "r1");
+        assert_eq!(launched.async_dir, PathBuf::from("/x/r1"));
+        assert_eq!(launched.pid, 77);
+        assert_eq!(launched.runner_process_instance_id, "rid");
+    }
+
+    #[test]
+    fn a_garbled_ready_line_is_an_error() {
+        let err = launcher_side_of("echo 'ready {not json' >&3").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::Other, "{err}");
+    }
+}

@@ -96,6 +96,9 @@ fn spawn_worker(mode: &str, root: &Path, run_id: &str, limit: u32, out: &Path, g
         .env("CAPACITY_LIMIT", limit.to_string())
         .env("CAPACITY_OUT", out)
         .env("CAPACITY_GO", go)
+        // The worker's own harness lines ("running 1 test", "test result")
+        // must not reach the parent's output, where they read as our tests.
+        .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap()
 }

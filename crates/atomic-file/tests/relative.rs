@@ -1,0 +1,13 @@
+//! A bare file name (no directory part) is written relative to the current
+//! directory, whose fsync must then target "." rather than "". Alone in its
+//! own test binary because it changes the process's current directory.
+
+#[test]
+fn a_bare_file_name_is_written_in_the_current_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::env::set_current_dir(tmp.path()).unwrap();
+    atomic_file::create_new_private(std::path::Path::new("claim.json"), b"x").unwrap();
+    atomic_file::write_private(std::path::Path::new("state.json"), b"y").unwrap();
+    assert_eq!(std::fs::read(tmp.path().join("claim.json")).unwrap(), b"x");
+    assert_eq!(std::fs::read(tmp.path().join("state.json")).unwrap(), b"y");
+}

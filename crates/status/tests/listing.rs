@@ -1,0 +1,205 @@
+//! Run listings against real run directories: which markers the active
+//! listing gives back (only a finished run's with an observed proof: a
+//! finished status alone is not proof that the run's processes are gone),
+//! filters, prefixes, and the errors of a broken root.
+
+use status::list::{Hooks, ListOptions, Resolved, list, load, resolve, run_names};
+use status::model::{RunState, RunStatus, write_status};
+use status::proof::ProofState;
+use status::{Layout, index};
+
+fn options() -> ListOptions<'static> {
+    ListOptions {
+        all: false,
+        session: None,
+        limit: None,
+        reconcile: false,
+        now: 0,
+        hooks: Hooks::default(),
+    }
+}
+
+fn finished_run(layout: &Layout, id: &str, proof: Option<serde_json::Value>) {
+    let dir = layout.run_dir(id);
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    let mut status = RunStatus::new(id, RunState::Complete);
+    status.last_update = Some(1);
+    status.process_terminal = proof;
+    write_status(&dir, &status).unwrap();
+    index::create_marker(&dir).unwrap();
+}
+
+#[test]
+fn a_finished_run_without_an_observed_proof_keeps_its_marker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    finished_run(&layout, "no-proof", None);
+    let pending = serde_json::json!({
+        "version": 1, "state": "pending", "runId": "pending-proof",
+        "runnerProcessInstanceId": "rid"
+    });
+    finished_run(&layout, "pending-proof", Some(pending));
+    let runs = list(&layout, &options()).unwrap().runs;
+    assert!(runs.is_empty(), "finished runs are not listed as active");
+    for id in ["no-proof", "pending-proof"] {
+        let marker = layout.runs_dir().join(index::INDEX_DIR).join(id);
+        assert!(marker.exists(), "{id}: marker released without proof");
+    }
+    assert_eq!(
+        index::read_index(&layout.runs_dir()).unwrap().len(),
+        2,
+        "both runs stay in the active index"
+    );
+}
+
+/// A valid observed proof: the runner's close was seen.
+fn observed(id: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": 1, "state": "observed", "runId": id,
+        "runnerProcessInstanceId": "rid", "observedAt": 5,
+        "instances": [{"kind": "runner", "processInstanceId": "rid",
+                       "closeObservedAt": 4, "exitCode": 0, "signal": null}]
+    })
+}
+
+fn run_with(layout: &Layout, id: &str, state: RunState, proof: Option<serde_json::Value>) {
+    let dir = layout.run_dir(id);
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    let mut status = RunStatus::new(id, state);
+    status.last_update = Some(1);
+    status.process_terminal = proof;
+    write_status(&dir, &status).unwrap();
+    index::create_marker(&dir).unwrap();
+}
+
+fn marker(layout: &Layout, id: &str) -> bool {
+    layout.runs_dir().join(index::INDEX_DIR).join(id).exists()
+}
+
+#[test]
+fn only_a_finished_observed_run_gives_its_marker_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    run_with(&layout, "done", RunState::Complete, Some(observed("done")));
+    run_with(&layout, "live", RunState::Running, Some(observed("live")));
+    let all = ListOptions {
+        all: true,
+        ..options()
+    };
+    list(&layout, &all).unwrap();
+    assert!(marker(&layout, "done"), "a full listing releases nothing");
+    let runs = list(&layout, &options()).unwrap().runs;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].id, "live");
+    assert!(!marker(&layout, "done"), "observed and finished: released");
+    assert!(marker(&layout, "live"), "still running: kept");
+    let summary = load(&layout, "done", false, 0, &Hooks::default())
+        .unwrap()
+        .expect("the run loads");
+    assert_eq!(summary.proof().unwrap().state, ProofState::Observed);
+}
+
+#[test]
+fn markers_of_vanished_or_statusless_runs_are_dropped_by_the_active_listing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    run_with(&layout, "kept", RunState::Running, None);
+    // A marker whose run directory is gone, and one whose status is missing.
+    let gone = layout.run_dir("gone");
+    atomic_file::ensure_private_dir(&gone).unwrap();
+    index::create_marker(&gone).unwrap();
+    std::fs::remove_dir(&gone).unwrap();
+    let empty = layout.run_dir("empty");
+    atomic_file::ensure_private_dir(&empty).unwrap();
+    index::create_marker(&empty).unwrap();
+    let all = ListOptions {
+        all: true,
+        ..options()
+    };
+    list(&layout, &all).unwrap();
+    assert!(
+        marker(&layout, "gone") && marker(&layout, "empty"),
+        "--all releases nothing"
+    );
+    let runs = list(&layout, &options()).unwrap().runs;
+    assert_eq!(
+        runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["kept"]
+    );
+    assert!(!marker(&layout, "gone"));
+    assert!(!marker(&layout, "empty"));
+    assert!(marker(&layout, "kept"));
+}
+
+#[test]
+fn listings_filter_by_session_and_hide_dismissed_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for (id, session) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+        let dir = layout.run_dir(id);
+        atomic_file::ensure_private_dir(&dir).unwrap();
+        let mut status = RunStatus::new(id, RunState::Complete);
+        status.session_id = Some(session.into());
+        status.last_update = Some(1);
+        if id == "a2" {
+            status.display_dismissed_at = Some(5);
+        }
+        write_status(&dir, &status).unwrap();
+    }
+    let ids = |session: Option<&str>| -> Vec<String> {
+        let options = ListOptions {
+            all: true,
+            session: session.map(str::to_owned),
+            ..options()
+        };
+        let mut ids: Vec<String> = list(&layout, &options)
+            .unwrap()
+            .runs
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(None), ["a1", "b1"], "the dismissed run is hidden");
+    assert_eq!(ids(Some("a")), ["a1"]);
+    assert_eq!(ids(Some("b")), ["b1"]);
+    assert_eq!(
+        ids(Some("")),
+        ["a1", "b1"],
+        "an empty session filters nothing"
+    );
+}
+
+#[test]
+fn a_unique_prefix_resolves_and_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    assert!(
+        run_names(&layout).unwrap().is_empty(),
+        "no runs directory yet"
+    );
+    run_with(&layout, "xyz123", RunState::Complete, None);
+    assert_eq!(
+        resolve(&layout, "xyz").unwrap(),
+        Resolved::Run("xyz123".into())
+    );
+    assert_eq!(run_names(&layout).unwrap(), ["xyz123"]);
+    let summary = load(&layout, "xyz123", false, 0, &Hooks::default()).unwrap();
+    assert_eq!(summary.unwrap().id, "xyz123");
+    assert!(
+        load(&layout, "nope", false, 0, &Hooks::default())
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn a_runs_path_that_is_not_a_directory_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path().join("file-root"));
+    std::fs::create_dir_all(layout.runs_dir().parent().unwrap()).unwrap();
+    std::fs::write(layout.runs_dir(), "not a directory").unwrap();
+    let err = run_names(&layout).unwrap_err();
+    assert!(err.to_string().contains("async-subagent-runs"), "{err}");
+}
