@@ -221,6 +221,7 @@ fn usage_mistakes_exit_2_on_one_line() {
         vec!["run", "--timeout", "1h30m", "--", "true"],
         vec!["run", "--id", "../evil", "--", "true"],
         vec!["resume", finished.as_str()],
+        vec!["resume", finished.as_str(), "--task", "more", "--timeout", "abc"],
         vec!["wait", finished.as_str(), "--timeout", "soon"],
         vec!["status"],
         vec!["run", "--no-such-flag"],

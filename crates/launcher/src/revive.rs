@@ -92,6 +92,11 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
 
 /// `subagents resume RUN --task TEXT`.
 pub fn resume(layout: &Layout, args: &ResumeArgs) -> CliResult {
+    // A malformed --timeout is a usage mistake (exit 2), found before any file is read.
+    if let Some(text) = &args.timeout {
+        parse_duration(text)
+            .map_err(|e| CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}")))?;
+    }
     let source = crate::commands::resolve(layout, &args.run)?;
     let source_dir = layout.run_dir(&source);
     let refuse = |why: String| CliError::failed(format!("failed to resume run '{source}': {why}"));
