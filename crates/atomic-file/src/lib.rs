@@ -7,6 +7,8 @@
 //! * [`write_private`] / [`write_json`]: temp file in the target's directory,
 //!   created `O_EXCL` with mode 0600, written, fsynced, renamed over the target,
 //!   then the directory is fsynced.
+//! * [`defer_dir_sync`]: several files written into one new directory share
+//!   a single directory fsync.
 //! * [`create_new_private`]: the same durability for files that must not exist
 //!   yet (claim slots, lock-free ownership records).
 //! * [`append_private`]: one `write` of a whole line to an `O_APPEND` file
@@ -102,6 +104,58 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::new("create directory", dir, e))
 }
 
+thread_local! {
+    /// The directory whose fsync [`DeferredDirSync`] postpones on this thread.
+    static DEFERRED_DIR: std::cell::RefCell<Option<PathBuf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Postpones the directory fsync of [`write_private`] for files directly in
+/// one directory, on this thread, until [`DeferredDirSync::commit`] (or
+/// drop), which fsyncs the directory once.
+///
+/// Each file is still fsynced before its rename, so a reader never sees a
+/// torn file; only the durability of the names waits for the commit. Meant
+/// for a new directory filled with several files that nothing points to yet
+/// (a run directory before its active marker exists).
+#[must_use = "commit the deferred directory sync"]
+pub struct DeferredDirSync {
+    dir: Option<PathBuf>,
+}
+
+/// Starts deferring the directory fsyncs of `dir` (see [`DeferredDirSync`]).
+pub fn defer_dir_sync(dir: &Path) -> DeferredDirSync {
+    DEFERRED_DIR.with(|d| *d.borrow_mut() = Some(dir.to_path_buf()));
+    DeferredDirSync {
+        dir: Some(dir.to_path_buf()),
+    }
+}
+
+impl DeferredDirSync {
+    /// Ends the deferral and fsyncs the directory once.
+    pub fn commit(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let Some(dir) = self.dir.take() else {
+            return Ok(());
+        };
+        DEFERRED_DIR.with(|d| *d.borrow_mut() = None);
+        sync_dir(&dir)
+    }
+}
+
+impl Drop for DeferredDirSync {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+fn is_deferred(dir: &Path) -> bool {
+    DEFERRED_DIR.with(|d| d.borrow().as_deref() == Some(dir))
+}
+
 /// Atomically replaces `path` with `bytes` (mode 0600, fsynced, directory fsynced).
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = parent_of(path);
@@ -114,6 +168,9 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     written?;
+    if is_deferred(dir) {
+        return Ok(());
+    }
     sync_dir(dir)
 }
 
@@ -181,9 +238,17 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
         .mode(FILE_MODE)
         .open(path)
         .map_err(|e| Error::new("create", path, e))?;
+    // An empty new file has no data to flush; the directory fsync that
+    // follows makes its creation durable.
     let result = file
         .write_all(bytes)
-        .and_then(|()| file.sync_all())
+        .and_then(|()| {
+            if bytes.is_empty() {
+                Ok(())
+            } else {
+                file.sync_all()
+            }
+        })
         .map_err(|e| Error::new("write", path, e));
     if result.is_err() {
         let _ = fs::remove_file(path);

@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 use process_identity::Liveness;
 use serde_json::json;
 use status::layout::files;
-use status::list::{Hooks, ListOptions, Resolved, RunSummary};
+use status::list::{Hooks, Resolved, RunSummary};
 use status::model::update_status;
 use status::reconcile::{self, Outcome};
 use status::{Layout, RunState, now_ms};
@@ -128,54 +128,7 @@ pub fn describe(run: &RunSummary) -> String {
 
 /// `subagents list`.
 pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
-    let budgets = layout.fanout_budgets_dir();
-    let options = ListOptions {
-        all: args.all,
-        session: args.session.clone(),
-        limit: args.limit,
-        reconcile: true,
-        now: now_ms(),
-        hooks: Hooks {
-            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
-            on_repaired: Some(&crate::procs::kill_step_groups),
-        },
-    };
-    let listing = status::list::list(layout, &options)?;
-    report_skipped(&listing.skipped_repairs);
-    let runs = listing.runs;
-    admission::release_finished(
-        layout,
-        runs.iter().filter_map(|r| r.status.session_id.as_deref()),
-    );
-    if args.json {
-        // Unreadable runs follow the readable ones as `{id, asyncDir, state: "unreadable", error}`.
-        let mut entries: Vec<serde_json::Value> = runs
-            .iter()
-            .map(|r| serde_json::to_value(r).unwrap_or_default())
-            .collect();
-        entries.extend(
-            listing
-                .unreadable
-                .iter()
-                .map(|u| serde_json::to_value(u).unwrap_or_default()),
-        );
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&entries).unwrap_or_default()
-        );
-    } else {
-        let heading = if args.all {
-            "Async runs"
-        } else {
-            "Active async runs"
-        };
-        println!(
-            "{}",
-            status::format::format_run_list(&runs, heading, now_ms(), home().as_deref())
-        );
-        print_unreadable(&listing.unreadable);
-    }
-    Ok(())
+    crate::listing::list(layout, args)
 }
 
 fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {

@@ -17,6 +17,58 @@ use crate::{Result, index, io_err};
 /// snapshot could not be read.
 pub const FANOUT_UNAVAILABLE: &str = "runFanoutBudgetUnavailable";
 
+/// Status field (an extension the reference ignores) set by the monitor
+/// once a run is over and its proof is final:
+/// `{"frozenAt": ms, "fanoutClaimsDir": path}`. From then on a listing takes
+/// `processTerminal` from the status as it is instead of re-validating the
+/// proof sidecar, and `runFanoutBudget` too as long as no claim was added
+/// since (claims are never released and take the lowest free slot, so with
+/// `used` claims frozen, slot file `used` existing means more were made —
+/// by a nested run still going); only then is the budget counted again.
+pub const LISTING_FACTS: &str = "listingFacts";
+
+/// Whether a status carries final listing facts (see [`LISTING_FACTS`]):
+/// over, with a frozen time and a proof that is observed.
+pub fn has_frozen_facts(status: &RunStatus) -> bool {
+    !status.state.is_active()
+        && status
+            .extra
+            .get(LISTING_FACTS)
+            .and_then(|f| f.get("frozenAt"))
+            .is_some_and(Value::is_u64)
+        && status
+            .process_terminal
+            .as_ref()
+            .and_then(|p| p.get("state"))
+            .and_then(Value::as_str)
+            == Some("observed")
+}
+
+/// Whether the frozen fan-out counts of a status with frozen facts still
+/// hold: no budget, a full budget, or no claim slot file past the frozen
+/// count (one `stat`).
+fn frozen_fanout_is_current(status: &RunStatus) -> bool {
+    let Some(snapshot) = &status.run_fanout_budget else {
+        return true;
+    };
+    let count = |key: &str| snapshot.get(key).and_then(Value::as_u64);
+    let (Some(used), Some(limit)) = (count("used"), count("limit")) else {
+        return false;
+    };
+    if used >= limit {
+        return true;
+    }
+    let claims = status
+        .extra
+        .get(LISTING_FACTS)
+        .and_then(|f| f.get("fanoutClaimsDir"))
+        .and_then(Value::as_str);
+    claims.is_some_and(|dir| {
+        let next = Path::new(dir).join(format!("{used:06}.json"));
+        matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    })
+}
+
 /// The live fan-out snapshot of a run directory, or why there is none.
 pub type FanoutSource<'a> = &'a dyn Fn(&Path) -> std::result::Result<Option<Value>, String>;
 
@@ -150,23 +202,22 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
 
 /// The run directory of `id` when it is a real (non-symlink) directory inside the root.
 pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
-    let root = layout.runs_dir().canonicalize().ok()?;
-    run_dir_under(layout, &root, id)
+    layout.runs_dir().canonicalize().ok()?;
+    run_dir_under(layout, id)
 }
 
-/// [`exact_run_dir`] with the runs root already canonicalised (listings
-/// resolve it once, not once per run).
-fn run_dir_under(layout: &Layout, real_root: &Path, id: &str) -> Option<PathBuf> {
+/// [`exact_run_dir`] once the runs root is known to resolve (listings check
+/// it once, not once per run).
+fn run_dir_under(layout: &Layout, id: &str) -> Option<PathBuf> {
     if !is_safe_run_id(id) {
         return None;
     }
+    // A safe id is one plain path component, and a directory that is not a
+    // symlink resolves to `<real root>/<id>`: inside the root without
+    // resolving it again.
     let dir = layout.run_dir(id);
     let meta = std::fs::symlink_metadata(&dir).ok()?;
-    if !meta.is_dir() {
-        return None;
-    }
-    let real = dir.canonicalize().ok()?;
-    real.starts_with(real_root).then_some(dir)
+    meta.is_dir().then_some(dir)
 }
 
 /// Names of every run directory under the root, sorted.
@@ -271,14 +322,17 @@ fn summarize(
             .as_str()
             .map(str::to_owned)
     });
+    let frozen = has_frozen_facts(&status);
     let fallback = Fallback {
         run_id: Some(run_id_of(&status, id)),
         runner_process_instance_id: runner,
     };
-    if let Some(proof) = read_proof(dir, &fallback) {
+    if !frozen && let Some(proof) = read_proof(dir, &fallback) {
         status.process_terminal = Some(proof.to_value());
     }
-    if let Some(source) = fanout {
+    if let Some(source) = fanout
+        && !(frozen && frozen_fanout_is_current(&status))
+    {
         // One run's missing or corrupt budget must not fail the listing of
         // every other run (the reference throws here): its fan-out line says
         // "unavailable" and why, and the stale snapshot is not shown.
@@ -315,20 +369,49 @@ fn run_id_of(status: &RunStatus, dir_name: &str) -> String {
 /// [`Listing::unreadable`]. Marker releases and stale repairs that cannot be
 /// written land in [`Listing::skipped_repairs`].
 pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Listing> {
+    let rows = list_rows(layout, options, |summary| summary)?;
+    Ok(Listing {
+        runs: rows.rows,
+        unreadable: rows.unreadable,
+        skipped_repairs: rows.skipped_repairs,
+    })
+}
+
+/// What [`list_rows`] found: one `T` per listed run, in listing order.
+#[derive(Debug)]
+pub struct Rows<T> {
+    /// The rows, sorted as the reference sorts.
+    pub rows: Vec<T>,
+    /// Runs that could not be read, by name.
+    pub unreadable: Vec<UnreadableRun>,
+    /// Repairs that could not be written, one line each.
+    pub skipped_repairs: Vec<String>,
+}
+
+/// [`list`] that turns every kept run into a row as soon as it is read, so
+/// a caller that needs only a rendered line (or a name) per run never holds
+/// every run's whole status at once.
+pub fn list_rows<T>(
+    layout: &Layout,
+    options: &ListOptions<'_>,
+    mut row: impl FnMut(RunSummary) -> T,
+) -> Result<Rows<T>> {
     let names = if options.all {
         run_names(layout)?
     } else {
         index::read_index(&layout.runs_dir())?
     };
-    let mut listing = Listing::default();
-    let real_root = layout.runs_dir().canonicalize().ok();
+    let mut keyed: Vec<(u8, std::cmp::Reverse<u64>, T)> = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut skipped = Vec::new();
+    let root_resolves = layout.runs_dir().canonicalize().is_ok();
     for name in names {
-        let Some(dir) = real_root
-            .as_deref()
-            .and_then(|root| run_dir_under(layout, root, &name))
+        let Some(dir) = root_resolves
+            .then(|| run_dir_under(layout, &name))
+            .flatten()
         else {
             if !options.all {
-                release(&layout.run_dir(&name), &name, &mut listing.skipped_repairs);
+                release(&layout.run_dir(&name), &name, &mut skipped);
             }
             continue;
         };
@@ -338,43 +421,51 @@ pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Listing> {
             options.reconcile,
             options.now,
             &options.hooks,
-            &mut listing.skipped_repairs,
+            &mut skipped,
         );
         let summary = match loaded {
             Ok(Some(summary)) => summary,
             Ok(None) => {
                 if !options.all {
-                    release(&dir, &name, &mut listing.skipped_repairs);
+                    release(&dir, &name, &mut skipped);
                 }
                 continue;
             }
             Err(e) => {
-                listing.unreadable.push(UnreadableRun::new(&name, &dir, &e));
+                unreadable.push(UnreadableRun::new(&name, &dir, &e));
                 continue;
             }
         };
-        let observed = summary
-            .proof()
-            .is_some_and(|p| p.state == crate::proof::ProofState::Observed);
-        if !options.all && !summary.status.state.is_active() && observed {
+        if !options.all && !summary.status.state.is_active() && is_observed(&summary) {
             // A monitor that died between its proof and the release leaves
             // the marker behind; the observed proof still releases it.
-            release(&dir, &name, &mut listing.skipped_repairs);
+            release(&dir, &name, &mut skipped);
         }
         if keep(&summary, options) {
-            listing.runs.push(summary);
+            let rank = state_rank(&summary.status);
+            let time = std::cmp::Reverse(summary.status.sort_time());
+            keyed.push((rank, time, row(summary)));
         }
     }
-    let runs = &mut listing.runs;
-    runs.sort_by(|a, b| {
-        state_rank(&a.status)
-            .cmp(&state_rank(&b.status))
-            .then(b.status.sort_time().cmp(&a.status.sort_time()))
-    });
+    // Stable: runs of equal rank and time stay in name order.
+    keyed.sort_by_key(|(rank, time, _)| (*rank, *time));
     if let Some(limit) = options.limit {
-        runs.truncate(limit);
+        keyed.truncate(limit);
     }
-    Ok(listing)
+    Ok(Rows {
+        rows: keyed.into_iter().map(|(_, _, row)| row).collect(),
+        unreadable,
+        skipped_repairs: skipped,
+    })
+}
+
+fn is_observed(summary: &RunSummary) -> bool {
+    if has_frozen_facts(&summary.status) {
+        return true;
+    }
+    summary
+        .proof()
+        .is_some_and(|p| p.state == crate::proof::ProofState::Observed)
 }
 
 /// Releases a marker, noting (not failing on) a release that cannot be written.

@@ -70,8 +70,47 @@ pub fn main() -> i32 {
         signal: ended.signal(),
     };
     let leases = |file: &str| lease_state(&config, file);
-    proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
+    let proof = proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
+    if proof.state == ProofState::Observed {
+        freeze_listing_facts(&config);
+    }
     0
+}
+
+/// Records in the status that its proof is final and the fan-out counts as
+/// of now, so listings take them from the status as they are instead of
+/// validating the proof sidecar and counting claims for every finished run
+/// (`status::list::LISTING_FACTS`). A budget that cannot be read is not
+/// frozen: listings then say live why it is unavailable.
+fn freeze_listing_facts(config: &LaunchConfig) {
+    let budgets = status::Layout::new(&config.root).fanout_budgets_dir();
+    let (snapshot, claims) = match fanout_budget::read_persisted(&config.run_dir, &budgets) {
+        Ok(Some(budget)) => match budget.snapshot() {
+            Ok(snapshot) => (
+                serde_json::to_value(snapshot).ok(),
+                Some(budget.descriptor().directory.join("claims")),
+            ),
+            Err(_) => return,
+        },
+        Ok(None) => (None, None),
+        Err(_) => return,
+    };
+    let mut facts = json!({"frozenAt": now_ms()});
+    if let Some(claims) = claims {
+        facts["fanoutClaimsDir"] = json!(claims);
+    }
+    let _ = update_status(&config.run_dir, |s| {
+        let mut s = s?;
+        if s.state.is_active() {
+            return None;
+        }
+        if let Some(snapshot) = snapshot.clone() {
+            s.run_fanout_budget = Some(snapshot);
+        }
+        s.extra
+            .insert(status::list::LISTING_FACTS.into(), facts.clone());
+        Some(s)
+    });
 }
 
 fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
