@@ -79,9 +79,13 @@ impl Env {
     pub fn settled(&self, id: &str) -> Value {
         let _ = self.run(&["wait", id, "--timeout", "60s"]);
         let mut last = Value::Null;
+        // `status` shows the proof sidecar as soon as it exists; the monitor
+        // overlays it on status.json and only then releases an observed
+        // run's marker, so wait for that too.
         poll(Duration::from_secs(30), || {
             last = self.status_json(id);
-            last["processTerminal"]["state"] != "pending"
+            let state = &last["processTerminal"]["state"];
+            state != "pending" && (state != "observed" || !self.marker(id).exists())
         });
         last
     }

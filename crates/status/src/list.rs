@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::layout::{Layout, is_safe_run_id};
+use crate::layout::{Layout, files, is_safe_run_id};
 use crate::model::{RunStatus, read_status};
 use crate::proof::{Fallback, ProcessTerminal, read_proof, sanitize};
 use crate::reconcile;
@@ -45,28 +45,45 @@ pub fn has_frozen_facts(status: &RunStatus) -> bool {
 }
 
 /// Whether the frozen fan-out counts of a status with frozen facts still
-/// hold: no budget, a full budget, or no claim slot file past the frozen
-/// count (one `stat`).
-fn frozen_fanout_is_current(status: &RunStatus) -> bool {
-    let Some(snapshot) = &status.run_fanout_budget else {
-        return true;
+/// hold, by a few `stat`s and no reads: the run's persisted descriptor not
+/// replaced since the freeze, the claims directory still there, and no
+/// claim slot file past the frozen count (or the budget full).
+fn frozen_fanout_is_current(status: &RunStatus, dir: &Path) -> bool {
+    let facts = status.extra.get(LISTING_FACTS);
+    let Some(frozen_at) = facts
+        .and_then(|f| f.get("frozenAt"))
+        .and_then(Value::as_u64)
+    else {
+        return false;
     };
+    let descriptor = std::fs::symlink_metadata(dir.join(files::RUN_FANOUT_BUDGET));
+    let Some(snapshot) = &status.run_fanout_budget else {
+        // No budget at the end: still none.
+        return matches!(descriptor, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    };
+    let unchanged = descriptor
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .is_some_and(|t| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .is_ok_and(|d| d.as_millis() <= u128::from(frozen_at))
+        });
     let count = |key: &str| snapshot.get(key).and_then(Value::as_u64);
     let (Some(used), Some(limit)) = (count("used"), count("limit")) else {
         return false;
     };
-    if used >= limit {
-        return true;
-    }
-    let claims = status
-        .extra
-        .get(LISTING_FACTS)
+    let Some(claims) = facts
         .and_then(|f| f.get("fanoutClaimsDir"))
-        .and_then(Value::as_str);
-    claims.is_some_and(|dir| {
-        let next = Path::new(dir).join(format!("{used:06}.json"));
-        matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-    })
+        .and_then(Value::as_str)
+        .map(Path::new)
+    else {
+        return false;
+    };
+    let claims_there = std::fs::symlink_metadata(claims).is_ok_and(|m| m.is_dir());
+    let next = claims.join(format!("{used:06}.json"));
+    let no_more = used >= limit
+        || matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    unchanged && claims_there && no_more
 }
 
 /// The live fan-out snapshot of a run directory, or why there is none.
@@ -331,7 +348,7 @@ fn summarize(
         status.process_terminal = Some(proof.to_value());
     }
     if let Some(source) = fanout
-        && !(frozen && frozen_fanout_is_current(&status))
+        && !(frozen && frozen_fanout_is_current(&status, dir))
     {
         // One run's missing or corrupt budget must not fail the listing of
         // every other run (the reference throws here): its fan-out line says
