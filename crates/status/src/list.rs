@@ -634,6 +634,71 @@ mod tests {
         assert_eq!(ids, vec!["c", "d", "b", "a"]);
     }
 
+    /// A finished run whose listing facts were frozen with `used` claims of
+    /// a budget of 4 whose claims directory is `claims`.
+    fn frozen_run(layout: &Layout, id: &str, claims: &Path, used: u64) {
+        let dir = layout.run_dir(id);
+        atomic_file::ensure_private_dir(&dir).unwrap();
+        atomic_file::ensure_private_dir(claims).unwrap();
+        atomic_file::write_private(&dir.join(files::RUN_FANOUT_BUDGET), b"{}").unwrap();
+        let mut status = RunStatus::new(id, RunState::Complete);
+        status.process_terminal = Some(serde_json::json!({"state": "observed", "runId": id}));
+        status.run_fanout_budget =
+            Some(serde_json::json!({"used": used, "limit": 4, "remaining": 4 - used}));
+        let facts =
+            serde_json::json!({"frozenAt": crate::now_ms() + 1000, "fanoutClaimsDir": claims});
+        status.extra.insert(LISTING_FACTS.into(), facts);
+        write_status(&dir, &status).unwrap();
+    }
+
+    #[test]
+    fn frozen_facts_are_used_until_a_later_claim_or_a_replaced_descriptor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        let claims = tmp.path().join("budget/claims");
+        frozen_run(&layout, "f", &claims, 1);
+        let asked = std::cell::Cell::new(0);
+        let live = |_: &Path| {
+            asked.set(asked.get() + 1);
+            Ok(Some(
+                serde_json::json!({"used": 2, "limit": 4, "remaining": 2}),
+            ))
+        };
+        let listed = || {
+            let mut options = options(true);
+            options.hooks.fanout = Some(&live);
+            let runs = list(&layout, &options).unwrap().runs;
+            runs[0].status.run_fanout_budget.as_ref().unwrap()["used"]
+                .as_u64()
+                .unwrap()
+        };
+        assert_eq!(listed(), 1, "frozen: taken from the status");
+        assert_eq!(asked.get(), 0, "and the budget not counted");
+        // A nested run claimed slot 1 after the freeze: counted live again.
+        std::fs::write(claims.join("000001.json"), "{}").unwrap();
+        assert_eq!(listed(), 2);
+        assert_eq!(asked.get(), 1);
+        std::fs::remove_file(claims.join("000001.json")).unwrap();
+        assert_eq!(listed(), 1);
+        assert_eq!(asked.get(), 1);
+        // The budget directory is gone: live (which says why).
+        std::fs::remove_dir_all(&claims).unwrap();
+        assert_eq!(listed(), 2);
+        assert_eq!(asked.get(), 2);
+        // A descriptor rewritten after the freeze: live too.
+        atomic_file::ensure_private_dir(&claims).unwrap();
+        let descriptor = layout.run_dir("f").join(files::RUN_FANOUT_BUDGET);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&descriptor)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        assert_eq!(listed(), 2);
+        assert_eq!(asked.get(), 3);
+    }
+
     #[test]
     fn resolves_prefixes() {
         let tmp = tempfile::tempdir().unwrap();
