@@ -174,6 +174,40 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     sync_dir(dir)
 }
 
+/// Writes `value` as [`write_json`] does (temp file, 0600, rename: a reader
+/// sees the old file or the new one) but without any fsync. Only for records
+/// that coordinate processes that are alive right now (the startup
+/// handshake): a crash ends those processes, and whatever such a record says
+/// afterwards is stale anyway.
+pub fn write_json_transient<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    let dir = parent_of(path);
+    ensure_private_dir(dir)?;
+    let tmp = temp_path(path);
+    let written = write_new_file_unsynced(&tmp, &to_pretty_json(value)).and_then(|()| {
+        fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn write_new_file_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(|e| Error::new("create", path, e))?;
+    let result = file
+        .write_all(bytes)
+        .map_err(|e| Error::new("write", path, e));
+    if result.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    result
+}
+
 /// Serialises `value` as pretty JSON (2 spaces, no trailing newline) and
 /// writes it with [`write_private`].
 pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
