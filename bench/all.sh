@@ -7,7 +7,7 @@
 # Sections (results in $RESULTS_DIR/all/, summary in $RESULTS_DIR/all/summary.txt):
 #   floors    setsid /bin/true, subagents --version
 #   launch    run -- true, run --wait -- true (idle root before each)
-#   memory    VmRSS of a run's monitor + runner while its COMMAND sleeps
+#   memory    RSS and PSS of a run's monitor + runner while its COMMAND sleeps
 #   history   list, list --all, status, run -- true at HISTORIES finished runs
 #             (+1 active); peak RSS of list --all; the reference's
 #             listAsyncRuns+formatAsyncRunList on the same root, interleaved
@@ -74,21 +74,35 @@ hf --prepare "$BENCH_DIR/wait-idle.sh $R" --export-json "$OUTDIR/launch.json" \
 "$BENCH_DIR/wait-idle.sh" "$R"
 note "## floors and launch"
 summarize "$OUTDIR/floors.json" "$OUTDIR/launch.json" | tee -a "$OUT"
+# A revival: launch plus the file handshake (ready -> ack -> acknowledged ->
+# proceed) with the new runner.
+src="$("$S" --root "$R" run --wait -- true)"
+wait_quiet "$OUT"
+if hf --prepare "$BENCH_DIR/wait-idle.sh $R" --export-json "$OUTDIR/resume.json" \
+    "$S --root $R resume $src --task again"; then
+    summarize "$OUTDIR/resume.json" | tee -a "$OUT"
+else
+    note "resume row failed"
+fi
+"$BENCH_DIR/wait-idle.sh" "$R"
 
 # --- memory of one run's processes -------------------------------------------
-note "## memory (VmRSS of monitor + runner, MiB)"
+note "## memory of monitor + runner (MiB): RSS, and PSS (shared pages of the one binary split between them)"
 for i in 1 2 3; do
     id="$("$S" --root "$R" run -- sleep 30)"
     json="$("$S" --root "$R" status "$id" --json)"
     python3 - "$json" <<'PY' | tee -a "$OUT"
 import json, sys
 s = json.loads(sys.argv[1])
-def rss(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-m, r = rss(s["monitorIdentity"]["pid"]), rss(s["runnerIdentity"]["pid"])
-print(f"monitor {m:.2f} + runner {r:.2f} = {m + r:.2f} MiB")
+def mem(pid):
+    f = {}
+    for line in open(f"/proc/{pid}/smaps_rollup"):
+        parts = line.split()
+        if len(parts) >= 2 and parts[1].isdigit():
+            f[parts[0].rstrip(":")] = int(parts[1]) / 1024
+    return f["Rss"], f["Pss"]
+(mr, mp), (rr, rp) = mem(s["monitorIdentity"]["pid"]), mem(s["runnerIdentity"]["pid"])
+print(f"RSS monitor {mr:.2f} + runner {rr:.2f} = {mr + rr:.2f}; PSS {mp:.2f} + {rp:.2f} = {mp + rp:.2f}")
 PY
     "$S" --root "$R" stop "$id" >/dev/null
 done
