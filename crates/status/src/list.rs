@@ -220,12 +220,12 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
 /// The run directory of `id` when it is a real (non-symlink) directory inside the root.
 pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
     layout.runs_dir().canonicalize().ok()?;
-    run_dir_under(layout, id)
+    run_dir_under(layout, id).map(|(dir, _)| dir)
 }
 
 /// [`exact_run_dir`] once the runs root is known to resolve (listings check
-/// it once, not once per run).
-fn run_dir_under(layout: &Layout, id: &str) -> Option<PathBuf> {
+/// it once, not once per run), with the directory's metadata.
+fn run_dir_under(layout: &Layout, id: &str) -> Option<(PathBuf, std::fs::Metadata)> {
     if !is_safe_run_id(id) {
         return None;
     }
@@ -234,7 +234,7 @@ fn run_dir_under(layout: &Layout, id: &str) -> Option<PathBuf> {
     // resolving it again.
     let dir = layout.run_dir(id);
     let meta = std::fs::symlink_metadata(&dir).ok()?;
-    meta.is_dir().then_some(dir)
+    meta.is_dir().then_some((dir, meta))
 }
 
 /// Names of every run directory under the root, sorted.
@@ -278,7 +278,7 @@ pub fn load_noting(
     skipped: &mut Vec<String>,
 ) -> Result<Option<RunSummary>> {
     match exact_run_dir(layout, id) {
-        Some(dir) => load_dir(&dir, id, reconcile, now, hooks, skipped),
+        Some(dir) => load_dir(&dir, None, id, reconcile, now, hooks, skipped),
         None => Ok(None),
     }
 }
@@ -286,6 +286,7 @@ pub fn load_noting(
 /// [`load`] of a run directory already resolved by [`exact_run_dir`].
 fn load_dir(
     dir: &Path,
+    meta: Option<&std::fs::Metadata>,
     id: &str,
     reconcile: bool,
     now: u64,
@@ -293,7 +294,10 @@ fn load_dir(
     skipped: &mut Vec<String>,
 ) -> Result<Option<RunSummary>> {
     // Another user could have planted the files of a shared run directory.
-    atomic_file::read::check_private_dir(dir)?;
+    match meta {
+        Some(meta) => atomic_file::read::check_private_meta(dir, meta)?,
+        None => atomic_file::read::check_private_dir(dir)?,
+    }
     let status = if reconcile {
         match reconcile::reconcile_run(dir, reconcile::Options::at(now)) {
             Ok(outcome) => {
@@ -423,7 +427,7 @@ pub fn list_rows<T>(
     let mut skipped = Vec::new();
     let root_resolves = layout.runs_dir().canonicalize().is_ok();
     for name in names {
-        let Some(dir) = root_resolves
+        let Some((dir, meta)) = root_resolves
             .then(|| run_dir_under(layout, &name))
             .flatten()
         else {
@@ -434,6 +438,7 @@ pub fn list_rows<T>(
         };
         let loaded = load_dir(
             &dir,
+            Some(&meta),
             &name,
             options.reconcile,
             options.now,
