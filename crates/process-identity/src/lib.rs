@@ -113,7 +113,7 @@ pub fn pid_liveness(pid: u32) -> Liveness {
 
 /// Reads and parses `/proc/<pid>/stat`.
 pub fn read_stat(pid: u32) -> io::Result<ProcStat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let text = read_small(&format!("/proc/{pid}/stat"))?;
     parse_stat(&text).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -138,11 +138,35 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     })
 }
 
-/// The kernel's boot id, if readable.
+/// The kernel's boot id, if readable. Read once per process: it cannot
+/// change while the process lives.
 pub fn boot_id() -> Option<String> {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|s| s.trim().to_owned())
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| {
+            read_small("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .clone()
+}
+
+/// Reads a small `/proc` file with one `read` where it fits in 1 KiB
+/// (`/proc` reports size 0, so a generic reader probes in tiny steps).
+fn read_small(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut buf = [0u8; 1024];
+    let mut text = Vec::new();
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Pids of the live (non-zombie) processes in process group `pgid`.
