@@ -79,13 +79,15 @@ impl Env {
     pub fn settled(&self, id: &str) -> Value {
         let _ = self.run(&["wait", id, "--timeout", "60s"]);
         let mut last = Value::Null;
-        // `status` shows the proof sidecar as soon as it exists; the monitor
-        // overlays it on status.json and only then releases an observed
-        // run's marker, so wait for that too.
+        // `status` shows the proof sidecar as soon as it exists, and a
+        // failed revival's launcher records `not-started` before the
+        // monitor's verdict; the monitor overlays its proof on status.json
+        // and only then releases the marker (of every run whose proof it
+        // observed), so wait for that unless the proof stays `unknown`.
         poll(Duration::from_secs(30), || {
             last = self.status_json(id);
             let state = &last["processTerminal"]["state"];
-            state != "pending" && (state != "observed" || !self.marker(id).exists())
+            state != "pending" && (state == "unknown" || !self.marker(id).exists())
         });
         last
     }
