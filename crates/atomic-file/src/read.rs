@@ -176,8 +176,8 @@ fn read_checked(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadErro
     read_sized(file, path, limit, size)
 }
 
-/// Reads to the end (at most `limit` bytes) a file whose size was just read
-/// from its handle: one `read` of the whole file, one more that sees EOF.
+/// Reads to the end (at most `limit` bytes) a regular file whose size was
+/// just read from its handle: usually one `read`.
 fn read_sized(mut file: File, path: &Path, limit: u64, size: u64) -> Result<Vec<u8>, ReadError> {
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
@@ -197,8 +197,16 @@ fn read_sized(mut file: File, path: &Path, limit: u64, size: u64) -> Result<Vec<
             }
             bytes.resize((filled * 2).min(limit as usize + 1).max(filled + 1), 0);
         }
+        let wanted = bytes.len() - filled;
         match file.read(&mut bytes[filled..]) {
             Ok(0) => break,
+            // A regular file with a size reads short only at its end: no
+            // second read just to see EOF. (`/proc` files report size 0 and
+            // may read short anywhere: they read on to EOF.)
+            Ok(n) if n < wanted && size > 0 => {
+                filled += n;
+                break;
+            }
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(io(e)),
