@@ -691,6 +691,20 @@ pub fn finalize(
     leases: LeaseInspector<'_>,
     now: u64,
 ) -> ProcessTerminal {
+    finalize_with(run_dir, run_id, close, leases, now, &|_| {})
+}
+
+/// [`finalize`] that also applies `on_observed` to the status in the same
+/// write as the overlay, when the proof is observed (the monitor freezes
+/// the run's listing facts this way, without a write of its own).
+pub fn finalize_with(
+    run_dir: &Path,
+    run_id: &str,
+    close: &RunnerClose,
+    leases: LeaseInspector<'_>,
+    now: u64,
+    on_observed: &dyn Fn(&mut RunStatus),
+) -> ProcessTerminal {
     let fallback = Fallback {
         run_id: Some(run_id.to_owned()),
         runner_process_instance_id: Some(close.process_instance_id.clone()),
@@ -707,7 +721,13 @@ pub fn finalize(
     }
     let candidate = read_candidate(run_dir).ok().flatten();
     let _ = update_status(run_dir, |status| {
-        status.map(|s| overlay(s, &proof, candidate.as_ref(), now))
+        status.map(|s| {
+            let mut s = overlay(s, &proof, candidate.as_ref(), now);
+            if proof.state == ProofState::Observed {
+                on_observed(&mut s);
+            }
+            s
+        })
     });
     let fields = json!({"lifecycleArtifactVersion": crate::LIFECYCLE_ARTIFACT_VERSION, "processTerminal": proof});
     let _ = events::append(

@@ -70,47 +70,42 @@ pub fn main() -> i32 {
         signal: ended.signal(),
     };
     let leases = |file: &str| lease_state(&config, file);
-    let proof = proof::finalize(&config.run_dir, &config.run_id, &close, &leases, now_ms());
-    if proof.state == ProofState::Observed {
-        freeze_listing_facts(&config);
-    }
+    let facts = listing_facts(&config);
+    let freeze = |s: &mut RunStatus| {
+        if let (Some((snapshot, facts)), false) = (&facts, s.state.is_active()) {
+            if let Some(snapshot) = snapshot {
+                s.run_fanout_budget = Some(snapshot.clone());
+            }
+            s.extra
+                .insert(status::list::LISTING_FACTS.into(), facts.clone());
+        }
+    };
+    let (dir, id) = (&config.run_dir, &config.run_id);
+    proof::finalize_with(dir, id, &close, &leases, now_ms(), &freeze);
     0
 }
 
-/// Records in the status that its proof is final and the fan-out counts as
-/// of now, so listings take them from the status as they are instead of
-/// validating the proof sidecar and counting claims for every finished run
-/// (`status::list::LISTING_FACTS`). A budget that cannot be read is not
-/// frozen: listings then say live why it is unavailable.
-fn freeze_listing_facts(config: &LaunchConfig) {
+/// The run's listing facts, frozen into its status with the observed proof
+/// in the same write: the fan-out counts as of now, so listings take them
+/// and the proof from the status as they are instead of validating the
+/// proof sidecar and counting claims for every finished run
+/// (`status::list::LISTING_FACTS`). `None` when the budget cannot be read:
+/// listings then say live why it is unavailable.
+fn listing_facts(config: &LaunchConfig) -> Option<(Option<serde_json::Value>, serde_json::Value)> {
     let budgets = status::Layout::new(&config.root).fanout_budgets_dir();
     let (snapshot, claims) = match fanout_budget::read_persisted(&config.run_dir, &budgets) {
-        Ok(Some(budget)) => match budget.snapshot() {
-            Ok(snapshot) => (
-                serde_json::to_value(snapshot).ok(),
-                Some(budget.descriptor().directory.join("claims")),
-            ),
-            Err(_) => return,
-        },
+        Ok(Some(budget)) => (
+            serde_json::to_value(budget.snapshot().ok()?).ok(),
+            Some(budget.descriptor().directory.join("claims")),
+        ),
         Ok(None) => (None, None),
-        Err(_) => return,
+        Err(_) => return None,
     };
     let mut facts = json!({"frozenAt": now_ms()});
     if let Some(claims) = claims {
         facts["fanoutClaimsDir"] = json!(claims);
     }
-    let _ = update_status(&config.run_dir, |s| {
-        let mut s = s?;
-        if s.state.is_active() {
-            return None;
-        }
-        if let Some(snapshot) = snapshot.clone() {
-            s.run_fanout_budget = Some(snapshot);
-        }
-        s.extra
-            .insert(status::list::LISTING_FACTS.into(), facts.clone());
-        Some(s)
-    });
+    Some((snapshot, facts))
 }
 
 fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
