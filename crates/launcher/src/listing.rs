@@ -93,10 +93,24 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         array.finish(&mut out)?;
     } else {
         let home = home();
+        // Every row's text goes into one buffer (one allocation that grows,
+        // not one per run); rows are ranges into it.
+        let mut text = String::new();
         let rows = status::list::list_rows(layout, &options, |summary| {
             note_session(&summary);
-            status::format::run_lines(&summary, now, home.as_deref()).join("\n")
+            let start = text.len();
+            for (i, line) in status::format::run_lines(&summary, now, home.as_deref())
+                .iter()
+                .enumerate()
+            {
+                if i > 0 {
+                    text.push('\n');
+                }
+                text.push_str(line);
+            }
+            start..text.len()
         })?;
+        let blocks: Vec<&str> = rows.rows.iter().map(|r| &text[r.clone()]).collect();
         report_skipped(&rows.skipped_repairs);
         admission::release_finished(layout, sessions.iter().map(String::as_str));
         let heading = if args.all {
@@ -104,7 +118,7 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         } else {
             "Active async runs"
         };
-        write_text(&mut out, heading, &rows.rows)?;
+        write_text(&mut out, heading, &blocks)?;
         write_unreadable(&mut out, &rows.unreadable)?;
     }
     out.flush().map_err(write_error)
@@ -115,7 +129,7 @@ fn write_error(e: std::io::Error) -> CliError {
 }
 
 /// The text of `format_run_list`, written one run at a time.
-fn write_text(out: &mut impl Write, heading: &str, blocks: &[String]) -> CliResult {
+fn write_text(out: &mut impl Write, heading: &str, blocks: &[&str]) -> CliResult {
     if blocks.is_empty() {
         return writeln!(out, "No {}.", heading.to_lowercase()).map_err(write_error);
     }
@@ -125,7 +139,7 @@ fn write_text(out: &mut impl Write, heading: &str, blocks: &[String]) -> CliResu
         let block = if i + 1 == blocks.len() {
             block.trim_end()
         } else {
-            block.as_str()
+            block
         };
         write!(out, "\n{block}\n").map_err(write_error)?;
     }
