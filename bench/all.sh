@@ -126,6 +126,20 @@ for H in $HISTORIES; do
     "$BENCH_DIR/wait-idle.sh" "$R" 1
     summarize "$OUTDIR/history-$H.json" "$OUTDIR/history-$H-run.json" | tee -a "$OUT"
     note "peak of list --all: $(python3 "$BENCH_DIR/peak.py" "$S" --root "$R" list --all)"
+    # Floor of any listing that reads one file per run: open and read every
+    # status.json, nothing else (one python process).
+    note "floor, read every status.json: $(python3 - "$D" <<'PY'
+import os, sys, time
+t0 = time.perf_counter(); n = 0
+for e in os.scandir(sys.argv[1]):
+    try:
+        with open(os.path.join(e.path, "status.json"), "rb") as f:
+            f.read(); n += 1
+    except OSError:
+        pass
+print(f"{n} files in {(time.perf_counter() - t0) * 1000:.0f} ms")
+PY
+)"
     if [ -n "$REF" ]; then
         # The reference finds budgets only under its own temp root.
         mkdir -p "$R/ref-tmp/pi-subagents-uid-$(id -u)"
