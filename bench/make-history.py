@@ -48,6 +48,7 @@ def clone_tree(src_path, dst_path, new):
     fd = os.open(dst_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+    shutil.copystat(src_path, dst_path)
 
 for i in range(1, count):
     new = secrets.token_hex(5)
@@ -65,6 +66,9 @@ for i in range(1, count):
         fd = os.open(os.path.join(dst, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        # Same times as the seed's files: a clone is as old as its seed (a
+        # descriptor newer than the run's frozen listing facts reads as replaced).
+        shutil.copystat(os.path.join(src, name), os.path.join(dst, name))
     for d, e in siblings:
         clone_tree(os.path.join(d, e), os.path.join(d, e.replace(seed, new, 1)), new)
 print(f"{count} finished runs in {runs_dir}")

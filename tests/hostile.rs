@@ -493,8 +493,26 @@ fn a_shared_root_is_refused_unless_allowed() {
         let persisted: Value = serde_json::from_str(&persisted).unwrap();
         let budget = PathBuf::from(persisted["directory"].as_str().unwrap());
         let manifest = budget.join("manifest.json");
+        let before: Value =
+            serde_json::from_slice(&sub(&env, &["status", &id, "--json"]).stdout).unwrap();
         std::os::unix::fs::chown(&manifest, Some(4242), Some(4242)).unwrap();
-        // Its limit is not trusted: the run shows its fan-out as unavailable.
+        // The finished run's counts were frozen into its status when it
+        // ended; the planted manifest is not even read.
+        let out = sub(&env, &["status", &id, "--json"]);
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(shown["listingFacts"]["frozenAt"].is_u64(), "{out:?}");
+        assert_eq!(
+            shown["runFanoutBudget"], before["runFanoutBudget"],
+            "{out:?}"
+        );
+        assert!(shown.get("runFanoutBudgetUnavailable").is_none(), "{out:?}");
+        // Without frozen facts the budget is read live, and its limit is not
+        // trusted: the run shows its fan-out as unavailable.
+        let status_file = dir.join("status.json");
+        let mut raw: Value =
+            serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+        raw.as_object_mut().unwrap().remove("listingFacts");
+        std::fs::write(&status_file, serde_json::to_vec_pretty(&raw).unwrap()).unwrap();
         let out = sub(&env, &["status", &id, "--json"]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         let shown: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -98,7 +98,10 @@ impl Env {
             if left.is_empty() {
                 last = self.status_json(id);
                 let active = matches!(last["state"].as_str(), Some("queued" | "running"));
-                if !active && last["processTerminal"]["state"] != "pending" {
+                let proof = &last["processTerminal"]["state"];
+                // The marker goes after the overlay; an unknown proof keeps it.
+                let released = proof == "unknown" || !self.marker(id).exists();
+                if !active && proof != "pending" && released {
                     return last;
                 }
             }

@@ -7,6 +7,8 @@
 //! * [`write_private`] / [`write_json`]: temp file in the target's directory,
 //!   created `O_EXCL` with mode 0600, written, fsynced, renamed over the target,
 //!   then the directory is fsynced.
+//! * [`defer_dir_sync`]: several files written into one new directory share
+//!   a single directory fsync.
 //! * [`create_new_private`]: the same durability for files that must not exist
 //!   yet (claim slots, lock-free ownership records).
 //! * [`append_private`]: one `write` of a whole line to an `O_APPEND` file
@@ -102,6 +104,58 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::new("create directory", dir, e))
 }
 
+thread_local! {
+    /// The directory whose fsync [`DeferredDirSync`] postpones on this thread.
+    static DEFERRED_DIR: std::cell::RefCell<Option<PathBuf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Postpones the directory fsync of [`write_private`] for files directly in
+/// one directory, on this thread, until [`DeferredDirSync::commit`] (or
+/// drop), which fsyncs the directory once.
+///
+/// Each file is still fsynced before its rename, so a reader never sees a
+/// torn file; only the durability of the names waits for the commit. Meant
+/// for a new directory filled with several files that nothing points to yet
+/// (a run directory before its active marker exists).
+#[must_use = "commit the deferred directory sync"]
+pub struct DeferredDirSync {
+    dir: Option<PathBuf>,
+}
+
+/// Starts deferring the directory fsyncs of `dir` (see [`DeferredDirSync`]).
+pub fn defer_dir_sync(dir: &Path) -> DeferredDirSync {
+    DEFERRED_DIR.with(|d| *d.borrow_mut() = Some(dir.to_path_buf()));
+    DeferredDirSync {
+        dir: Some(dir.to_path_buf()),
+    }
+}
+
+impl DeferredDirSync {
+    /// Ends the deferral and fsyncs the directory once.
+    pub fn commit(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let Some(dir) = self.dir.take() else {
+            return Ok(());
+        };
+        DEFERRED_DIR.with(|d| *d.borrow_mut() = None);
+        sync_dir(&dir)
+    }
+}
+
+impl Drop for DeferredDirSync {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+fn is_deferred(dir: &Path) -> bool {
+    DEFERRED_DIR.with(|d| d.borrow().as_deref() == Some(dir))
+}
+
 /// Atomically replaces `path` with `bytes` (mode 0600, fsynced, directory fsynced).
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     write_private_with(path, bytes, || {})
@@ -122,7 +176,44 @@ pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce(
         let _ = fs::remove_file(&tmp);
     }
     written?;
+    if is_deferred(dir) {
+        return Ok(());
+    }
     sync_dir(dir)
+}
+
+/// Writes `value` as [`write_json`] does (temp file, 0600, rename: a reader
+/// sees the old file or the new one) but without any fsync. Only for records
+/// that coordinate processes that are alive right now (the startup
+/// handshake): a crash ends those processes, and whatever such a record says
+/// afterwards is stale anyway.
+pub fn write_json_transient<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    let dir = parent_of(path);
+    ensure_private_dir(dir)?;
+    let tmp = temp_path(path);
+    let written = write_new_file_unsynced(&tmp, &to_pretty_json(value)).and_then(|()| {
+        fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn write_new_file_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(|e| Error::new("create", path, e))?;
+    let result = file
+        .write_all(bytes)
+        .map_err(|e| Error::new("write", path, e));
+    if result.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    result
 }
 
 /// Serialises `value` as pretty JSON (2 spaces, no trailing newline) and
@@ -219,9 +310,17 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
         .mode(FILE_MODE)
         .open(path)
         .map_err(|e| Error::new("create", path, e))?;
+    // An empty new file has no data to flush; the directory fsync that
+    // follows makes its creation durable.
     let result = file
         .write_all(bytes)
-        .and_then(|()| file.sync_all())
+        .and_then(|()| {
+            if bytes.is_empty() {
+                Ok(())
+            } else {
+                file.sync_all()
+            }
+        })
         .map_err(|e| Error::new("write", path, e));
     if result.is_err() {
         let _ = fs::remove_file(path);

@@ -148,7 +148,14 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
 
 /// Reads a whole file, refusing one larger than `limit` bytes.
 pub fn read_file_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    read_opened(open_regular(path)?, path, limit)
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    // One fstat serves the kind, owner and size checks.
+    let size = check_regular(&file, path)?.len();
+    read_sized(file, path, limit, size)
 }
 
 /// Reads a file the caller opened itself (e.g. with `openat` relative to a
@@ -156,8 +163,8 @@ pub fn read_file_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
 /// handle that it is a trusted regular file, then reads at most `limit` bytes.
 /// `path` names the file in errors.
 pub fn read_opened(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    check_regular(&file, path)?;
-    read_checked(file, path, limit)
+    let size = check_regular(&file, path)?.len();
+    read_sized(file, path, limit, size)
 }
 
 fn read_checked(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
@@ -166,14 +173,49 @@ fn read_checked(file: File, path: &Path, limit: u64) -> Result<Vec<u8>, ReadErro
         source,
     };
     let size = file.metadata().map_err(io)?.len();
+    read_sized(file, path, limit, size)
+}
+
+/// Reads to the end (at most `limit` bytes) a regular file whose size was
+/// just read from its handle: usually one `read`.
+fn read_sized(mut file: File, path: &Path, limit: u64, size: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     if size > limit {
         return Err(too_large(path, size, limit));
     }
-    let mut bytes = Vec::with_capacity(size as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > limit {
-        return Err(too_large(path, bytes.len() as u64, limit));
+    // Room for the whole file and one byte more, so a file that grew since
+    // the fstat still ends in a short read rather than a reallocation.
+    let mut bytes = vec![0u8; size as usize + 1];
+    let mut filled = 0;
+    loop {
+        if filled == bytes.len() {
+            if filled as u64 > limit {
+                return Err(too_large(path, filled as u64, limit));
+            }
+            bytes.resize((filled * 2).min(limit as usize + 1).max(filled + 1), 0);
+        }
+        let wanted = bytes.len() - filled;
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            // A regular file with a size reads short only at its end: no
+            // second read just to see EOF. (`/proc` files report size 0 and
+            // may read short anywhere: they read on to EOF.)
+            Ok(n) if n < wanted && size > 0 => {
+                filled += n;
+                break;
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
     }
+    if filled as u64 > limit {
+        return Err(too_large(path, filled as u64, limit));
+    }
+    bytes.truncate(filled);
     Ok(bytes)
 }
 
@@ -257,7 +299,7 @@ fn open_error(path: &Path, source: io::Error) -> ReadError {
     }
 }
 
-fn check_regular(file: &File, path: &Path) -> Result<(), ReadError> {
+fn check_regular(file: &File, path: &Path) -> Result<std::fs::Metadata, ReadError> {
     let meta = check_kind(file, path)?;
     if !trusted_owner(meta.uid()) {
         return Err(ReadError::ForeignOwner {
@@ -265,7 +307,7 @@ fn check_regular(file: &File, path: &Path) -> Result<(), ReadError> {
             uid: meta.uid(),
         });
     }
-    Ok(())
+    Ok(meta)
 }
 
 fn check_kind(file: &File, path: &Path) -> Result<std::fs::Metadata, ReadError> {
@@ -302,6 +344,11 @@ pub fn check_private_dir(dir: &Path) -> Result<(), ReadError> {
     let Ok(meta) = std::fs::metadata(dir) else {
         return Ok(());
     };
+    check_private_meta(dir, &meta)
+}
+
+/// [`check_private_dir`] with the directory's metadata already at hand.
+pub fn check_private_meta(dir: &Path, meta: &std::fs::Metadata) -> Result<(), ReadError> {
     if allow_foreign_owner() {
         return Ok(());
     }
@@ -331,9 +378,14 @@ pub fn check_private_dir(dir: &Path) -> Result<(), ReadError> {
 /// True when a file or directory owned by `uid` may be trusted: ours, root's,
 /// or anyone's once [`set_allow_foreign_owner`] was turned on.
 pub fn trusted_owner(uid: u32) -> bool {
+    uid == effective_uid() || uid == 0 || allow_foreign_owner()
+}
+
+/// This process's effective uid, asked once (listings check thousands of files).
+fn effective_uid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     // SAFETY: geteuid has no failure modes and no memory effects.
-    let me = unsafe { libc::geteuid() };
-    uid == me || uid == 0 || allow_foreign_owner()
+    *EUID.get_or_init(|| unsafe { libc::geteuid() })
 }
 
 fn too_large(path: &Path, size: u64, limit: u64) -> ReadError {

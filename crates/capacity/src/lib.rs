@@ -6,8 +6,8 @@
 //! there is proof it finished: a terminal status **and** a verified process
 //! exit ([`release_verdict`]). The root is `<state root>/session-active-async-capacity`.
 //!
-//! * [`Capacity::acquire`] reconciles the pool, then takes the first free slot
-//!   or fails with [`CapacityError::Exhausted`]
+//! * [`Capacity::acquire`] takes the first free slot (reconciling the pool
+//!   first when every index below the limit is occupied) or fails with [`CapacityError::Exhausted`]
 //!   (`Active async run capacity exhausted: U/L used.`).
 //! * [`SlotHandle::mark_started`] binds the slot to the spawned runner;
 //!   [`SlotHandle::rollback`] frees an unstarted slot (or gives a transferred
@@ -287,8 +287,8 @@ impl Capacity {
         self.root.join(session_key(session_id))
     }
 
-    /// Admits a run: reconciles the pool, then occupies the first free slot
-    /// below the limit. `Ok(None)` when there is no limit.
+    /// Admits a run: occupies the first free slot below the limit, after
+    /// reconciling the pool if none is free. `Ok(None)` when there is no limit.
     pub fn acquire(&self, request: &Acquire<'_>) -> Result<Option<SlotHandle>, CapacityError> {
         let Some(limit) = effective_limit(request.limit) else {
             return Ok(None);
@@ -304,22 +304,51 @@ impl Capacity {
         request: &Acquire<'_>,
         limit: u32,
     ) -> Result<SlotHandle, CapacityError> {
+        // Reconciling reads every slot's run files; it is needed only when no
+        // index below the limit is free, since it can only free slots. So an
+        // admission costs one directory listing and one slot creation, however
+        // many runs the session has active.
+        let occupied = list_slots(pool)?;
+        if occupied.len() < limit as usize {
+            pool::sweep_leftovers(pool);
+            let taken: HashSet<u64> = occupied.iter().map(|s| s.index).collect();
+            if let Some(handle) = self.take_free_slot(pool, request, limit, &taken)? {
+                return Ok(handle);
+            }
+        }
         let snapshot =
             self.reconcile_locked(pool, request.session_id, limit, request.live_workflows)?;
         if snapshot.used >= limit as usize {
             return Err(CapacityError::Exhausted(snapshot));
         }
+        let taken: HashSet<u64> = snapshot.slots.iter().map(|s| s.slot).collect();
+        match self.take_free_slot(pool, request, limit, &taken)? {
+            Some(handle) => Ok(handle),
+            None => Err(CapacityError::Exhausted(snapshot_of(pool, limit)?)),
+        }
+    }
+
+    /// Creates the first slot below `limit` that is not in `taken`. Only the
+    /// indices believed free are tried: a slot created meanwhile (by the
+    /// reference, which does not take our pool lock) just moves us on.
+    fn take_free_slot(
+        &self,
+        pool: &Path,
+        request: &Acquire<'_>,
+        limit: u32,
+        taken: &HashSet<u64>,
+    ) -> Result<Option<SlotHandle>, CapacityError> {
         let token = (self.reservation_token)();
-        for slot in 0..u64::from(limit) {
+        for slot in (0..u64::from(limit)).filter(|i| !taken.contains(i)) {
             let owner = self.new_owner(request, &token, slot);
             if pool::create_slot(pool, &owner)? {
                 let slot_dir = pool.join(format!("slot-{slot}"));
-                return Ok(SlotHandle::new(
+                return Ok(Some(SlotHandle::new(
                     pool, slot_dir, owner, None, limit, self.clock,
-                ));
+                )));
             }
         }
-        Err(CapacityError::Exhausted(snapshot_of(pool, limit)?))
+        Ok(None)
     }
 
     fn new_owner(&self, request: &Acquire<'_>, token: &str, slot: u64) -> OwnerRecord {

@@ -175,6 +175,12 @@ impl OpenBudget {
         if held != real_dir {
             return Err(Error::OutsideRoot);
         }
+        // Checked here, when a budget is used, rather than for every budget
+        // of the root at every command (one budget per root run).
+        for trusted in [real_dir.clone(), real_dir.join("claims")] {
+            atomic_file::read::check_private_dir(&trusted)
+                .map_err(|e| Error::DirectoryUnavailable(std::io::Error::other(e.to_string())))?;
+        }
         let manifest = read_manifest_at(&dir, &real_dir)?;
         if manifest.root_run_id != descriptor.root_run_id || manifest.limit != descriptor.limit {
             return Err(Error::ManifestMismatch);

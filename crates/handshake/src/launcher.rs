@@ -206,11 +206,12 @@ impl LauncherSide<'_, '_> {
     fn exchange(&mut self, timeouts: &LauncherTimeouts) -> Result<(), HandshakeError> {
         let token = self.await_state("ready", None, timeouts.ready)?;
         let ack = records::control("ack", &token, self.binding);
-        atomic_file::write_json(&self.paths.ack, &ack).map_err(HandshakeError::Acknowledge)?;
+        atomic_file::write_json_transient(&self.paths.ack, &ack)
+            .map_err(HandshakeError::Acknowledge)?;
         crate::fault_point("after-ack");
         self.await_state("acknowledged", Some(&token), timeouts.acknowledged)?;
         let proceed = records::control("proceed", &token, self.binding);
-        atomic_file::write_json(&self.paths.proceed, &proceed)
+        atomic_file::write_json_transient(&self.paths.proceed, &proceed)
             .map_err(HandshakeError::Authorize)?;
         // Committed: a leftover file is replaced or removed by the next attempt.
         let _ = atomic_file::remove_if_exists(&self.paths.startup);

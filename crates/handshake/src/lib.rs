@@ -18,6 +18,9 @@
 //! runner exits (pidfd). Every record carries `runId` and
 //! `runnerProcessInstanceId` besides the reference fields, and each side checks
 //! them, so a record from another attempt is never taken for this one.
+//! The four exchange records are replaced atomically but not fsynced
+//! ([`atomic_file::write_json_transient`]): they only coordinate two live
+//! processes, which a crash ends; the failure record stays durable.
 //!
 //! * Runner side: [`RunnerHandshake`], [`report_startup_failure`].
 //! * Launcher side: [`remove_stale_files`] before the spawn, then

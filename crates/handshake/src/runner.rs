@@ -122,7 +122,7 @@ impl RunnerHandshake {
     /// `owner` is the session-lease owner record at acquisition.
     pub fn announce_ready(&self, owner: &Value) -> Result<(), RunnerStartupError> {
         let record = records::ready(&self.token, self.pid, owner, &self.binding);
-        atomic_file::write_json(&self.paths.startup, &record)?;
+        atomic_file::write_json_transient(&self.paths.startup, &record)?;
         Ok(())
     }
 
@@ -131,7 +131,7 @@ impl RunnerHandshake {
     pub fn await_commit(&self) -> Result<(), RunnerStartupError> {
         self.await_control(&self.paths.ack, "ack", self.timeouts.ack)?;
         let record = records::acknowledged(&self.token, self.pid, &self.binding);
-        atomic_file::write_json(&self.paths.startup, &record)?;
+        atomic_file::write_json_transient(&self.paths.startup, &record)?;
         crate::fault_point("after-ack");
         self.await_control(&self.paths.proceed, "proceed", self.timeouts.proceed)?;
         // Committed: leftovers are harmless, the launcher deletes stale copies.

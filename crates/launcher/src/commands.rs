@@ -265,8 +265,15 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         return list_dismissed(layout, args);
     }
     observer::observe_active(layout, &observer_options(layout));
-    let budgets = layout.fanout_budgets_dir();
     let by_start = args.sort == Some(crate::cli::SortKey::Started);
+    use std::io::IsTerminal;
+    let table = args.short || (std::io::stdout().is_terminal() && !args.long);
+    // The detailed text and JSON stream through `listing` with bounded memory;
+    // sorting by start and the one-line table need every row first.
+    if !by_start && (args.json || !table) {
+        return crate::listing::list(layout, args);
+    }
+    let budgets = layout.fanout_budgets_dir();
     let options = ListOptions {
         all: args.all,
         session: args.session.clone(),
@@ -312,9 +319,8 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
         } else {
             "Active async runs"
         };
-        use std::io::IsTerminal;
         let terminal = std::io::stdout().is_terminal();
-        if !runs.is_empty() && (args.short || (terminal && !args.long)) {
+        if !runs.is_empty() && table {
             let no_color = std::env::var("NO_COLOR").ok();
             let color = crate::table::use_color(args.color, terminal, no_color.as_deref());
             println!(

@@ -14,6 +14,7 @@ pub mod commands;
 pub mod error;
 pub mod fanout;
 pub mod launch;
+pub mod listing;
 pub mod logs;
 pub mod prepare;
 pub mod presets;

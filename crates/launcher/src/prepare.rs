@@ -189,6 +189,9 @@ fn write_run(
     budget: &OpenBudget,
 ) -> CliResult<LaunchConfig> {
     let run_dir = layout.run_dir(run_id);
+    // The files below land in a directory nothing points to until the active
+    // marker exists: each is fsynced, their names once, before the marker.
+    let deferred = atomic_file::defer_dir_sync(&run_dir);
     let persisted =
         fanout_budget::write_persisted(&run_dir, &layout.fanout_budgets_dir(), budget.descriptor())
             .map_err(|e| {
@@ -217,6 +220,8 @@ fn write_run(
         crate::revive::persist(&config, request, persisted.descriptor())?;
     }
     write_queued(&config, budget.snapshot().ok())?;
+    deferred.commit()?;
+    atomic_file::sync_dir(&layout.runs_dir())?;
     index::create_marker(&config.run_dir)?;
     Ok(config)
 }

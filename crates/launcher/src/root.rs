@@ -31,10 +31,11 @@ pub fn allow_shared_root(flag: bool) -> bool {
 
 /// Refuses a state root that another user could plant files in: the root and
 /// the state directories inside it (the runs directory, the active index,
-/// fan-out budgets and their claims, capacity pools and slots, session
-/// leases) must be owned by this user (or root) and not writable by group or
+/// the fan-out budgets directory, capacity pools and slots, session leases)
+/// must be owned by this user (or root) and not writable by group or
 /// others. Run directories are checked when a run is read (listings show an
-/// untrusted one as unreadable), so this stays cheap for large roots. Missing
+/// untrusted one as unreadable) and a fan-out budget with its claims when
+/// it is opened, so this stays cheap for large roots. Missing
 /// directories are fine; they are created 0700. The parent of the root is not
 /// checked, so a root under a sticky `/tmp` is fine.
 pub fn check_trusted(layout: &Layout) -> Result<(), String> {
@@ -42,11 +43,10 @@ pub fn check_trusted(layout: &Layout) -> Result<(), String> {
     check(layout.root())?;
     check(&layout.runs_dir())?;
     check(&layout.active_index_dir())?;
-    for dir in [
-        layout.fanout_budgets_dir(),
-        layout.capacity_dir(),
-        layout.session_leases_dir(),
-    ] {
+    // One fan-out budget per root run: each is checked when it is opened,
+    // so a command's cost does not grow with the history.
+    check(&layout.fanout_budgets_dir())?;
+    for dir in [layout.capacity_dir(), layout.session_leases_dir()] {
         check(&dir)?;
         check_children(&dir, 2)?;
     }

@@ -1,8 +1,10 @@
 //! `subagents wait`: block until runs are over, woken by file events.
 
+use std::collections::HashSet;
 use std::io::IsTerminal;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher};
@@ -22,6 +24,11 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// back to their periodic re-check.
 pub fn watch_dirs(dirs: &[PathBuf]) -> (Option<notify::RecommendedWatcher>, Receiver<()>) {
     let (tx, rx) = channel();
+    (watch_dirs_into(dirs, tx), rx)
+}
+
+/// Like [`watch_dirs`], sending to `tx`.
+fn watch_dirs_into(dirs: &[PathBuf], tx: Sender<()>) -> Option<notify::RecommendedWatcher> {
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Our own reads of status.json are events too (open, close-nowrite);
         // waking on them would turn every wait into a busy loop.
@@ -36,12 +43,80 @@ pub fn watch_dirs(dirs: &[PathBuf]) -> (Option<notify::RecommendedWatcher>, Rece
         }
     });
     let Ok(mut watcher) = watcher else {
-        return (None, rx);
+        return None;
     };
     for dir in dirs {
         let _ = watcher.watch(dir, RecursiveMode::NonRecursive);
     }
-    (Some(watcher), rx)
+    Some(watcher)
+}
+
+/// Wakes the waiter when a run's monitor exits. A run is settled only once
+/// its monitor is gone, and a process exit is no file event: without this
+/// the waiter would sleep until its periodic re-check.
+struct MonitorWatches {
+    tx: Sender<()>,
+    watched: HashSet<(u32, u64)>,
+}
+
+impl MonitorWatches {
+    fn new(tx: Sender<()>) -> Self {
+        Self {
+            tx,
+            watched: HashSet::new(),
+        }
+    }
+
+    /// Starts watching the monitors of `runs` not watched yet.
+    fn add(&mut self, runs: &[RunSummary]) {
+        for monitor in runs
+            .iter()
+            .filter_map(|r| r.status.monitor_identity.as_ref())
+        {
+            if self.watched.insert((monitor.pid, monitor.start_time)) {
+                watch_exit(monitor, self.tx.clone());
+            }
+        }
+    }
+}
+
+/// Blocks a thread on a pidfd of `process` and sends once it exits. When
+/// the recorded process is already gone, or pidfds are unavailable, it sends
+/// at once (one extra look; the periodic re-check covers the rest).
+fn watch_exit(process: &process_identity::ProcessIdentity, tx: Sender<()>) {
+    let Some(pidfd) = open_pidfd(process.pid) else {
+        let _ = tx.send(());
+        return;
+    };
+    // Checked after opening: if the pid was recycled before pidfd_open, the
+    // recorded identity no longer matches and the descriptor is not ours.
+    if process.liveness() != process_identity::Liveness::Alive {
+        let _ = tx.send(());
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("wait-monitor".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let mut fds = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&pidfd),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            while let Err(nix::errno::Errno::EINTR) =
+                nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE)
+            {}
+            let _ = tx.send(());
+        });
+    drop(spawned);
+}
+
+fn open_pidfd(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `subagents wait RUN... [--timeout] [--json]`.
@@ -136,13 +211,16 @@ pub fn wait_reporting(
         .map(|id| resolve(layout, id))
         .collect::<CliResult<_>>()?;
     let dirs: Vec<PathBuf> = ids.iter().map(|id| layout.run_dir(id)).collect();
-    let (_watcher, events) = watch_dirs(&dirs);
+    let (tx, events) = channel();
+    let _watcher = watch_dirs_into(&dirs, tx.clone());
+    let mut monitors = MonitorWatches::new(tx);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let progress = std::io::stderr().is_terminal();
     let mut reported = vec![false; ids.len()];
     loop {
         let runs = load_all(layout, &ids)?;
+        monitors.add(&runs);
         for (run, done) in runs.iter().zip(reported.iter_mut()) {
             if !*done && is_settled(run) {
                 if progress {

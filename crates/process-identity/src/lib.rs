@@ -11,7 +11,9 @@
 //!
 //! [`group_members`] lists the live (non-zombie) members of a process group by
 //! reading `/proc`, which is how runners prove that a child's whole process
-//! group is gone.
+//! group is gone. An empty group (the common case) is recognised by one
+//! `kill(-pgid, 0)` and a childless caller by one `waitid`, so the walk over
+//! every process on the machine happens only when something is left.
 #![warn(missing_docs)]
 
 use std::fs;
@@ -113,7 +115,7 @@ pub fn pid_liveness(pid: u32) -> Liveness {
 
 /// Reads and parses `/proc/<pid>/stat`.
 pub fn read_stat(pid: u32) -> io::Result<ProcStat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let text = read_small(&format!("/proc/{pid}/stat"))?;
     parse_stat(&text).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -139,15 +141,45 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     })
 }
 
-/// The kernel's boot id, if readable.
+/// The kernel's boot id, if readable. Read once per process: it cannot
+/// change while the process lives.
 pub fn boot_id() -> Option<String> {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|s| s.trim().to_owned())
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| {
+            read_small("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .clone()
+}
+
+/// Reads a small `/proc` file with one `read` where it fits in 1 KiB
+/// (`/proc` reports size 0, so a generic reader probes in tiny steps).
+fn read_small(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut buf = [0u8; 1024];
+    let mut text = Vec::new();
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Pids of the live (non-zombie) processes in process group `pgid`.
+///
+/// An empty group is answered by one `kill(-pgid, 0)`; only a group that
+/// still has members (live or zombie) costs a walk over `/proc`.
 pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
+    if !group_exists(pgid) {
+        return Ok(Vec::new());
+    }
     processes_matching(|stat| stat.pgrp == pgid)
 }
 
@@ -160,9 +192,42 @@ pub fn session_members(sid: u32) -> io::Result<Vec<u32>> {
     processes_matching(|stat| stat.session == sid)
 }
 
+/// Whether any process (a zombie included) is in group `pgid`. Unsure
+/// answers (pgid 0, EPERM) are "yes", which only costs the caller a scan.
+pub fn group_exists(pgid: u32) -> bool {
+    let Some(negated) = i32::try_from(pgid).ok().filter(|g| *g > 0).map(|g| -g) else {
+        return true;
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(negated), None)
+        != Err(nix::errno::Errno::ESRCH)
+}
+
 /// Pids of the live (non-zombie) children of `ppid`.
+///
+/// For the calling process, having no children at all is answered by one
+/// `waitid` (ECHILD) without walking `/proc`.
 pub fn children_of(ppid: u32) -> io::Result<Vec<u32>> {
+    if ppid == std::process::id() && !has_children() {
+        return Ok(Vec::new());
+    }
     processes_matching(|stat| stat.ppid == ppid)
+}
+
+/// Whether the calling process has any child, live or not yet reaped.
+/// Nothing is reaped (`WNOWAIT`).
+fn has_children() -> bool {
+    // SAFETY: waitid(2) with a zeroed siginfo it fills; WNOHANG never blocks
+    // and WNOWAIT leaves any exited child for its real reaper.
+    let rc = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    !(rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
 }
 
 fn processes_matching(keep: impl Fn(&ProcStat) -> bool) -> io::Result<Vec<u32>> {
@@ -276,6 +341,24 @@ mod tests {
         assert!(children_of(std::process::id()).unwrap().contains(&pid));
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn an_empty_group_and_a_childless_caller_need_no_scan() {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(group_exists(pid));
+        assert!(has_children());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Reaped: the group is gone, and kill(-pgid, 0) says so.
+        assert!(!group_exists(pid));
+        assert!(group_members(pid).unwrap().is_empty());
     }
 
     #[test]

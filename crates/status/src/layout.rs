@@ -26,6 +26,8 @@ pub mod files {
     pub const RUNNER_STDOUT: &str = "runner.stdout.log";
     /// Runner stderr log.
     pub const RUNNER_STDERR: &str = "runner.stderr.log";
+    /// The run's persisted fan-out budget descriptor.
+    pub const RUN_FANOUT_BUDGET: &str = "run-fanout-budget.json";
 }
 
 impl Layout {

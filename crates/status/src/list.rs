@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::layout::{Layout, is_safe_run_id};
+use crate::layout::{Layout, files, is_safe_run_id};
 use crate::model::{RunStatus, read_status};
 use crate::proof::{Fallback, ProcessTerminal, read_proof, sanitize};
 use crate::reconcile;
@@ -16,6 +16,75 @@ use crate::{Result, index, io_err};
 /// Summary field (never written to disk) saying why a run's live fan-out
 /// snapshot could not be read.
 pub const FANOUT_UNAVAILABLE: &str = "runFanoutBudgetUnavailable";
+
+/// Status field (an extension the reference ignores) set by the monitor
+/// once a run is over and its proof is final:
+/// `{"frozenAt": ms, "fanoutClaimsDir": path}`. From then on a listing takes
+/// `processTerminal` from the status as it is instead of re-validating the
+/// proof sidecar, and `runFanoutBudget` too as long as no claim was added
+/// since (claims are never released and take the lowest free slot, so with
+/// `used` claims frozen, slot file `used` existing means more were made —
+/// by a nested run still going); only then is the budget counted again.
+pub const LISTING_FACTS: &str = "listingFacts";
+
+/// Whether a status carries final listing facts (see [`LISTING_FACTS`]):
+/// over, with a frozen time and a proof that is observed.
+pub fn has_frozen_facts(status: &RunStatus) -> bool {
+    !status.state.is_active()
+        && status
+            .extra
+            .get(LISTING_FACTS)
+            .and_then(|f| f.get("frozenAt"))
+            .is_some_and(Value::is_u64)
+        && status
+            .process_terminal
+            .as_ref()
+            .and_then(|p| p.get("state"))
+            .and_then(Value::as_str)
+            == Some("observed")
+}
+
+/// Whether the frozen fan-out counts of a status with frozen facts still
+/// hold, by a few `stat`s and no reads: the run's persisted descriptor not
+/// replaced since the freeze, the claims directory still there, and no
+/// claim slot file past the frozen count (or the budget full).
+fn frozen_fanout_is_current(status: &RunStatus, dir: &Path) -> bool {
+    let facts = status.extra.get(LISTING_FACTS);
+    let Some(frozen_at) = facts
+        .and_then(|f| f.get("frozenAt"))
+        .and_then(Value::as_u64)
+    else {
+        return false;
+    };
+    let descriptor = std::fs::symlink_metadata(dir.join(files::RUN_FANOUT_BUDGET));
+    let Some(snapshot) = &status.run_fanout_budget else {
+        // No budget at the end: still none.
+        return matches!(descriptor, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    };
+    let unchanged = descriptor
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .is_some_and(|t| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .is_ok_and(|d| d.as_millis() <= u128::from(frozen_at))
+        });
+    let count = |key: &str| snapshot.get(key).and_then(Value::as_u64);
+    let (Some(used), Some(limit)) = (count("used"), count("limit")) else {
+        return false;
+    };
+    let Some(claims) = facts
+        .and_then(|f| f.get("fanoutClaimsDir"))
+        .and_then(Value::as_str)
+        .map(Path::new)
+    else {
+        return false;
+    };
+    let claims_there = std::fs::symlink_metadata(claims).is_ok_and(|m| m.is_dir());
+    let next = claims.join(format!("{used:06}.json"));
+    let no_more = used >= limit
+        || matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    unchanged && claims_there && no_more
+}
 
 /// The live fan-out snapshot of a run directory, or why there is none.
 pub type FanoutSource<'a> = &'a dyn Fn(&Path) -> std::result::Result<Option<Value>, String>;
@@ -150,23 +219,22 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
 
 /// The run directory of `id` when it is a real (non-symlink) directory inside the root.
 pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
-    let root = layout.runs_dir().canonicalize().ok()?;
-    run_dir_under(layout, &root, id)
+    layout.runs_dir().canonicalize().ok()?;
+    run_dir_under(layout, id).map(|(dir, _)| dir)
 }
 
-/// [`exact_run_dir`] with the runs root already canonicalised (listings
-/// resolve it once, not once per run).
-fn run_dir_under(layout: &Layout, real_root: &Path, id: &str) -> Option<PathBuf> {
+/// [`exact_run_dir`] once the runs root is known to resolve (listings check
+/// it once, not once per run), with the directory's metadata.
+fn run_dir_under(layout: &Layout, id: &str) -> Option<(PathBuf, std::fs::Metadata)> {
     if !is_safe_run_id(id) {
         return None;
     }
+    // A safe id is one plain path component, and a directory that is not a
+    // symlink resolves to `<real root>/<id>`: inside the root without
+    // resolving it again.
     let dir = layout.run_dir(id);
     let meta = std::fs::symlink_metadata(&dir).ok()?;
-    if !meta.is_dir() {
-        return None;
-    }
-    let real = dir.canonicalize().ok()?;
-    real.starts_with(real_root).then_some(dir)
+    meta.is_dir().then_some((dir, meta))
 }
 
 /// Names of every run directory under the root, sorted.
@@ -210,7 +278,7 @@ pub fn load_noting(
     skipped: &mut Vec<String>,
 ) -> Result<Option<RunSummary>> {
     match exact_run_dir(layout, id) {
-        Some(dir) => load_dir(&dir, id, reconcile, now, hooks, skipped),
+        Some(dir) => load_dir(&dir, None, id, reconcile, now, hooks, skipped),
         None => Ok(None),
     }
 }
@@ -218,6 +286,7 @@ pub fn load_noting(
 /// [`load`] of a run directory already resolved by [`exact_run_dir`].
 fn load_dir(
     dir: &Path,
+    meta: Option<&std::fs::Metadata>,
     id: &str,
     reconcile: bool,
     now: u64,
@@ -225,7 +294,10 @@ fn load_dir(
     skipped: &mut Vec<String>,
 ) -> Result<Option<RunSummary>> {
     // Another user could have planted the files of a shared run directory.
-    atomic_file::read::check_private_dir(dir)?;
+    match meta {
+        Some(meta) => atomic_file::read::check_private_meta(dir, meta)?,
+        None => atomic_file::read::check_private_dir(dir)?,
+    }
     let status = if reconcile {
         match reconcile::reconcile_run(dir, reconcile::Options::at(now)) {
             Ok(outcome) => {
@@ -271,15 +343,18 @@ fn summarize(
             .as_str()
             .map(str::to_owned)
     });
+    let frozen = has_frozen_facts(&status);
     let fallback = Fallback {
         run_id: Some(run_id_of(&status, id)),
         runner_process_instance_id: runner,
     };
-    if let Some(proof) = read_proof(dir, &fallback) {
+    if !frozen && let Some(proof) = read_proof(dir, &fallback) {
         status.process_terminal = Some(proof.to_value());
     }
     status.last_activity_at = crate::reference::listed_last_activity(dir, &status);
-    if let Some(source) = fanout {
+    if let Some(source) = fanout
+        && !(frozen && frozen_fanout_is_current(&status, dir))
+    {
         // One run's missing or corrupt budget must not fail the listing of
         // every other run (the reference throws here): its fan-out line says
         // "unavailable" and why, and the stale snapshot is not shown.
@@ -316,66 +391,104 @@ fn run_id_of(status: &RunStatus, dir_name: &str) -> String {
 /// [`Listing::unreadable`]. Marker releases and stale repairs that cannot be
 /// written land in [`Listing::skipped_repairs`].
 pub fn list(layout: &Layout, options: &ListOptions<'_>) -> Result<Listing> {
+    let rows = list_rows(layout, options, |summary| summary)?;
+    Ok(Listing {
+        runs: rows.rows,
+        unreadable: rows.unreadable,
+        skipped_repairs: rows.skipped_repairs,
+    })
+}
+
+/// What [`list_rows`] found: one `T` per listed run, in listing order.
+#[derive(Debug)]
+pub struct Rows<T> {
+    /// The rows, sorted as the reference sorts.
+    pub rows: Vec<T>,
+    /// Runs that could not be read, by name.
+    pub unreadable: Vec<UnreadableRun>,
+    /// Repairs that could not be written, one line each.
+    pub skipped_repairs: Vec<String>,
+}
+
+/// [`list`] that turns every kept run into a row as soon as it is read, so
+/// a caller that needs only a rendered line (or a name) per run never holds
+/// every run's whole status at once.
+pub fn list_rows<T>(
+    layout: &Layout,
+    options: &ListOptions<'_>,
+    mut row: impl FnMut(RunSummary) -> T,
+) -> Result<Rows<T>> {
     let names = if options.all {
         run_names(layout)?
     } else {
         index::read_index(&layout.runs_dir())?
     };
-    let mut listing = Listing::default();
-    let real_root = layout.runs_dir().canonicalize().ok();
+    let mut keyed: Vec<(u8, std::cmp::Reverse<u64>, T)> = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut skipped = Vec::new();
+    let root_resolves = layout.runs_dir().canonicalize().is_ok();
     for name in names {
-        let Some(dir) = real_root
-            .as_deref()
-            .and_then(|root| run_dir_under(layout, root, &name))
+        let Some((dir, meta)) = root_resolves
+            .then(|| run_dir_under(layout, &name))
+            .flatten()
         else {
             if !options.all {
-                release(&layout.run_dir(&name), &name, &mut listing.skipped_repairs);
+                release(&layout.run_dir(&name), &name, &mut skipped);
             }
             continue;
         };
         let loaded = load_dir(
             &dir,
+            Some(&meta),
             &name,
             options.reconcile,
             options.now,
             &options.hooks,
-            &mut listing.skipped_repairs,
+            &mut skipped,
         );
         let summary = match loaded {
             Ok(Some(summary)) => summary,
             Ok(None) => {
                 if !options.all {
-                    release(&dir, &name, &mut listing.skipped_repairs);
+                    release(&dir, &name, &mut skipped);
                 }
                 continue;
             }
             Err(e) => {
-                listing.unreadable.push(UnreadableRun::new(&name, &dir, &e));
+                unreadable.push(UnreadableRun::new(&name, &dir, &e));
                 continue;
             }
         };
-        let observed = summary
-            .proof()
-            .is_some_and(|p| p.state == crate::proof::ProofState::Observed);
-        if !options.all && !summary.status.state.is_active() && observed {
+        if !options.all && !summary.status.state.is_active() && is_observed(&summary) {
             // A monitor that died between its proof and the release leaves
             // the marker behind; the observed proof still releases it.
-            release(&dir, &name, &mut listing.skipped_repairs);
+            release(&dir, &name, &mut skipped);
         }
         if keep(&summary, options) {
-            listing.runs.push(summary);
+            let rank = state_rank(&summary.status);
+            let time = std::cmp::Reverse(summary.status.sort_time());
+            keyed.push((rank, time, row(summary)));
         }
     }
-    let runs = &mut listing.runs;
-    runs.sort_by(|a, b| {
-        state_rank(&a.status)
-            .cmp(&state_rank(&b.status))
-            .then(b.status.sort_time().cmp(&a.status.sort_time()))
-    });
+    // Stable: runs of equal rank and time stay in name order.
+    keyed.sort_by_key(|(rank, time, _)| (*rank, *time));
     if let Some(limit) = options.limit {
-        runs.truncate(limit);
+        keyed.truncate(limit);
     }
-    Ok(listing)
+    Ok(Rows {
+        rows: keyed.into_iter().map(|(_, _, row)| row).collect(),
+        unreadable,
+        skipped_repairs: skipped,
+    })
+}
+
+fn is_observed(summary: &RunSummary) -> bool {
+    if has_frozen_facts(&summary.status) {
+        return true;
+    }
+    summary
+        .proof()
+        .is_some_and(|p| p.state == crate::proof::ProofState::Observed)
 }
 
 /// Releases a marker, noting (not failing on) a release that cannot be written.
@@ -525,6 +638,71 @@ mod tests {
             .map(|r| r.id)
             .collect();
         assert_eq!(ids, vec!["c", "d", "b", "a"]);
+    }
+
+    /// A finished run whose listing facts were frozen with `used` claims of
+    /// a budget of 4 whose claims directory is `claims`.
+    fn frozen_run(layout: &Layout, id: &str, claims: &Path, used: u64) {
+        let dir = layout.run_dir(id);
+        atomic_file::ensure_private_dir(&dir).unwrap();
+        atomic_file::ensure_private_dir(claims).unwrap();
+        atomic_file::write_private(&dir.join(files::RUN_FANOUT_BUDGET), b"{}").unwrap();
+        let mut status = RunStatus::new(id, RunState::Complete);
+        status.process_terminal = Some(serde_json::json!({"state": "observed", "runId": id}));
+        status.run_fanout_budget =
+            Some(serde_json::json!({"used": used, "limit": 4, "remaining": 4 - used}));
+        let facts =
+            serde_json::json!({"frozenAt": crate::now_ms() + 1000, "fanoutClaimsDir": claims});
+        status.extra.insert(LISTING_FACTS.into(), facts);
+        write_status(&dir, &status).unwrap();
+    }
+
+    #[test]
+    fn frozen_facts_are_used_until_a_later_claim_or_a_replaced_descriptor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        let claims = tmp.path().join("budget/claims");
+        frozen_run(&layout, "f", &claims, 1);
+        let asked = std::cell::Cell::new(0);
+        let live = |_: &Path| {
+            asked.set(asked.get() + 1);
+            Ok(Some(
+                serde_json::json!({"used": 2, "limit": 4, "remaining": 2}),
+            ))
+        };
+        let listed = || {
+            let mut options = options(true);
+            options.hooks.fanout = Some(&live);
+            let runs = list(&layout, &options).unwrap().runs;
+            runs[0].status.run_fanout_budget.as_ref().unwrap()["used"]
+                .as_u64()
+                .unwrap()
+        };
+        assert_eq!(listed(), 1, "frozen: taken from the status");
+        assert_eq!(asked.get(), 0, "and the budget not counted");
+        // A nested run claimed slot 1 after the freeze: counted live again.
+        std::fs::write(claims.join("000001.json"), "{}").unwrap();
+        assert_eq!(listed(), 2);
+        assert_eq!(asked.get(), 1);
+        std::fs::remove_file(claims.join("000001.json")).unwrap();
+        assert_eq!(listed(), 1);
+        assert_eq!(asked.get(), 1);
+        // The budget directory is gone: live (which says why).
+        std::fs::remove_dir_all(&claims).unwrap();
+        assert_eq!(listed(), 2);
+        assert_eq!(asked.get(), 2);
+        // A descriptor rewritten after the freeze: live too.
+        atomic_file::ensure_private_dir(&claims).unwrap();
+        let descriptor = layout.run_dir("f").join(files::RUN_FANOUT_BUDGET);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&descriptor)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        assert_eq!(listed(), 2);
+        assert_eq!(asked.get(), 3);
     }
 
     #[test]

@@ -281,6 +281,22 @@ impl RunStatus {
 
 /// Parses status text; `path` names the file in errors.
 pub fn parse_status(path: &Path, text: &str) -> Result<RunStatus> {
+    // Straight into the typed struct: listings parse thousands of these.
+    // Only a file that fails is parsed again, generically, to name the
+    // offending field.
+    match serde_json::from_str::<RunStatus>(text) {
+        Ok(status) if status_session_ok(text, &status) => Ok(status),
+        _ => parse_status_explained(path, text),
+    }
+}
+
+/// A `sessionId` key that is present must have been a string: `null`
+/// deserialises to `None` like an absent key, so look at the text.
+fn status_session_ok(text: &str, status: &RunStatus) -> bool {
+    status.session_id.is_some() || !text.contains("\"sessionId\"")
+}
+
+fn parse_status_explained(path: &Path, text: &str) -> Result<RunStatus> {
     let value: Value = serde_json::from_str(text).map_err(|e| invalid(path, e.to_string()))?;
     if let Some(session) = value.get("sessionId")
         && !session.is_string()

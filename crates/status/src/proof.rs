@@ -714,6 +714,20 @@ pub fn finalize(
     leases: LeaseInspector<'_>,
     now: u64,
 ) -> ProcessTerminal {
+    finalize_with(run_dir, run_id, close, leases, now, &|_| {})
+}
+
+/// [`finalize`] that also applies `on_observed` to the status in the same
+/// write as the overlay, when the proof is observed (the monitor freezes
+/// the run's listing facts this way, without a write of its own).
+pub fn finalize_with(
+    run_dir: &Path,
+    run_id: &str,
+    close: &RunnerClose,
+    leases: LeaseInspector<'_>,
+    now: u64,
+    on_observed: &dyn Fn(&mut RunStatus),
+) -> ProcessTerminal {
     let fallback = Fallback {
         run_id: Some(run_id.to_owned()),
         runner_process_instance_id: Some(close.process_instance_id.clone()),
@@ -721,7 +735,9 @@ pub fn finalize(
     if let Some(existing) = read_proof(run_dir, &fallback)
         && matches!(existing.state, ProofState::Observed | ProofState::Unknown)
     {
-        complete_persisted(run_dir, run_id, &existing, now);
+        if persistence_unfinished(run_dir, &existing) {
+            persist_after_proof(run_dir, run_id, &existing, now, on_observed);
+        }
         return existing;
     }
     let proof = decide(run_dir, run_id, close, leases);
@@ -730,16 +746,29 @@ pub fn finalize(
         return unreadable_proof(run_id, &close.process_instance_id, message);
     }
     crate::fault_point("after-proof");
-    persist_after_proof(run_dir, run_id, &proof, now);
+    persist_after_proof(run_dir, run_id, &proof, now, on_observed);
     proof
 }
 
 /// Steps 3–4 and 2 of 2.6 for a proof already on disk: overlay, event, and
-/// only then (observed) the marker release.
-fn persist_after_proof(run_dir: &Path, run_id: &str, proof: &ProcessTerminal, now: u64) {
+/// only then (observed) the marker release. `on_observed` edits the status
+/// in the overlay's own write when the proof is observed.
+fn persist_after_proof(
+    run_dir: &Path,
+    run_id: &str,
+    proof: &ProcessTerminal,
+    now: u64,
+    on_observed: &dyn Fn(&mut RunStatus),
+) {
     let candidate = read_candidate(run_dir).ok().flatten();
     let _ = update_status(run_dir, |status| {
-        status.map(|s| overlay(s, proof, candidate.as_ref(), now))
+        status.map(|s| {
+            let mut s = overlay(s, proof, candidate.as_ref(), now);
+            if proof.state == ProofState::Observed {
+                on_observed(&mut s);
+            }
+            s
+        })
     });
     let fields = json!({"lifecycleArtifactVersion": crate::LIFECYCLE_ARTIFACT_VERSION, "processTerminal": proof});
     let _ = events::append(
@@ -776,7 +805,7 @@ pub fn complete_persisted(run_dir: &Path, run_id: &str, proof: &ProcessTerminal,
     if !persistence_unfinished(run_dir, proof) {
         return false;
     }
-    persist_after_proof(run_dir, run_id, proof, now);
+    persist_after_proof(run_dir, run_id, proof, now, &|_| {});
     true
 }
 

@@ -658,8 +658,41 @@ pub fn finish(
         },
     };
     let leases = |file: &str| lease_state(root, file);
-    let proof = proof::finalize(run_dir, run_id, &close, &leases, now_ms());
+    let facts = listing_facts(root, run_dir);
+    let freeze = |s: &mut RunStatus| {
+        if let (Some((snapshot, facts)), false) = (&facts, s.state.is_active()) {
+            if let Some(snapshot) = snapshot {
+                s.run_fanout_budget = Some(snapshot.clone());
+            }
+            s.extra
+                .insert(status::list::LISTING_FACTS.into(), facts.clone());
+        }
+    };
+    let proof = proof::finalize_with(run_dir, run_id, &close, &leases, now_ms(), &freeze);
     (proof, repaired)
+}
+
+/// The run's listing facts, frozen into its status with the observed proof
+/// in the same write: the fan-out counts as of now, so listings take them
+/// and the proof from the status as they are instead of validating the
+/// proof sidecar and counting claims for every finished run
+/// (`status::list::LISTING_FACTS`). `None` when the budget cannot be read:
+/// listings then say live why it is unavailable.
+fn listing_facts(root: &Path, run_dir: &Path) -> Option<(Option<Value>, Value)> {
+    let budgets = Layout::new(root).fanout_budgets_dir();
+    let (snapshot, claims) = match fanout_budget::read_persisted(run_dir, &budgets) {
+        Ok(Some(budget)) => (
+            serde_json::to_value(budget.snapshot().ok()?).ok(),
+            Some(budget.descriptor().directory.join("claims")),
+        ),
+        Ok(None) => (None, None),
+        Err(_) => return None,
+    };
+    let mut facts = json!({"frozenAt": now_ms()});
+    if let Some(claims) = claims {
+        facts["fanoutClaimsDir"] = json!(claims);
+    }
+    Some((snapshot, facts))
 }
 
 /// An active status whose runner is gone: restore the outcome from the

@@ -1,0 +1,192 @@
+//! `subagents list`: one pass over the runs that keeps a small row per run
+//! (a rendered text block, or for JSON just the name of a run whose facts
+//! are frozen), then prints in listing order. Memory grows with the rows,
+//! never with whole statuses.
+
+use std::collections::BTreeSet;
+use std::io::{BufWriter, Write};
+
+use status::Layout;
+use status::list::{Hooks, ListOptions, RunSummary, UnreadableRun, has_frozen_facts};
+
+use crate::admission;
+use crate::cli::ListArgs;
+use crate::commands::report_skipped;
+use crate::error::{CliError, CliResult};
+use crate::root::home;
+
+/// A JSON row: the whole summary of a run whose facts are live (few: the
+/// active ones), or only the name of one frozen at its end, read again when
+/// printed.
+enum JsonRow {
+    Whole(Box<RunSummary>),
+    Frozen(String),
+}
+
+/// `subagents list [--all] [--session S] [--limit N] [--json]`.
+pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
+    let budgets = layout.fanout_budgets_dir();
+    let fanout = |dir: &std::path::Path| crate::fanout::live_snapshot(&budgets, dir);
+    let now = status::now_ms();
+    let options = ListOptions {
+        all: args.all,
+        session: args.session.clone(),
+        limit: args.limit,
+        reconcile: true,
+        now,
+        hooks: Hooks {
+            fanout: Some(&fanout),
+            on_repaired: Some(&crate::procs::kill_step_groups),
+        },
+    };
+    let mut sessions = BTreeSet::new();
+    let mut note_session = |summary: &RunSummary| {
+        if let Some(session) = &summary.status.session_id
+            && !sessions.contains(session)
+        {
+            sessions.insert(session.clone());
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if args.json {
+        let rows = status::list::list_rows(layout, &options, |summary| {
+            note_session(&summary);
+            match summary.async_dir.file_name().and_then(|n| n.to_str()) {
+                Some(name) if has_frozen_facts(&summary.status) => JsonRow::Frozen(name.to_owned()),
+                _ => JsonRow::Whole(Box::new(summary)),
+            }
+        })?;
+        report_skipped(&rows.skipped_repairs);
+        admission::release_finished(layout, sessions.iter().map(String::as_str));
+        let reload = Hooks {
+            fanout: Some(&fanout),
+            on_repaired: None,
+        };
+        let mut unreadable = rows.unreadable;
+        let mut array = JsonArray::default();
+        for row in rows.rows {
+            let summary = match row {
+                JsonRow::Whole(summary) => *summary,
+                JsonRow::Frozen(name) => {
+                    match status::list::load(layout, &name, false, now, &reload) {
+                        Ok(Some(summary)) => summary,
+                        // Gone since the first look: nothing to show.
+                        Ok(None) => continue,
+                        Err(e) => {
+                            let dir = layout.run_dir(&name);
+                            unreadable.push(UnreadableRun::new(&name, &dir, &e));
+                            continue;
+                        }
+                    }
+                }
+            };
+            array.push(
+                &mut out,
+                &serde_json::to_value(&summary).unwrap_or_default(),
+            )?;
+        }
+        // Unreadable runs follow the readable ones as `{id, asyncDir, state: "unreadable", error}`.
+        for run in &unreadable {
+            array.push(&mut out, &serde_json::to_value(run).unwrap_or_default())?;
+        }
+        array.finish(&mut out)?;
+    } else {
+        let home = home();
+        // Every row's text goes into one buffer (one allocation that grows,
+        // not one per run); rows are ranges into it.
+        let mut text = String::new();
+        let rows = status::list::list_rows(layout, &options, |summary| {
+            note_session(&summary);
+            let start = text.len();
+            for (i, line) in status::format::run_lines(&summary, now, home.as_deref())
+                .iter()
+                .enumerate()
+            {
+                if i > 0 {
+                    text.push('\n');
+                }
+                text.push_str(line);
+            }
+            start..text.len()
+        })?;
+        let blocks: Vec<&str> = rows.rows.iter().map(|r| &text[r.clone()]).collect();
+        report_skipped(&rows.skipped_repairs);
+        admission::release_finished(layout, sessions.iter().map(String::as_str));
+        let heading = if args.all {
+            "Async runs"
+        } else {
+            "Active async runs"
+        };
+        write_text(&mut out, heading, &blocks)?;
+        write_unreadable(&mut out, &rows.unreadable)?;
+    }
+    out.flush().map_err(write_error)
+}
+
+fn write_error(e: std::io::Error) -> CliError {
+    CliError::failed(format!("failed to write the listing: {e}"))
+}
+
+/// The text of `format_run_list`, written one run at a time.
+fn write_text(out: &mut impl Write, heading: &str, blocks: &[&str]) -> CliResult {
+    if blocks.is_empty() {
+        return writeln!(out, "No {}.", heading.to_lowercase()).map_err(write_error);
+    }
+    writeln!(out, "{heading}: {}", blocks.len()).map_err(write_error)?;
+    for (i, block) in blocks.iter().enumerate() {
+        // The whole listing is trimmed at its end, as the reference's is.
+        let block = if i + 1 == blocks.len() {
+            block.trim_end()
+        } else {
+            block
+        };
+        write!(out, "\n{block}\n").map_err(write_error)?;
+    }
+    Ok(())
+}
+
+fn write_unreadable(out: &mut impl Write, unreadable: &[UnreadableRun]) -> CliResult {
+    if unreadable.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\nUnreadable runs: {}\n", unreadable.len()).map_err(write_error)?;
+    for run in unreadable {
+        writeln!(
+            out,
+            "- {} | unreadable | {}",
+            atomic_file::escape(&run.id),
+            run.error
+        )
+        .map_err(write_error)?;
+    }
+    Ok(())
+}
+
+/// A pretty-printed JSON array written element by element, byte for byte
+/// what `serde_json::to_string_pretty` makes of the whole array.
+#[derive(Default)]
+struct JsonArray {
+    started: bool,
+}
+
+impl JsonArray {
+    fn push(&mut self, out: &mut impl Write, value: &serde_json::Value) -> CliResult {
+        let text = serde_json::to_string_pretty(value).unwrap_or_default();
+        let open: &[u8] = if self.started { b",\n" } else { b"[\n" };
+        self.started = true;
+        out.write_all(open).map_err(write_error)?;
+        // Pretty JSON escapes newlines inside strings: every line break is
+        // structure and takes the array's indentation.
+        for (i, line) in text.lines().enumerate() {
+            let sep = if i == 0 { "" } else { "\n" };
+            write!(out, "{sep}  {line}").map_err(write_error)?;
+        }
+        Ok(())
+    }
+
+    fn finish(self, out: &mut impl Write) -> CliResult {
+        let close = if self.started { "\n]" } else { "[]" };
+        writeln!(out, "{close}").map_err(write_error)
+    }
+}
