@@ -14,8 +14,8 @@
 //! an exclusive `flock` on `admission.flock`, which the kernel releases when a
 //! holder dies, and, while holding it, the reference's directory lock
 //! `admission.lock/` ([`ReferenceLock`]) so that pi-subagents 0.49 claimers
-//! on the same budget are excluded too. The behaviour follows pi-subagents 0.49.0 as described in
-//! `shared/spec/fanout-budget.md`, including its error texts.
+//! on the same budget are excluded too. The behaviour, error texts
+//! included, is pi-subagents 0.49.0's.
 #![warn(missing_docs)]
 
 mod admission;

@@ -1,4 +1,4 @@
-//! Command-line definitions (the contract in `shared/spec/cli.md`).
+//! Command-line definitions (the contract summarised in the README).
 
 use std::path::PathBuf;
 

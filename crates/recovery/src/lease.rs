@@ -1,4 +1,4 @@
-//! The session revival lease (`shared/spec/session-lease.md`): at most one
+//! The session revival lease (as pi-subagents 0.49.0 keeps it): at most one
 //! process at a time appends to a child session file.
 //!
 //! Layout under the lease root (`<state root>/session-leases`, passed in):

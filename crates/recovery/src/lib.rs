@@ -2,7 +2,7 @@
 //! contract it points to, and the session revival lease.
 //!
 //! * [`RecoveryDescriptor`] is `recovery-descriptor.json` of a run directory
-//!   (`shared/spec/recovery.md`). [`read_descriptor`] / [`validate_descriptor_file`]
+//!   (pi-subagents 0.49.0's schema). [`read_descriptor`] / [`validate_descriptor_file`]
 //!   apply every structural rule of the reference in its order, with its
 //!   messages; [`check_fanout_budget`] adds the live fan-out budget check
 //!   through a caller-supplied [`FanoutBudgetCheck`]. [`write_descriptor`]
@@ -13,7 +13,7 @@
 //! * [`seal`]: `recovery-seal.json`, an HMAC-SHA256 over both files under a
 //!   per-root secret, so a rewritten contract with a recomputed digest (or
 //!   an edited descriptor) is refused by [`load_recovery`].
-//! * [`lease`] is the session revival lease (`shared/spec/session-lease.md`):
+//! * [`lease`] is the session revival lease (as pi-subagents 0.49.0 keeps it):
 //!   at most one revival appends to a child session file at a time, and a
 //!   dead holder is reclaimed only with proof (pid + start time).
 #![warn(missing_docs)]

@@ -16,7 +16,7 @@
 //!   (bare-pid staleness, result-based repair, the failed result file);
 //! * [`list`] and [`format`]: run summaries and the reference's list text.
 //!
-//! The formats are those of pi-subagents 0.49.0 (`shared/spec/status.md`),
+//! The formats are those of pi-subagents 0.49.0 (see `docs/compat.md`),
 //! so the same reader serves runs written by either implementation.
 #![warn(missing_docs)]
 
