@@ -65,25 +65,7 @@ impl Fixture {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        let child = self
-            .command(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(Duration::from_secs(180)) {
-            Ok(output) => output.unwrap(),
-            Err(_) => {
-                kill(pid, libc::SIGKILL);
-                panic!("subagents {args:?} did not finish within 180 s");
-            }
-        }
+        output_within(self.command(args), Duration::from_secs(180))
     }
 
     fn ok(&self, args: &[&str]) -> String {

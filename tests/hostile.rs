@@ -20,36 +20,19 @@ use serde_json::Value;
 const HANG: Duration = Duration::from_secs(60);
 
 /// Runs `command`, killing it and failing the test when it does not finish.
-fn finish(mut command: Command, what: &str) -> Output {
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(HANG) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            kill(pid, libc::SIGKILL);
-            panic!("subagents {what} hung (killed after {HANG:?})");
-        }
-    }
+fn finish(command: Command) -> Output {
+    output_within(command, HANG)
 }
 
 fn at(env: &Env, root: &Path, args: &[&str]) -> Output {
     let mut command = env.command(args);
     // A later --root wins over the one `Env::command` put first.
     command.arg("--root").arg(root);
-    finish(command, &format!("{args:?}"))
+    finish(command)
 }
 
 fn sub(env: &Env, args: &[&str]) -> Output {
-    finish(env.command(args), &format!("{args:?}"))
+    finish(env.command(args))
 }
 
 fn stdout(out: &Output) -> String {
@@ -438,7 +421,7 @@ fn a_shared_root_is_refused_unless_allowed() {
         assert_eq!(out.status.code(), Some(0), "{flagged:?}: {out:?}");
         let mut by_env = env.command(args);
         by_env.env("SUBAGENTS_ALLOW_SHARED_ROOT", "1");
-        let out = finish(by_env, "with SUBAGENTS_ALLOW_SHARED_ROOT=1");
+        let out = finish(by_env);
         assert_eq!(out.status.code(), Some(0), "{args:?} by env: {out:?}");
     };
     // The root and the runs directory: every command refuses the root.

@@ -123,7 +123,7 @@ pub fn reconcile_run(run_dir: &Path, options: Options) -> Result<Outcome> {
 }
 
 /// `runId`, else the directory name (as the reference names result files).
-fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
+pub fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
     if status.run_id.is_empty() {
         run_dir
             .file_name()

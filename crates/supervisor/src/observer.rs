@@ -292,7 +292,12 @@ pub fn observe(run_dir: &Path, options: &Options) -> Observation {
             && proof::persistence_unfinished(run_dir, &proof)
             && let Some(_lock) = ObserverLock::try_take(run_dir)
         {
-            proof::complete_persisted(run_dir, &run_id_of(run_dir, &status), &proof, now_ms());
+            proof::complete_persisted(
+                run_dir,
+                &reconcile::run_id_of(run_dir, &status),
+                &proof,
+                now_ms(),
+            );
         }
         return Observation::Final;
     }
@@ -351,22 +356,11 @@ fn proof_is_final(run_dir: &Path, status: &RunStatus) -> bool {
 /// The run's `process-terminal.json` when it is final (observed or unknown).
 fn final_proof(run_dir: &Path, status: &RunStatus) -> Option<ProcessTerminal> {
     let fallback = proof::Fallback {
-        run_id: Some(run_id_of(run_dir, status)),
+        run_id: Some(reconcile::run_id_of(run_dir, status)),
         runner_process_instance_id: status.runner_process_instance_id.clone(),
     };
     proof::read_proof(run_dir, &fallback)
         .filter(|p| matches!(p.state, ProofState::Observed | ProofState::Unknown))
-}
-
-fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
-    if status.run_id.is_empty() {
-        run_dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    } else {
-        status.run_id.clone()
-    }
 }
 
 /// Live members of the session a dead leader created. When the leader's pid
@@ -411,7 +405,7 @@ fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
     let message = format!(
         "Async run never started a runner: {who} first. Marked run failed by the observer."
     );
-    let run_id = run_id_of(run_dir, status);
+    let run_id = reconcile::run_id_of(run_dir, status);
     let runner_id = status
         .runner_process_instance_id
         .clone()
@@ -493,7 +487,7 @@ fn settle(run_dir: &Path, status: &RunStatus, facts: &Facts, options: &Options) 
         groups_gone: steps.iter().map(|(i, _)| (*i, true)).collect(),
         stop_reason: options.stop_reason.clone(),
     };
-    let run_id = run_id_of(run_dir, status);
+    let run_id = reconcile::run_id_of(run_dir, status);
     let (proof, repaired) = finish(run_dir, &run_id, &options.root, &witness);
     Observation::Finalized {
         proof: Box::new(proof),
