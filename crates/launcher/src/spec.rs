@@ -232,9 +232,12 @@ fn non_empty_array<'a>(value: Option<&'a Value>, at: &str) -> Result<&'a Vec<Val
 }
 
 fn only_keys(obj: &Map<String, Value>, allowed: &[&str], at: &str) -> Result<(), String> {
+    // Name the accepted keys: the usual mistake is a chain written with the
+    // parallel form's `tasks` (or the reverse), which the key list makes plain.
+    let expected = allowed.join(", ");
     match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(key) if at.is_empty() => Err(format!("{key}: unknown field")),
-        Some(key) => Err(format!("{at}.{key}: unknown field")),
+        Some(key) if at.is_empty() => Err(format!("{key}: unknown field (expected {expected})")),
+        Some(key) => Err(format!("{at}.{key}: unknown field (expected {expected})")),
         None => Ok(()),
     }
 }
@@ -292,6 +295,10 @@ mod tests {
             (
                 json!({"mode": "parallel", "tasks": []}),
                 "tasks: expected a non-empty array",
+            ),
+            (
+                json!({"mode": "chain", "tasks": [s("a")]}),
+                "tasks: unknown field (expected mode, steps)",
             ),
             (
                 json!({"mode": "parallel", "tasks": [s("a")], "extra": 1}),
