@@ -184,7 +184,29 @@ fn fail_fast_siblings_show_as_skipped() {
     env.settled(&id);
     let shown = env.ok(&["status", &id]);
     assert!(shown.contains("  2. later | skipped"), "{shown}");
+    // A step that never ran has no exit code to show.
+    assert!(!shown.contains("later | skipped | exit"), "{shown}");
     assert!(shown.contains("Failed step: 1/2 bad"), "{shown}");
+}
+
+#[test]
+fn a_chain_whose_second_program_is_missing_is_at_step_two() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "first", "command": ["sh", "-c", "echo ok"]},
+        {"agent": "typo", "command": ["no-such-agent-cli-for-this-test"]},
+        {"agent": "third", "command": ["sh", "-c", "echo never"]}
+    ]});
+    let file = write_spec(&env, "c.json", &spec);
+    let out = env.run(&["run", "--spec", &file, "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    let id = first_line(&out);
+    env.settled(&id);
+    assert_eq!(env.status_json(&id)["currentStep"], 1);
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("| chain | step 2/3 |"), "{shown}");
+    assert!(shown.contains("  2. typo | failed"), "{shown}");
+    assert!(shown.contains("exit 127"), "{shown}");
 }
 
 #[test]

@@ -250,7 +250,12 @@ fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> Stri
         )),
         _ => {}
     }
-    if let Some(code) = step.exit_code.filter(|_| step.status != "running") {
+    // A skipped step never ran: the exit code its record carries (the
+    // reference writes 1) is not one a process returned.
+    if let Some(code) = step
+        .exit_code
+        .filter(|_| step.status != "running" && state != "skipped")
+    {
         parts.push(format!("exit {code}"));
     }
     if let Some(error) = &step.error {

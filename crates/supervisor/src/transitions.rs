@@ -157,6 +157,11 @@ pub fn step_ended(
     now: u64,
 ) -> RunStatus {
     s.last_update = Some(now);
+    if end.started_at.is_some() && end.process.is_none() && end.status == "failed" {
+        // Its COMMAND could not be started, so `step_started` never ran: the
+        // run's current step is still this one, not the one before it.
+        s.current_step = Some(i);
+    }
     if let Some(step) = s.steps.get_or_insert_with(Vec::new).get_mut(i) {
         step.status = end.status.into();
         step.ended_at = Some(end.closed_at);
