@@ -507,6 +507,42 @@ fn the_config_file_supplies_defaults_below_the_environment() {
 }
 
 #[test]
+fn the_config_file_sets_the_default_timeout_and_colour() {
+    let env = Env::new();
+    let config = tempfile::tempdir().unwrap();
+    std::fs::create_dir(config.path().join("subagents")).unwrap();
+    let file = config.path().join("subagents/config.toml");
+    std::fs::write(&file, "timeout = \"1s\"\ncolor = \"always\"\n").unwrap();
+    let run = |args: &[&str]| {
+        let mut command = env.command(args);
+        command
+            .env("XDG_CONFIG_HOME", config.path())
+            .env_remove("SUBAGENTS_TIMEOUT")
+            .env_remove("SUBAGENTS_COLOR")
+            .env_remove("NO_COLOR");
+        command.output().unwrap()
+    };
+    // The run ends at the configured deadline, not the built-in 30 minutes.
+    let out = run(&["run", "--wait", "--", "sleep", "300"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let id = first_line(&out);
+    env.settled(&id);
+    assert_eq!(env.status_json(&id)["timeoutMs"], 1000);
+    assert!(env.ok(&["status", &id]).contains("Timed out after 1.0s"));
+    // `color = "always"` colours the table even through a pipe.
+    let table = run(&["list", "--all", "--short"]);
+    assert!(text(&table.stdout).contains("\u{1b}["), "{table:?}");
+
+    std::fs::write(&file, "color = \"sometimes\"\n").unwrap();
+    let broken = run(&["list"]);
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(
+        text(&broken.stderr).contains("line 1: color must be"),
+        "{broken:?}"
+    );
+}
+
+#[test]
 fn max_active_counts_the_session_runs_launched_without_a_limit() {
     let env = Env::new();
     let free = env

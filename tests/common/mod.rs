@@ -37,6 +37,10 @@ impl Env {
             .arg(self.root.path())
             .args(args)
             .env_remove("SUBAGENTS_SESSION_ID")
+            // The developer's own defaults must not leak into a test.
+            .env_remove("SUBAGENTS_TIMEOUT")
+            .env_remove("SUBAGENTS_COLOR")
+            .env("XDG_CONFIG_HOME", self.work.path().join("no-config"))
             // A pipe on stdin would be read as the task; callers may override.
             .stdin(std::process::Stdio::null());
         command

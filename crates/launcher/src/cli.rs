@@ -202,7 +202,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
     /// Wall-clock deadline (e.g. 30m, 90s; 0 for none). Default 30m.
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, env = "SUBAGENTS_TIMEOUT", value_name = "DURATION")]
     pub timeout: Option<String>,
     /// Explicit run id (refused if it exists or is not a safe file name).
     #[arg(long)]
@@ -264,7 +264,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub short: bool,
     /// Colour the table: auto (a terminal without $NO_COLOR), always, never.
-    #[arg(long, value_enum, default_value_t = crate::table::ColorChoice::Auto)]
+    #[arg(long, value_enum, env = "SUBAGENTS_COLOR", default_value_t = crate::table::ColorChoice::Auto)]
     pub color: crate::table::ColorChoice,
     /// Order: by state then last update (default: running, queued, failed
     /// and stopped, complete, each newest first), or newest start first.

@@ -13,11 +13,13 @@ use serde_json::json;
 use crate::error::{CliError, CliResult};
 
 /// The keys, the variable each one stands in for, and whether it is a number.
-pub const KEYS: [(&str, &str, bool); 4] = [
+pub const KEYS: [(&str, &str, bool); 6] = [
     ("root", "SUBAGENTS_ROOT", false),
     ("session", "SUBAGENTS_SESSION_ID", false),
     ("max_active", "SUBAGENTS_MAX_ACTIVE", true),
     ("fanout_limit", fanout_budget::LIMIT_ENV, true),
+    ("timeout", "SUBAGENTS_TIMEOUT", false),
+    ("color", "SUBAGENTS_COLOR", false),
 ];
 
 /// Where the file is looked for.
@@ -44,7 +46,7 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
         let key = key.trim();
         let &(name, _, number) = KEYS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
             fail(format!(
-                "unknown key '{key}' (known: root, session, max_active, fanout_limit)"
+                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color)"
             ))
         })?;
         let value = strip_comment(value.trim());
@@ -61,9 +63,24 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
                 .ok_or_else(|| fail(format!("{key} must be a plain \"quoted string\"")))?
                 .to_owned()
         };
+        check_value(name, &value).map_err(fail)?;
         out.push((name, value));
     }
     Ok(out)
+}
+
+/// A bad default is reported against the file, not later against a flag
+/// the user never typed.
+fn check_value(key: &str, value: &str) -> Result<(), String> {
+    match key {
+        "timeout" => crate::root::parse_duration(value)
+            .map(|_| ())
+            .map_err(|e| format!("timeout: {e}")),
+        "color" if !["auto", "always", "never"].contains(&value) => Err(format!(
+            "color must be \"auto\", \"always\" or \"never\", not '{value}'"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn strip_comment(value: &str) -> &str {
@@ -181,11 +198,21 @@ mod tests {
             "line 1: max_active must be a whole number, not 'many'"
         );
         assert!(
-            parse("\ncolour = 1")
+            parse("\ncolour = \"never\"")
                 .unwrap_err()
                 .starts_with("line 2: unknown key 'colour'")
         );
         assert!(parse("root = /x").unwrap_err().contains("quoted string"));
+        assert_eq!(
+            parse("timeout = \"45m\"\ncolor = \"never\"").unwrap(),
+            [("timeout", "45m".to_owned()), ("color", "never".to_owned())]
+        );
+        assert!(
+            parse("timeout = \"soon\"")
+                .unwrap_err()
+                .starts_with("line 1: timeout: invalid duration 'soon'")
+        );
+        assert!(parse("color = \"red\"").unwrap_err().contains("not 'red'"));
         assert!(parse("just words").unwrap_err().contains("key = value"));
     }
 }
