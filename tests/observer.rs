@@ -171,6 +171,49 @@ fn killing_monitor_and_runner_leaves_no_process_of_the_run() {
 }
 
 #[test]
+fn a_setsid_daemon_of_a_run_whose_monitor_and_runner_died_is_ended_but_nested_runs_are_not() {
+    let env = Env::new();
+    let daemon_pid = Path::new(env.work()).join("daemon.pid");
+    let nested_id = Path::new(env.work()).join("nested.id");
+    // A daemon that leaves the run's session and group, and a nested run
+    // (its monitor is a session of its own too), both carrying the run id.
+    let script = format!(
+        "setsid sh -c 'echo $$ > {daemon}; exec sleep 300' & \
+         '{bin}' run -- sleep 300 > {nested}.tmp && mv {nested}.tmp {nested}; \
+         sleep 300",
+        daemon = daemon_pid.display(),
+        nested = nested_id.display(),
+        bin = env!("CARGO_BIN_EXE_subagents"),
+    );
+    let id = start(&env, &["sh", "-c", &script]);
+    let status = env.wait_for_child_pid(&id);
+    poll(Duration::from_secs(20), || {
+        daemon_pid.exists() && nested_id.exists()
+    });
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_owned();
+    let daemon: u32 = read(&daemon_pid).parse().unwrap();
+    let nested = read(&nested_id);
+    assert!(alive(daemon));
+    kill_and_wait(pid_of(&status, "monitorIdentity"));
+    kill_and_wait(pid_of(&status, "runnerIdentity"));
+
+    env.ok(&["reconcile"]);
+    assert!(
+        !alive(daemon),
+        "the setsid daemon {daemon} outlived its run"
+    );
+    assert_released(&env, &id);
+    // The nested run goes on, and its own monitor still finalizes it.
+    let child = raw_status(&env, &nested);
+    assert_eq!(child["state"], "running", "{child}");
+    assert!(alive(pid_of(&child, "monitorIdentity")));
+    env.ok(&["stop", &nested]);
+    poll(Duration::from_secs(20), || {
+        raw_status(&env, &nested)["processTerminal"]["state"] == "observed"
+    });
+}
+
+#[test]
 fn stop_ends_and_finalizes_a_run_whose_monitor_is_gone() {
     let env = Env::new();
     let id = start(&env, &["sh", "-c", "sleep 30 & sleep 30 & wait"]);

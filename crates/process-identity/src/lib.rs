@@ -192,6 +192,32 @@ pub fn session_members(sid: u32) -> io::Result<Vec<u32>> {
     processes_matching(|stat| stat.session == sid)
 }
 
+/// Pids of the live processes (other than the caller) whose initial
+/// environment holds exactly `name=value`.
+///
+/// Only processes of this user can be read; others are skipped. Meant for
+/// rare clean-up paths: it reads every such process's environment.
+pub fn processes_with_env(name: &str, value: &str) -> io::Result<Vec<u32>> {
+    let wanted = format!("{name}={value}").into_bytes();
+    let me = std::process::id();
+    let mut pids = Vec::new();
+    for pid in processes_matching(|_| true)?
+        .into_iter()
+        .filter(|p| *p != me)
+    {
+        let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if environ
+            .split(|b| *b == 0)
+            .any(|entry| entry == wanted.as_slice())
+        {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
 /// Whether any process (a zombie included) is in group `pgid`. Unsure
 /// answers (pgid 0, EPERM) are "yes", which only costs the caller a scan.
 pub fn group_exists(pgid: u32) -> bool {
@@ -341,6 +367,32 @@ mod tests {
         assert!(children_of(std::process::id()).unwrap().contains(&pid));
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn finds_processes_by_an_exact_environment_entry() {
+        let tag = format!("tagged-{}", std::process::id());
+        let mut tagged = Command::new("sleep")
+            .arg("30")
+            .env("PROCESS_IDENTITY_TEST_TAG", &tag)
+            .spawn()
+            .unwrap();
+        let mut prefixed = Command::new("sleep")
+            .arg("30")
+            .env("PROCESS_IDENTITY_TEST_TAG", format!("{tag}-other"))
+            .spawn()
+            .unwrap();
+        let found = processes_with_env("PROCESS_IDENTITY_TEST_TAG", &tag).unwrap();
+        assert_eq!(found, vec![tagged.id()]);
+        for child in [&mut tagged, &mut prefixed] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        assert!(
+            processes_with_env("PROCESS_IDENTITY_TEST_TAG", &tag)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -27,8 +27,12 @@
 //! (`{"role": "reconciler", "reason": …, "pid": …}`): the reference's proof
 //! reader accepts extra keys in instance records.
 //!
-//! Processes that left the run's session and groups on purpose (`setsid`,
-//! e.g. nested runs) are not the run's to end and are not looked for.
+//! Processes that left the run's session and groups (`setsid` daemons) are
+//! found by the `SUBAGENTS_RUN_ID=<run>` entry the runner puts in every
+//! COMMAND's environment, as the runner itself finds them as their
+//! subreaper; the monitors and runners of nested runs started from the run
+//! carry that entry too and are spared, since they outlive the COMMAND that
+//! started them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -463,7 +467,8 @@ fn settle(run_dir: &Path, status: &RunStatus, facts: &Facts, options: &Options) 
         "{monitor}; runner {} exited; every process of the run verified gone",
         runner.map_or(0, |r| r.pid)
     );
-    let targets = Targets::of(status, facts);
+    let run_id = reconcile::run_id_of(run_dir, status);
+    let targets = Targets::of(&run_id, status, facts);
     if let Some(why) = targets.includes_self() {
         return Observation::Unproven(why);
     }
@@ -487,7 +492,6 @@ fn settle(run_dir: &Path, status: &RunStatus, facts: &Facts, options: &Options) 
         groups_gone: steps.iter().map(|(i, _)| (*i, true)).collect(),
         stop_reason: options.stop_reason.clone(),
     };
-    let run_id = reconcile::run_id_of(run_dir, status);
     let (proof, repaired) = finish(run_dir, &run_id, &options.root, &witness);
     Observation::Finalized {
         proof: Box::new(proof),
@@ -515,15 +519,20 @@ pub fn step_groups(status: &RunStatus) -> Vec<(usize, u32)> {
         .collect()
 }
 
+/// The variable that names the run in every COMMAND's environment.
+const RUN_ID_ENV: &str = "SUBAGENTS_RUN_ID";
+
 /// The process groups and session that are provably the run's.
 #[derive(Debug, Default)]
 struct Targets {
     groups: Vec<u32>,
     session: Option<u32>,
+    /// The run id its COMMANDs carry as `SUBAGENTS_RUN_ID`.
+    run_id: String,
 }
 
 impl Targets {
-    fn of(status: &RunStatus, facts: &Facts) -> Self {
+    fn of(run_id: &str, status: &RunStatus, facts: &Facts) -> Self {
         let groups = status
             .steps()
             .iter()
@@ -538,7 +547,11 @@ impl Targets {
             (Presence::Dead(m), Some(_)) => Some(m.pid),
             _ => None,
         };
-        Self { groups, session }
+        Self {
+            groups,
+            session,
+            run_id: run_id.to_owned(),
+        }
     }
 
     /// Live processes of the run, right now.
@@ -550,6 +563,13 @@ impl Targets {
         if let Some(sid) = self.session {
             pids.extend(process_identity::session_members(sid).unwrap_or_default());
         }
+        let tagged = process_identity::processes_with_env(RUN_ID_ENV, &self.run_id);
+        pids.extend(
+            tagged
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|pid| !crate::procs::runs_as(*pid, &["__monitor", "__runner"])),
+        );
         pids.sort_unstable();
         pids.dedup();
         pids
@@ -559,7 +579,8 @@ impl Targets {
     /// must not end its own caller.
     fn includes_self(&self) -> Option<String> {
         let me = process_identity::read_stat(std::process::id()).ok()?;
-        let inside = self.session == Some(me.session) || self.groups.contains(&me.pgrp);
+        let tagged = std::env::var(RUN_ID_ENV).is_ok_and(|id| id == self.run_id);
+        let inside = tagged || self.session == Some(me.session) || self.groups.contains(&me.pgrp);
         inside.then(|| {
             format!(
                 "this process ({}) belongs to the run and will not end it",

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Repeats the process faults of docs/reliability.md ("The fault table") on a
+# built binary, each trial in a fresh state root, and prints per fault the
+# trials and how many ended clean.
+#
+#   scripts/fault-trials.sh [TRIALS] [FAULT...]
+#
+# TRIALS defaults to 20. FAULTs: monitor-early monitor-mid both-early
+# both-mid launcher runner command (default: all). The binary is
+# $SUBAGENTS_BIN, else target/release/subagents. `launcher` needs strace.
+#
+# A trial is clean when, after `subagents reconcile` (repeated every 100 ms,
+# at most 60 s), the run is neither queued nor running, its process-terminal
+# proof is `observed` or `not-started`, its active-run marker is gone, the
+# session's capacity pool holds no slot, no process carrying
+# SUBAGENTS_RUN_ID=<run> is alive (5 s grace for the SIGKILL that follows a
+# SIGTERM), and a new `run --max-active 1` in that session is admitted.
+# Failed trials leave their root behind and print why.
+# Exit status: 0 when every trial was clean, 1 otherwise.
+set -uo pipefail
+
+trials="${1:-20}"
+case "$trials" in
+'' | *[!0-9]*) echo "usage: $0 [TRIALS] [FAULT...]" >&2; exit 2 ;;
+esac
+shift $(($# > 0 ? 1 : 0))
+faults="${*:-monitor-early monitor-mid both-early both-mid launcher runner command}"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${SUBAGENTS_BIN:-$repo/target/release/subagents}"
+[ -x "$bin" ] || { echo "no binary at $bin (cargo build --release -p subagents)" >&2; exit 2; }
+
+# The COMMAND leaves two grandchildren behind in its group, as the issue's
+# trials did, so a fault that skips the group's clean-up shows as an orphan.
+command=(sh -c 'sleep 30 & sleep 30 & sleep 3; echo done')
+
+field() { "$bin" status "$1" --json 2>/dev/null | jq -r "$2" 2>/dev/null; }
+
+wait_for() { # seconds, condition...
+    local until=$((SECONDS + $1)); shift
+    until "$@"; do
+        [ "$SECONDS" -lt "$until" ] || return 1
+        sleep 0.05
+    done
+}
+
+step_running() { [ "$(field "$1" '.steps[0].status')" = running ]; }
+
+settled() {
+    "$bin" reconcile >/dev/null 2>&1
+    local state proof
+    state="$(field "$1" .state)"
+    proof="$(field "$1" .processTerminal.state)"
+    case "$state" in queued | running | '') return 1 ;; esac
+    case "$proof" in observed | not-started) return 0 ;; *) return 1 ;; esac
+}
+
+alive() { # processes carrying the run id in their environment
+    grep -lsz "^SUBAGENTS_RUN_ID=$1\$" /proc/[0-9]*/environ 2>/dev/null | grep -q .
+}
+none_alive() { ! alive "$1"; }
+
+launch() {
+    "$bin" run --session s --max-active 1 -- "${command[@]}" 2>/dev/null
+}
+
+# Runs one trial of fault $1 in root $SUBAGENTS_ROOT; prints why it is not
+# clean, nothing when it is.
+trial() {
+    local fault="$1" id=""
+    case "$fault" in
+    launcher)
+        # SIGKILL at the launcher's first process creation: after it reserved
+        # the slot and wrote the queued run, before the monitor exists.
+        strace -o /dev/null -f -e inject=clone3,clone,vfork,fork:signal=KILL:when=1 \
+            "$bin" run --session s --max-active 1 -- "${command[@]}" >/dev/null 2>&1
+        id="$(ls "$SUBAGENTS_ROOT/async-subagent-runs" 2>/dev/null | head -1)"
+        [ -n "$id" ] || { echo "killed before the run existed (strace missing?)"; return; }
+        ;;
+    *)
+        id="$(launch)" || { echo "launch failed"; return; }
+        local monitor runner
+        monitor="$(field "$id" .monitorIdentity.pid)"
+        runner="$(field "$id" .runnerIdentity.pid)"
+        case "$fault" in
+        *-mid | runner | command)
+            wait_for 20 step_running "$id" || { echo "step never ran"; return; }
+            ;;
+        esac
+        local victims
+        case "$fault" in
+        monitor-*) victims="$monitor" ;;
+        both-*) victims="$monitor $runner" ;;
+        runner) victims="$runner" ;;
+        command) victims="$(field "$id" .steps[0].externalProcess.pid)" ;;
+        esac
+        # shellcheck disable=SC2086 # one or two pids
+        kill -9 $victims 2>/dev/null || { echo "the fault did not land: $victims already gone"; return; }
+        ;;
+    esac
+    if [ -n "$id" ]; then
+        wait_for 60 settled "$id" ||
+            { echo "not settled: state $(field "$id" .state), proof $(field "$id" .processTerminal.state)"; return; }
+        [ ! -e "$SUBAGENTS_ROOT/async-subagent-runs/.active-runs/$id" ] || { echo "marker kept"; return; }
+        wait_for 5 none_alive "$id" || { echo "process of the run alive"; return; }
+    fi
+    local used
+    used="$("$bin" capacity --session s --json 2>/dev/null | jq -r .used)"
+    [ "$used" = 0 ] || { echo "capacity used $used"; return; }
+    local next
+    next="$("$bin" run --session s --max-active 1 -- true 2>&1)" || { echo "next run refused: $next"; return; }
+}
+
+status=0
+printf '%-14s %7s %6s\n' fault trials clean
+for fault in $faults; do
+    clean=0
+    for _ in $(seq "$trials"); do
+        SUBAGENTS_ROOT="$(mktemp -d /tmp/fault-trial.XXXXXX)"
+        export SUBAGENTS_ROOT
+        why="$(trial "$fault")"
+        if [ -z "$why" ]; then
+            clean=$((clean + 1))
+            # Let the admission probe end before removing its root.
+            for r in $("$bin" list --json 2>/dev/null | jq -r '.[].id'); do "$bin" wait "$r" >/dev/null 2>&1; done
+            rm -rf "$SUBAGENTS_ROOT"
+        else
+            status=1
+            echo "  $fault: $why (root kept: $SUBAGENTS_ROOT)" >&2
+        fi
+    done
+    printf '%-14s %7s %6s\n' "$fault" "$trials" "$clean"
+done
+exit "$status"
