@@ -457,13 +457,19 @@ fn list_short_is_one_line_per_run_and_sort_started_is_newest_first() {
     env.ok(&["stop", &live]);
 }
 
-#[test]
-fn the_config_file_supplies_defaults_below_the_environment() {
-    let env = Env::new();
+/// A config home holding `subagents/config.toml` with `text`.
+fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let config = tempfile::tempdir().unwrap();
     std::fs::create_dir(config.path().join("subagents")).unwrap();
     let file = config.path().join("subagents/config.toml");
-    std::fs::write(&file, "# mine\nmax_active = 1\nsession = \"from-config\"\n").unwrap();
+    std::fs::write(&file, text).unwrap();
+    (config, file)
+}
+
+#[test]
+fn the_config_file_supplies_defaults_below_the_environment() {
+    let env = Env::new();
+    let (config, file) = config_file("# mine\nmax_active = 1\nsession = \"from-config\"\n");
     let run = |args: &[&str], extra: &[(&str, &str)]| {
         let mut command = env.command(args);
         command
@@ -509,10 +515,7 @@ fn the_config_file_supplies_defaults_below_the_environment() {
 #[test]
 fn the_config_file_sets_the_default_timeout_and_colour() {
     let env = Env::new();
-    let config = tempfile::tempdir().unwrap();
-    std::fs::create_dir(config.path().join("subagents")).unwrap();
-    let file = config.path().join("subagents/config.toml");
-    std::fs::write(&file, "timeout = \"1s\"\ncolor = \"always\"\n").unwrap();
+    let (config, file) = config_file("timeout = \"1s\"\ncolor = \"always\"\n");
     let run = |args: &[&str]| {
         let mut command = env.command(args);
         command
