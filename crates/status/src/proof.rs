@@ -886,6 +886,23 @@ mod tests {
     use super::*;
     use crate::model::{RunState, Step, write_status};
 
+    #[test]
+    fn numbers_in_foreign_instance_records_survive_a_rewrite_exactly() {
+        // Found by the `proof` fuzz target: without correctly rounded float
+        // parsing, writing a proof back changed the last digit of a float
+        // kept from another writer's instance record.
+        let text = r#"{"version":1,"state":"observed","runId":"run","runnerProcessInstanceId":"r",
+            "observedAt":5,"instances":[
+            {"kind":"runner","processInstanceId":"r","closeObservedAt":5,"exitCode":0,"signal":null},
+            {"processInstanceId":"w","kind":"pi-writer","attempt":1,"exitCode":0,"signal":null,
+             "closeObservedAt":176666666666666666666666666666666666667225604000,
+             "processTree":{"state":"observed","mechanism":"posix-process-group","processGroupId":2171,"verifiedAt":4}}]}"#;
+        let fallback = Fallback::default();
+        let proof = parse_proof(text, "run", &fallback).unwrap();
+        let written = String::from_utf8(atomic_file::to_pretty_json(&proof)).unwrap();
+        assert_eq!(parse_proof(&written, "run", &fallback).unwrap(), proof);
+    }
+
     fn writer(tree_observed: bool) -> WriterRecord {
         WriterRecord {
             process_instance_id: "w1".into(),
