@@ -41,6 +41,11 @@ impl Env {
             .env_remove("SUBAGENTS_TIMEOUT")
             .env_remove("SUBAGENTS_COLOR")
             .env("XDG_CONFIG_HOME", self.work.path().join("no-config"))
+            // The revival handshake's 10 s default is a product deadline, not
+            // a test's: on a starved machine a runner can need longer to
+            // answer, and a test must not fail on speed. Tests of the
+            // deadline itself set their own value.
+            .env("SUBAGENTS_STARTUP_TIMEOUT_MS", "120000")
             // A pipe on stdin would be read as the task; callers may override.
             .stdin(std::process::Stdio::null());
         command
