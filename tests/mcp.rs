@@ -501,3 +501,92 @@ async fn a_finished_run_is_resumed_with_a_follow_up() {
     env.settled(&source);
     env.settled(&revived);
 }
+
+#[tokio::test]
+async fn two_tasks_delegated_in_parallel_are_collected_together() {
+    let env = Env::new();
+    let server = connect(&env, &[], &[]).await;
+    // Two runs side by side, and one composite run of two parallel tasks.
+    let a = server
+        .ok(
+            "run",
+            json!({"command": ["sh", "-c", "echo answer-a: $(cat)"], "task": "question a"}),
+        )
+        .await;
+    let b = server
+        .ok(
+            "run",
+            json!({"agent": "b", "command": ["sh", "-c", "echo answer-b"]}),
+        )
+        .await;
+    let spec = json!({
+        "mode": "parallel",
+        "tasks": [
+            {"agent": "left", "command": ["sh", "-c", "echo left: $(cat)"], "task": "part one"},
+            {"agent": "right", "command": ["sh", "-c", "echo right: $(cat)"], "task": "part two"}
+        ]
+    });
+    let composite = server.ok("run", json!({"spec": spec})).await;
+    let ids: Vec<String> = [&a, &b, &composite]
+        .iter()
+        .map(|l| l["runId"].as_str().unwrap().to_owned())
+        .collect();
+    let waited = server
+        .ok("wait", json!({"runs": &ids, "timeout": "60s", "tail": 5}))
+        .await;
+    let runs = waited["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{waited}");
+    for (run, id) in runs.iter().zip(&ids) {
+        assert_eq!(run["id"], id.as_str(), "in request order: {waited}");
+        assert_eq!(run["state"], "complete", "{waited}");
+    }
+    assert_eq!(runs[2]["steps"].as_array().unwrap().len(), 2, "{waited}");
+    let texts = |outcome: &Value| -> String {
+        outcome["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["text"].as_str().unwrap())
+            .collect()
+    };
+    assert!(
+        texts(&waited["logs"][0]).contains("answer-a: question a"),
+        "{waited}"
+    );
+    assert!(texts(&waited["logs"][1]).contains("answer-b"), "{waited}");
+    let both = texts(&waited["logs"][2]);
+    assert!(
+        both.contains("left: part one") && both.contains("right: part two"),
+        "{waited}"
+    );
+    let step = server.ok("logs", json!({"run": &ids[2], "step": 2})).await;
+    assert_eq!(step["logs"][0]["name"], "step 2 stdout", "{step}");
+    assert_eq!(step["logs"][0]["text"], "right: part two\n", "{step}");
+
+    // A spec with a command beside it is a usage mistake; a bad spec names the field.
+    let error = server
+        .error(
+            "run",
+            json!({"spec": {"mode": "parallel", "tasks": []}, "command": ["true"]}),
+        )
+        .await;
+    assert_eq!(error["error"]["code"], "USAGE", "{error}");
+    let error = server
+        .error(
+            "run",
+            json!({"spec": {"mode": "parallel", "tasks": [{"agent": "x"}]}}),
+        )
+        .await;
+    assert_eq!(error["error"]["exitCode"], 1, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("command"),
+        "{error}"
+    );
+    assert_eq!(server.disconnect().await, Some(0));
+    for id in &ids {
+        env.settled(id);
+    }
+}

@@ -132,7 +132,7 @@ fn bounded(mut request: LogsRequest, default: usize) -> LogsRequest {
 #[tool_router]
 impl Server {
     #[tool(
-        description = "Launch a detached background run and return at once with its runId: a named agent (`agent` + `task`), any command (`command` argv + optional `task` on its stdin), or a composite `spec` ({\"parallel\": [...]} or {\"chain\": [...]}). The run outlives this server; collect it with `wait` and `logs`. Errors: LIMIT (3) when the fan-out budget or the session's capacity refuses it (detail: runFanoutRejection/runFanoutBudget or capacity), USAGE (2), FAILED (1)."
+        description = "Launch a detached background run and return at once with its runId: a named agent (`agent` + `task`), any command (`command` argv + optional `task` on its stdin), or a composite `spec` ({\"mode\": \"parallel\", \"tasks\": [step, ...]} or {\"mode\": \"chain\", \"steps\": [...]}, each step {\"agent\", \"command\": [argv], \"task\"?}). The run outlives this server; collect it with `wait` and `logs`. Errors: LIMIT (3) when the fan-out budget or the session's capacity refuses it (detail: runFanoutRejection/runFanoutBudget or capacity), USAGE (2), FAILED (1)."
     )]
     async fn run(&self, Parameters(request): Parameters<RunRequest>) -> CallToolResult {
         self.call(move |launcher| {
