@@ -149,6 +149,13 @@ async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
         .expect("the MCP exchange did not finish within 60s")
 }
 
+/// The parent pid of `pid` (`/proc/<pid>/stat` field 4), while it exists.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// `sh -c` a command that blocks on a FIFO until the test releases it.
 fn gated(gate: &Path, then: &str) -> Value {
     json!([
@@ -559,6 +566,15 @@ async fn two_tasks_delegated_in_parallel_are_collected_together() {
         both.contains("left: part one") && both.contains("right: part two"),
         "{waited}"
     );
+    // The server started each run's monitor and reaps it once it exits: no
+    // zombie child is left while the server lives on.
+    let server_pid = server.child.id().unwrap();
+    for run in runs {
+        let monitor = run["monitorIdentity"]["pid"].as_u64().unwrap() as u32;
+        poll(Duration::from_secs(30), || {
+            parent_of(monitor) != Some(server_pid)
+        });
+    }
     let step = server.ok("logs", json!({"run": &ids[2], "step": 2})).await;
     assert_eq!(step["logs"][0]["name"], "step 2 stdout", "{step}");
     assert_eq!(step["logs"][0]["text"], "right: part two\n", "{step}");
