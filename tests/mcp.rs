@@ -606,3 +606,36 @@ async fn two_tasks_delegated_in_parallel_are_collected_together() {
         env.settled(id);
     }
 }
+
+#[test]
+fn a_wait_whose_reporter_gives_up_returns_at_once() {
+    use launcher::wait::{Keep, WaitEvent};
+    let env = Env::new();
+    let gate = env.fifo("gate");
+    let script = format!("read line < '{}'", gate.display());
+    let id = env
+        .ok(&["run", "--", "sh", "-c", &script])
+        .trim()
+        .to_owned();
+    let layout = status::Layout::new(env.root());
+    let request = launcher::WaitRequest {
+        runs: vec![id.clone()],
+        timeout: Some("10m".into()),
+        tail: None,
+    };
+    let mut looks = 0;
+    let error = launcher::wait::wait(&layout, &request, &mut |event| {
+        assert!(
+            matches!(event, WaitEvent::Pending(..)),
+            "the run is still going"
+        );
+        looks += 1;
+        Keep::Break(())
+    })
+    .unwrap_err();
+    assert_eq!(looks, 1);
+    assert_eq!(error.exit, launcher::Exit::Failed);
+    assert!(error.message.contains("cancelled"), "{}", error.message);
+    release(gate);
+    env.settled(&id);
+}

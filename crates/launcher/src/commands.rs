@@ -23,7 +23,7 @@ use crate::root::home;
 use crate::runs::{observe, observer_options, report_skipped, resolve};
 use crate::service::Launcher;
 use crate::table::ColorChoice;
-use crate::wait::{WaitEvent, outcome_line, progress_line, wait_for_runs};
+use crate::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
 
 fn print_json(value: &impl Serialize, pretty: bool) {
     let text = if pretty {
@@ -293,20 +293,23 @@ fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
 /// line on a terminal meanwhile.
 pub fn wait(launcher: &Launcher, request: &WaitRequest, json: bool) -> Result {
     let progress = std::io::stderr().is_terminal();
-    let mut report = |event: WaitEvent<'_>| match event {
-        WaitEvent::Settled(run) => {
-            if progress {
-                eprint!("\r\x1b[K");
+    let mut report = |event: WaitEvent<'_>| {
+        match event {
+            WaitEvent::Settled(run) => {
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                if !json {
+                    println!("{}", outcome_line(run));
+                }
             }
-            if !json {
-                println!("{}", outcome_line(run));
+            WaitEvent::Pending(runs, elapsed) => {
+                if progress {
+                    eprint!("\r\x1b[K{}", progress_line(runs, elapsed));
+                }
             }
         }
-        WaitEvent::Pending(runs, elapsed) => {
-            if progress {
-                eprint!("\r\x1b[K{}", progress_line(runs, elapsed));
-            }
-        }
+        Keep::Continue(())
     };
     let outcome = launcher.wait(request, &mut report);
     if progress {

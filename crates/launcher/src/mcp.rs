@@ -23,10 +23,11 @@ use std::time::Duration;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, RequestMetaObject,
-    ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig,
 };
-use rmcp::{Peer, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde::Serialize;
 
 use crate::api::{
@@ -35,7 +36,7 @@ use crate::api::{
 };
 use crate::error::{Error, Result};
 use crate::service::Launcher;
-use crate::wait::{WaitEvent, progress_line};
+use crate::wait::{Keep, WaitEvent, progress_line};
 
 /// `wait` without a timeout gives up after this long (error TIMEOUT, code
 /// 124): under the 60 s a client such as Codex allows a tool call by default.
@@ -165,8 +166,7 @@ impl Server {
     async fn wait(
         &self,
         Parameters(mut request): Parameters<WaitRequest>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         request.timeout = Some(
             request
@@ -174,7 +174,8 @@ impl Server {
                 .take()
                 .unwrap_or_else(|| DEFAULT_WAIT_TIMEOUT.to_owned()),
         );
-        let (progress, forwarding) = match meta.get_progress_token() {
+        let peer = context.peer.clone();
+        let (progress, forwarding) = match context.meta.get_progress_token() {
             Some(token) => {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(f64, String)>();
                 let forward = tokio::spawn(async move {
@@ -190,12 +191,20 @@ impl Server {
             }
             None => (None, None),
         };
+        // A cancelled call gives up at the wait's next look (within 1 s)
+        // instead of blocking a thread until its timeout.
+        let cancelled = context.ct.clone();
         let result = self
             .call(move |launcher| {
                 let mut last: Option<Duration> = None;
                 let mut settled = 0usize;
                 let mut report = |event: WaitEvent<'_>| {
-                    let Some(tx) = &progress else { return };
+                    if cancelled.is_cancelled() {
+                        return Keep::Break(());
+                    }
+                    let Some(tx) = &progress else {
+                        return Keep::Continue(());
+                    };
                     match event {
                         WaitEvent::Settled(run) => {
                             settled += 1;
@@ -214,6 +223,7 @@ impl Server {
                         }
                         WaitEvent::Pending(..) => {}
                     }
+                    Keep::Continue(())
                 };
                 let runs = launcher.wait(&request, &mut report)?;
                 let tail = request.tail.unwrap_or(WAIT_TAIL_LINES);

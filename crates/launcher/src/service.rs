@@ -25,7 +25,7 @@ use crate::api::{
 use crate::error::Result;
 use crate::procs::signal_group;
 use crate::runs::{load, load_observed, observe, observer_options, report_skipped};
-use crate::wait::{WaitEvent, watch_dirs};
+use crate::wait::{Keep, WaitEvent, watch_dirs};
 
 /// The launcher of one state root with its launch settings.
 #[derive(Debug, Clone)]
@@ -76,11 +76,12 @@ impl Launcher {
     }
 
     /// Blocks until every run is over or the timeout passes (exit 124);
-    /// `report` hears of each run as it settles and of the rest meanwhile.
+    /// `report` hears of each run as it settles and of the rest meanwhile,
+    /// and may give up (exit 1).
     pub fn wait(
         &self,
         request: &WaitRequest,
-        report: &mut dyn FnMut(WaitEvent<'_>),
+        report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
     ) -> Result<WaitOutcome> {
         crate::wait::wait(&self.layout, request, report)
     }

@@ -1,6 +1,7 @@
 //! `subagents wait`: block until runs are over, woken by file events.
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -136,13 +137,18 @@ pub fn parse_timeout(text: Option<&str>) -> Result<Option<Duration>> {
     .transpose()
 }
 
+/// What a wait's reporter says: keep waiting, or give up (the waiter's
+/// client is gone).
+pub type Keep = ControlFlow<()>;
+
 /// `subagents wait` (or the MCP `wait` tool): blocks until every run is
 /// over, calling `report` as runs settle and while they do not; exit 124
-/// past the timeout. The outcome holds every run, complete or not.
+/// past the timeout, exit 1 when `report` breaks. The outcome holds every
+/// run, complete or not.
 pub fn wait(
     layout: &Layout,
     request: &WaitRequest,
-    report: &mut dyn FnMut(WaitEvent<'_>),
+    report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
 ) -> Result<WaitOutcome> {
     let timeout = parse_timeout(request.timeout.as_deref())?;
     if request.runs.is_empty() {
@@ -196,7 +202,7 @@ pub fn wait_for_runs(
     ids: &[String],
     timeout: Option<Duration>,
 ) -> Result<Vec<RunSummary>> {
-    wait_reporting(layout, ids, timeout, &mut |_| {})
+    wait_reporting(layout, ids, timeout, &mut |_| Keep::Continue(()))
 }
 
 /// [`wait_for_runs`], calling `report` once for each run as it settles, and
@@ -205,7 +211,7 @@ pub fn wait_reporting(
     layout: &Layout,
     ids: &[String],
     timeout: Option<Duration>,
-    report: &mut dyn FnMut(WaitEvent<'_>),
+    report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
 ) -> Result<Vec<RunSummary>> {
     let ids: Vec<String> = ids
         .iter()
@@ -223,14 +229,18 @@ pub fn wait_reporting(
         monitors.add(&runs);
         for (run, done) in runs.iter().zip(reported.iter_mut()) {
             if !*done && is_settled(run) {
-                report(WaitEvent::Settled(run));
                 *done = true;
+                if report(WaitEvent::Settled(run)).is_break() {
+                    return Err(cancelled());
+                }
             }
         }
         if runs.iter().all(is_settled) {
             return Ok(runs);
         }
-        report(WaitEvent::Pending(&runs, started.elapsed()));
+        if report(WaitEvent::Pending(&runs, started.elapsed())).is_break() {
+            return Err(cancelled());
+        }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             let waiting: Vec<&str> = runs
@@ -247,6 +257,10 @@ pub fn wait_reporting(
         let _ = events.recv_timeout(tick);
         while events.try_recv().is_ok() {}
     }
+}
+
+fn cancelled() -> Error {
+    Error::failed("failed to wait: the wait was cancelled")
 }
 
 /// Over, and its monitor and runner (when recorded) have exited, so the
