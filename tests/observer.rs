@@ -268,7 +268,9 @@ fn reserving_launcher() {
         panic!("not a run command")
     };
     let layout = status::Layout::new(&root);
-    let request = launcher::prepare::Request::from_run_args(&args, SESSION).unwrap();
+    let request =
+        launcher::prepare::Request::from_run(&args.request().unwrap(), &args.settings(), SESSION)
+            .unwrap();
     let (config, _slot) = launcher::prepare::prepare(&layout, &request).unwrap();
     println!("RESERVED {}", config.run_id);
     let mut line = String::new();

@@ -9,10 +9,9 @@ use capacity::{
     Acquire, Capacity, CapacityAction, CapacityError, Kind, SlotHandle, SpawnOutcome,
     decide_after_spawn,
 };
-use serde_json::json;
 use status::Layout;
 
-use crate::error::{CliError, CliResult, Exit};
+use crate::error::{Detail, Error, Exit, Result};
 
 /// The session a launch belongs to: `--session` / `$SUBAGENTS_SESSION_ID`,
 /// else the controlling terminal of stdin, else `default`.
@@ -46,7 +45,7 @@ pub fn acquire(
     limit: Option<u32>,
     run_id: &str,
     run_dir: &Path,
-) -> CliResult<Option<SlotHandle>> {
+) -> Result<Option<SlotHandle>> {
     observe_holders_of_a_full_pool(layout, session, limit);
     let limited = limit.filter(|l| *l > 0);
     let request = Acquire {
@@ -83,7 +82,7 @@ fn observe_holders_of_a_full_pool(layout: &Layout, session: &str, limit: Option<
         return;
     }
     for run_id in snapshot.slots.iter().filter_map(|s| s.run_id.as_deref()) {
-        crate::commands::observe(layout, run_id);
+        crate::runs::observe(layout, run_id);
     }
 }
 
@@ -96,7 +95,7 @@ pub fn transfer(
     source: &str,
     run_id: &str,
     run_dir: &Path,
-) -> CliResult<Option<SlotHandle>> {
+) -> Result<Option<SlotHandle>> {
     let request = capacity::Transfer {
         session_id: session,
         limit,
@@ -112,7 +111,7 @@ pub fn transfer(
 pub const CAPACITY_HINT: &str = "the limit is --max-active N or $SUBAGENTS_MAX_ACTIVE (0 = no limit), per session (--session ID or $SUBAGENTS_SESSION_ID); a slot is freed only when its run has finished and its exit was observed (see `subagents capacity`). Runs started inside a run take no slot.";
 
 /// Maps a capacity error; exhaustion is exit 3 carrying the snapshot.
-pub fn capacity_error(e: CapacityError) -> CliError {
+pub fn capacity_error(e: CapacityError) -> Error {
     match e {
         CapacityError::Exhausted(snapshot) => {
             let message = format!(
@@ -130,14 +129,14 @@ pub fn capacity_error(e: CapacityError) -> CliError {
                     )
                 })
                 .collect();
-            CliError {
-                detail: Some(Box::new(json!({"capacity": snapshot}))),
+            Error {
                 notes,
-                hint: Some(CAPACITY_HINT.to_owned()),
-                ..CliError::new(Exit::Limit, message)
+                ..Error::new(Exit::Limit, message)
+                    .with_detail(Detail::Capacity(snapshot))
+                    .with_hint(CAPACITY_HINT)
             }
         }
-        other => CliError::failed(format!("failed to update active-run capacity: {other}")),
+        other => Error::failed(format!("failed to update active-run capacity: {other}")),
     }
 }
 
@@ -171,7 +170,7 @@ impl<'a> Spawned<'a> {
 /// Rolls the slot back only when the runner provably never proceeded and is
 /// provably gone (handshake.md §9); otherwise binds it to the runner, and the
 /// run's observed proof frees it later.
-pub fn settle(handle: Option<SlotHandle>, spawned: &Spawned<'_>) -> CliResult {
+pub fn settle(handle: Option<SlotHandle>, spawned: &Spawned<'_>) -> Result {
     let Some(mut handle) = handle else {
         return Ok(());
     };
@@ -187,7 +186,7 @@ pub fn settle(handle: Option<SlotHandle>, spawned: &Spawned<'_>) -> CliResult {
         CapacityAction::Rollback => handle.rollback().map(|_| ()),
         CapacityAction::MarkStarted(_) => handle.apply(&action),
     };
-    result.map_err(|e| CliError::failed(format!("failed to settle active-run capacity: {e}")))
+    result.map_err(|e| Error::failed(format!("failed to settle active-run capacity: {e}")))
 }
 
 /// Frees every slot of `sessions` whose run is provably over.

@@ -1,8 +1,18 @@
-//! Command-line definitions (the contract summarised in the README).
+//! The command line: its definitions (the contract summarised in the
+//! README), the conversion of its arguments into the API's requests, and
+//! the dispatch to `commands`, which prints the outcomes. The only module
+//! that knows clap.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::api::{
+    ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest, Settings, StopRequest, WaitRequest,
+};
+use crate::commands;
+use crate::error::{self, Result};
+use crate::service::Launcher;
 
 /// Durable background runs of AI agent CLIs.
 #[derive(Debug, Parser)]
@@ -112,7 +122,7 @@ pub enum Command {
     Validate {
         /// The artifact kind.
         #[arg(long, value_enum)]
-        kind: crate::validate::Kind,
+        kind: KindArg,
         /// The file.
         file: PathBuf,
         /// Print {"valid", "error"} as JSON.
@@ -170,6 +180,9 @@ pub enum Command {
         /// bash, zsh or fish (also elvish, powershell).
         shell: clap_complete::Shell,
     },
+    /// Serve the launcher's API to an agent as an MCP server on stdio
+    /// (tools run, status, list, wait, stop, resume, logs, budget, capacity).
+    Mcp(McpArgs),
     /// Internal: the supervisor that waits on a runner and writes its proof.
     #[command(name = "__monitor", hide = true)]
     Monitor {
@@ -264,8 +277,8 @@ pub struct ListArgs {
     #[arg(long)]
     pub short: bool,
     /// Colour the table: auto (a terminal without $NO_COLOR), always, never.
-    #[arg(long, value_enum, env = "SUBAGENTS_COLOR", default_value_t = crate::table::ColorChoice::Auto)]
-    pub color: crate::table::ColorChoice,
+    #[arg(long, value_enum, env = "SUBAGENTS_COLOR", default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
     /// Order: by state then last update (default: running, queued, failed
     /// and stopped, complete, each newest first), or newest start first.
     #[arg(long, value_enum)]
@@ -372,4 +385,453 @@ pub struct ResumeArgs {
     /// Print {runId, asyncDir, pid, runnerProcessInstanceId, sourceRunId} as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `subagents mcp`: the launch settings of every run the server starts
+/// (an agent's tool call cannot change them).
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Owner session of the runs it starts (else $SUBAGENTS_SESSION_ID, else `default`).
+    #[arg(long, env = "SUBAGENTS_SESSION_ID")]
+    pub session: Option<String>,
+    /// At most N active background runs per session (0 = no limit).
+    #[arg(long, env = "SUBAGENTS_MAX_ACTIVE", value_name = "N")]
+    pub max_active: Option<u32>,
+    /// The session's directory, recorded as `sessionRoot` (else $SUBAGENTS_SESSION_DIR).
+    #[arg(long, env = "SUBAGENTS_SESSION_DIR", value_name = "DIR")]
+    pub session_dir: Option<PathBuf>,
+    /// Fan-out budget of each new root run (else $SUBAGENTS_MAX_SPAWNS_PER_RUN, else 64); inside a run the inherited budget applies.
+    #[arg(long, value_name = "N", value_parser = fanout_limit_parser())]
+    pub fanout_limit: Option<u64>,
+}
+
+/// `list --color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorArg {
+    /// On a terminal, unless `$NO_COLOR` is set.
+    Auto,
+    /// Always (even with `$NO_COLOR`: the flag is the more specific choice).
+    Always,
+    /// Never.
+    Never,
+}
+
+impl From<ColorArg> for crate::table::ColorChoice {
+    fn from(c: ColorArg) -> Self {
+        match c {
+            ColorArg::Auto => Self::Auto,
+            ColorArg::Always => Self::Always,
+            ColorArg::Never => Self::Never,
+        }
+    }
+}
+
+/// `validate --kind`: the artifact kinds of [`crate::validate::Kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindArg(pub crate::validate::Kind);
+
+impl ValueEnum for KindArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        use crate::validate::Kind;
+        const ALL: [KindArg; 9] = [
+            KindArg(Kind::ALL[0]),
+            KindArg(Kind::ALL[1]),
+            KindArg(Kind::ALL[2]),
+            KindArg(Kind::ALL[3]),
+            KindArg(Kind::ALL[4]),
+            KindArg(Kind::ALL[5]),
+            KindArg(Kind::ALL[6]),
+            KindArg(Kind::ALL[7]),
+            KindArg(Kind::ALL[8]),
+        ];
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name()).help(kind_help(self.0)))
+    }
+}
+
+fn kind_help(kind: crate::validate::Kind) -> &'static str {
+    use crate::validate::Kind;
+    match kind {
+        Kind::Recovery => "`recovery-descriptor.json` (strict v1 rules + the live fan-out budget)",
+        Kind::LaunchContract => {
+            "`launch-contract.json` (strict; the digest is checked by `resume`)"
+        }
+        Kind::FanoutDescriptor => {
+            "`run-fanout-budget.json` or any fan-out descriptor (checked against its manifest)"
+        }
+        Kind::FanoutManifest => "A budget's `manifest.json`",
+        Kind::ProcessTerminal => "`process-terminal.json`",
+        Kind::TerminalCandidate => "`process-terminal-candidate.json`",
+        Kind::Status => "`status.json`",
+        Kind::Startup => {
+            "`runner-startup.json`, `runner-startup-ack.json` or `runner-startup-proceed.json`"
+        }
+        Kind::CapacityOwner => "A capacity slot's `owner.json`",
+    }
+}
+
+impl RunArgs {
+    /// The API request of these arguments. A piped stdin (or `--task-file -`)
+    /// is read here: the API never reads stdin.
+    pub fn request(&self) -> Result<RunRequest> {
+        let mut task = self.task.clone();
+        let mut task_file = self.task_file.clone();
+        let from_stdin = self.spec.is_none()
+            && (task_file.as_deref() == Some(std::path::Path::new("-"))
+                || (task.is_none() && task_file.is_none() && stdin_is_pipe()));
+        if from_stdin {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| {
+                error::Error::failed(format!("failed to read the task from stdin: {e}"))
+            })?;
+            task = Some(text);
+            task_file = None;
+        }
+        Ok(RunRequest {
+            agent: self.agent.clone(),
+            task,
+            task_file,
+            cwd: self.cwd.clone(),
+            timeout: self.timeout.clone(),
+            id: self.id.clone(),
+            spec: None,
+            spec_file: self.spec.clone(),
+            command: self.command.clone(),
+        })
+    }
+
+    /// The launch settings of these arguments.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            session: self.session.clone(),
+            max_active: self.max_active,
+            session_dir: self.session_dir.clone(),
+            fanout_limit: self.fanout_limit,
+        }
+    }
+}
+
+/// `echo task | subagents run -- agent`: a pipe on stdin is the task. Not
+/// inside a run, where stdin may be a tool's pipe that never closes.
+fn stdin_is_pipe() -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    !crate::fanout::is_nested()
+        && std::fs::metadata("/proc/self/fd/0").is_ok_and(|m| m.file_type().is_fifo())
+}
+
+impl ListArgs {
+    /// The API query of these arguments.
+    pub fn query(&self) -> ListQuery {
+        ListQuery {
+            all: self.all,
+            dismissed: self.dismissed,
+            session: self.session.clone(),
+            limit: self.limit,
+            sort: self.sort.map(|SortKey::Started| ListSort::Started),
+        }
+    }
+}
+
+impl ResumeArgs {
+    /// The API request of these arguments.
+    pub fn request(&self) -> ResumeRequest {
+        ResumeRequest {
+            run: self.run.clone(),
+            task: self.task.clone(),
+            task_file: self.task_file.clone(),
+            timeout: self.timeout.clone(),
+        }
+    }
+}
+
+impl McpArgs {
+    /// The launch settings of the server.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            session: self.session.clone(),
+            max_active: self.max_active,
+            session_dir: self.session_dir.clone(),
+            fanout_limit: self.fanout_limit,
+        }
+    }
+}
+
+/// Parses the command line, runs the command, prints errors; returns the exit code.
+pub fn main() -> i32 {
+    let internal = std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__monitor" || a == "__runner");
+    if !internal && let Err(e) = crate::settings::apply() {
+        eprintln!("subagents: {}", atomic_file::escape(&e.message));
+        return e.exit.code();
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    if !matches!(
+        cli.command,
+        Command::Monitor { .. } | Command::Runner { .. }
+    ) {
+        // `subagents list | head` should end quietly, like any Unix filter.
+        // (Runners keep ignoring SIGPIPE: a vanished launcher must not kill them.)
+        // SAFETY: restoring a default signal disposition has no memory effects.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Resume(_) | Command::Mcp(_)
+    ) {
+        supervisor::fault::init(supervisor::fault::Process::Launcher);
+    }
+    let json = wants_json(&cli.command);
+    match dispatch(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            if !e.quiet {
+                if json {
+                    println!("{}", e.to_json());
+                }
+                // One line per message, whatever ids or paths it quotes.
+                eprintln!("subagents: {}", atomic_file::escape(&e.message));
+                for note in &e.notes {
+                    eprintln!("  {}", atomic_file::escape(note));
+                }
+                if let Some(hint) = &e.hint {
+                    eprintln!("  hint: {hint}");
+                }
+            }
+            e.exit.code()
+        }
+    }
+}
+
+/// A parser error: clap's own output, or with `--json` on the command line
+/// the JSON error object on stdout (exit 2 either way; help and version exit 0).
+fn usage_error(e: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if informational {
+        e.exit();
+    }
+    let error = error::Error::usage(one_line(&e.render().to_string()));
+    if json_on_command_line(std::env::args_os().skip(1)) {
+        println!("{}", error.to_json());
+    }
+    // One line, like every other error, and where to read more.
+    eprintln!("subagents: {}", atomic_file::escape(&error.message));
+    let command = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    match command {
+        Some(c) => eprintln!("  hint: see `subagents {c} --help`"),
+        None => eprintln!("  hint: see `subagents --help`"),
+    }
+    error.exit.code()
+}
+
+/// clap's message up to its usage block, on one line.
+fn one_line(rendered: &str) -> String {
+    let message: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+        .collect();
+    let message = message.join(" ");
+    let message = message.trim_start_matches("error: ");
+    if message.is_empty() {
+        "invalid command line".to_owned()
+    } else {
+        message.to_owned()
+    }
+}
+
+/// True when `--json` appears before a `--` (after it, it belongs to COMMAND).
+fn json_on_command_line(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.take_while(|a| a != "--").any(|a| a == "--json")
+}
+
+fn wants_json(command: &Command) -> bool {
+    match command {
+        Command::Run(args) => args.json,
+        Command::List(args) => args.json,
+        Command::Resume(args) => args.json,
+        Command::Status { json, .. }
+        | Command::Wait { json, .. }
+        | Command::Stop { json, .. }
+        | Command::Reconcile { json }
+        | Command::Prune { json, .. }
+        | Command::Config { json }
+        | Command::Logs { json, .. }
+        | Command::Dismiss { json, .. }
+        | Command::Validate { json, .. }
+        | Command::Capacity { json, .. }
+        | Command::Agents { json, .. }
+        | Command::Budget {
+            action: Some(BudgetAction::Create { json, .. }),
+            ..
+        }
+        | Command::Budget {
+            action: Some(BudgetAction::Show { json, .. }),
+            ..
+        }
+        | Command::Budget {
+            action: Some(BudgetAction::Claim { json, .. }),
+            ..
+        } => *json,
+        Command::Budget {
+            action: Some(BudgetAction::Doctor(args)),
+            ..
+        } => args.json,
+        Command::Budget { doctor, .. } => doctor.json,
+        _ => false,
+    }
+}
+
+fn dispatch(cli: Cli) -> Result {
+    let layout = status::Layout::new(crate::root::state_root(cli.root));
+    if !matches!(
+        cli.command,
+        Command::Monitor { .. }
+            | Command::Runner { .. }
+            | Command::Completions { .. }
+            | Command::Agents { .. }
+    ) {
+        let shared = crate::root::allow_shared_root(cli.allow_shared_root);
+        atomic_file::read::set_allow_foreign_owner(shared);
+        if !shared {
+            crate::root::check_trusted(&layout).map_err(error::Error::failed)?;
+        }
+    } else {
+        // The processes of a run were started by a launcher that checked the root.
+        atomic_file::read::set_allow_foreign_owner(crate::root::allow_shared_root(false));
+    }
+    let launcher = |settings: Settings| Launcher::new(layout.clone(), settings);
+    match cli.command {
+        Command::Run(args) => {
+            let request = args.request()?;
+            commands::run(&launcher(args.settings()), &request, args.json, args.wait)
+        }
+        Command::Status { run, json } => {
+            commands::status(&launcher(Settings::default()), &run, json)
+        }
+        Command::List(args) => {
+            let display = commands::ListDisplay {
+                json: args.json,
+                long: args.long,
+                short: args.short,
+                color: args.color.into(),
+            };
+            commands::list(&layout, &args.query(), display)
+        }
+        Command::Wait {
+            runs,
+            timeout,
+            json,
+        } => {
+            let request = WaitRequest {
+                runs,
+                timeout,
+                tail: None,
+            };
+            commands::wait(&launcher(Settings::default()), &request, json)
+        }
+        Command::Stop { run, reason, json } => {
+            let request = StopRequest {
+                run,
+                reason: Some(reason),
+            };
+            commands::stop(&launcher(Settings::default()), &request, json)
+        }
+        Command::Logs {
+            run,
+            follow,
+            json,
+            step,
+            tail,
+            stderr,
+        } => {
+            let request = LogsRequest {
+                run,
+                step,
+                tail,
+                stderr,
+                max_bytes: None,
+            };
+            commands::logs(&launcher(Settings::default()), &request, json, follow)
+        }
+        Command::Reconcile { json } => commands::reconcile(&layout, json),
+        Command::Dismiss { run, force, json } => commands::dismiss(&layout, &run, force, json),
+        Command::Budget { doctor, action } => budget(&layout, &doctor, action),
+        Command::Resume(args) => {
+            let settings = Settings {
+                max_active: args.max_active,
+                ..Settings::default()
+            };
+            commands::resume(&launcher(settings), &args.request(), args.json)
+        }
+        Command::Agents { action, json } => {
+            let action = match action {
+                None | Some(AgentsAction::List) => crate::presets::Action::List,
+                Some(AgentsAction::Show { name }) => crate::presets::Action::Show(name),
+                Some(AgentsAction::Prompt) => crate::presets::Action::Prompt,
+            };
+            crate::presets::command(&action, json)
+        }
+        Command::Validate { kind, file, json } => {
+            crate::validate::command(&layout, kind.0, &file, json)
+        }
+        Command::Capacity {
+            session,
+            limit,
+            json,
+        } => {
+            let settings = Settings {
+                session,
+                max_active: limit,
+                ..Settings::default()
+            };
+            commands::capacity(&launcher(settings), json)
+        }
+        Command::Prune {
+            older_than,
+            dry_run,
+            json,
+        } => crate::prune::command(&layout, older_than.as_deref(), dry_run, json),
+        Command::Config { json } => crate::settings::command(json),
+        Command::Top => crate::top::command(
+            &layout,
+            crate::root::allow_shared_root(cli.allow_shared_root),
+        ),
+        Command::Mcp(args) => crate::mcp::serve(launcher(args.settings())),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "subagents", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Monitor { .. } => std::process::exit(supervisor::monitor::main()),
+        Command::Runner { .. } => std::process::exit(supervisor::runner::main()),
+    }
+}
+
+fn budget(layout: &status::Layout, doctor: &DoctorArgs, action: Option<BudgetAction>) -> Result {
+    match action {
+        None => commands::budget_doctor(layout, doctor.fanout_limit, doctor.json),
+        Some(BudgetAction::Doctor(args)) => {
+            commands::budget_doctor(layout, args.fanout_limit, args.json)
+        }
+        Some(BudgetAction::Create {
+            root_run_id, limit, ..
+        }) => commands::budget_create(layout, &root_run_id, limit),
+        Some(BudgetAction::Show {
+            run, descriptor, ..
+        }) => commands::budget_show(layout, run.as_deref(), descriptor.as_deref()),
+        Some(BudgetAction::Claim {
+            descriptor, paths, ..
+        }) => commands::budget_claim(layout, descriptor.as_deref(), &paths),
+    }
 }

@@ -1,46 +1,73 @@
-//! The user-facing commands other than `wait`.
+//! The command line's side of each command: runs the typed operation of
+//! [`crate::service::Launcher`] and prints its outcome as text or as
+//! `--json` (the outcome's serialisation). Nothing here parses arguments
+//! (that is `cli`) and nothing below calls back up here.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::io::IsTerminal;
 
-use nix::sys::signal::Signal;
-use process_identity::Liveness;
+use serde::Serialize;
 use serde_json::json;
-use status::list::{Hooks, ListOptions, Resolved, RunSummary};
+use status::list::RunSummary;
 use status::model::update_status;
 use status::reconcile::{self, Outcome};
 use status::{Layout, RunState, now_ms};
-
-use crate::admission;
-use crate::cli::{ListArgs, RunArgs};
-use crate::error::{CliError, CliResult, Exit};
-use crate::launch;
-use crate::procs::signal_group;
-use crate::root::home;
-use crate::wait::{wait_for_runs, watch_dirs};
 use supervisor::observer;
 
-/// `subagents run`.
-pub fn run(layout: &Layout, args: &RunArgs) -> CliResult {
-    let launched = launch::run(layout, args)?;
-    if !args.json {
-        println!("{}", launched.run_id);
-    } else if !args.wait {
-        println!("{}", serde_json::to_string(&launched).unwrap_or_default());
+use crate::admission;
+use crate::api::{
+    BudgetOutcome, CapacityOutcome, ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest,
+    StopRequest, WaitRequest,
+};
+use crate::error::{Error, Exit, Result};
+use crate::root::home;
+use crate::runs::{observe, observer_options, report_skipped, resolve};
+use crate::service::Launcher;
+use crate::table::ColorChoice;
+use crate::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
+
+fn print_json(value: &impl Serialize, pretty: bool) {
+    let text = if pretty {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    };
+    println!("{}", text.unwrap_or_default());
+}
+
+/// Exit code of `run --wait` / `wait` for final runs: 1 unless all completed.
+fn exit_for(all_complete: bool) -> Result {
+    if all_complete {
+        Ok(())
+    } else {
+        Err(Error::silent(Exit::Failed))
     }
-    if !args.wait {
+}
+
+/// `subagents run`.
+pub fn run(launcher: &Launcher, request: &RunRequest, json: bool, wait: bool) -> Result {
+    let launched = launcher.run(request)?;
+    if !json {
+        println!("{}", launched.run_id);
+    } else if !wait {
+        print_json(&launched, false);
+    }
+    if !wait {
         return Ok(());
     }
     hint_on_interrupt(&launched.run_id);
-    let runs = wait_for_runs(layout, std::slice::from_ref(&launched.run_id), None)?;
+    let runs = wait_for_runs(
+        launcher.layout(),
+        std::slice::from_ref(&launched.run_id),
+        None,
+    )?;
     let run = &runs[0];
-    if args.json {
+    if json {
         // The outcome, on one line: the final run summary.
-        println!("{}", serde_json::to_string(run).unwrap_or_default());
+        print_json(run, false);
     } else if run.status.state != RunState::Complete {
-        eprintln!("{}", crate::wait::outcome_line(run));
+        eprintln!("{}", outcome_line(run));
     }
-    launch::exit_for(run.status.state)
+    exit_for(run.status.state == RunState::Complete)
 }
 
 static INTERRUPT_HINT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
@@ -71,80 +98,16 @@ fn hint_on_interrupt(id: &str) {
     }
 }
 
-/// Resolves a run id or prefix, exit 4 when unknown or ambiguous.
-pub fn resolve(layout: &Layout, id: &str) -> CliResult<String> {
-    match status::list::resolve(layout, id)? {
-        Resolved::Run(id) => Ok(id),
-        Resolved::NotFound => Err(CliError::new(
-            Exit::NotFound,
-            format!("no such run: '{id}'"),
-        )),
-        Resolved::Ambiguous(ids) => Err(CliError::new(
-            Exit::NotFound,
-            format!("run id prefix '{id}' is ambiguous: {}", ids.join(", ")),
-        )),
-    }
-}
-
-/// The observer's options for this state root.
-pub fn observer_options(layout: &Layout) -> observer::Options {
-    observer::Options::new(layout.root())
-}
-
-/// Observes one run: a run whose monitor is gone is finalized here
-/// (see `supervisor::observer`); a run with a live monitor is left to it.
-pub fn observe(layout: &Layout, id: &str) -> observer::Observation {
-    match status::list::exact_run_dir(layout, id) {
-        Some(dir) => observer::observe(&dir, &observer_options(layout)),
-        None => observer::Observation::NoStatus,
-    }
-}
-
-/// Loads a run (observing and reconciling it), exit 4 when it has no status.
-pub fn load(layout: &Layout, id: &str) -> CliResult<RunSummary> {
-    load_observed(layout, id).map(|(run, _)| run)
-}
-
-/// [`load`], also returning what the observer found.
-fn load_observed(layout: &Layout, id: &str) -> CliResult<(RunSummary, observer::Observation)> {
-    let id = resolve(layout, id)?;
-    let observation = observe(layout, &id);
-    let budgets = layout.fanout_budgets_dir();
-    let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
-    let hooks = Hooks {
-        fanout: Some(&fanout),
-        on_repaired: Some(&crate::procs::kill_step_groups),
-    };
-    let mut skipped = Vec::new();
-    let run = status::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
-    report_skipped(&skipped);
-    let run = run?
-        .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
-    Ok((run, observation))
-}
-
-/// One stderr line per repair a read-only command could not write.
-pub fn report_skipped(skipped: &[String]) {
-    for line in skipped {
-        eprintln!("subagents: warning: {line}");
-    }
-}
-
 /// `subagents status`.
-pub fn status(layout: &Layout, id: &str, json: bool) -> CliResult {
-    let (run, observation) = load_observed(layout, id)?;
-    admission::release_finished(layout, run.status.session_id.as_deref());
+pub fn status(launcher: &Launcher, id: &str, json: bool) -> Result {
+    let view = launcher.status(id)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&run).unwrap_or_default());
+        print_json(&view, true);
         return Ok(());
     }
-    println!("{}", describe(&run));
-    match observation {
-        observer::Observation::Unproven(why) => println!("  Observer: retained: {why}"),
-        observer::Observation::RunnerAlive(pid) => {
-            println!("  Observer: its monitor is gone; runner {pid} still runs")
-        }
-        _ => {}
+    println!("{}", describe(&view.run));
+    if let Some(note) = &view.observer {
+        println!("  Observer: {note}");
     }
     Ok(())
 }
@@ -264,120 +227,56 @@ fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> Stri
     parts.join(" | ")
 }
 
-/// `subagents list`.
-pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
-    if args.dismissed {
-        return list_dismissed(layout, args);
-    }
-    observer::observe_active(layout, &observer_options(layout));
-    let by_start = args.sort == Some(crate::cli::SortKey::Started);
-    use std::io::IsTerminal;
-    let table = args.short || (std::io::stdout().is_terminal() && !args.long);
-    // The detailed text and JSON stream through `listing` with bounded memory;
-    // sorting by start and the one-line table need every row first.
-    if !by_start && (args.json || !table) {
-        return crate::listing::list(layout, args);
-    }
-    let budgets = layout.fanout_budgets_dir();
-    let options = ListOptions {
-        all: args.all,
-        session: args.session.clone(),
-        // Sorted by start below, then cut.
-        limit: args.limit.filter(|_| !by_start),
-        reconcile: true,
-        now: now_ms(),
-        hooks: Hooks {
-            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
-            on_repaired: Some(&crate::procs::kill_step_groups),
-        },
-    };
-    let listing = status::list::list(layout, &options)?;
-    report_skipped(&listing.skipped_repairs);
-    let mut runs = listing.runs;
-    if by_start {
-        runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
-        runs.truncate(args.limit.unwrap_or(usize::MAX));
-    }
-    admission::release_finished(
-        layout,
-        runs.iter().filter_map(|r| r.status.session_id.as_deref()),
-    );
-    if args.json {
-        // Unreadable runs follow the readable ones as `{id, asyncDir, state: "unreadable", error}`.
-        let mut entries: Vec<serde_json::Value> = runs
-            .iter()
-            .map(|r| serde_json::to_value(r).unwrap_or_default())
-            .collect();
-        entries.extend(
-            listing
-                .unreadable
-                .iter()
-                .map(|u| serde_json::to_value(u).unwrap_or_default()),
-        );
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&entries).unwrap_or_default()
-        );
-    } else {
-        let heading = if args.all {
-            "Async runs"
-        } else {
-            "Active async runs"
-        };
-        let terminal = std::io::stdout().is_terminal();
-        if !runs.is_empty() && table {
-            let no_color = std::env::var("NO_COLOR").ok();
-            let color = crate::table::use_color(args.color, terminal, no_color.as_deref());
-            println!(
-                "{}",
-                crate::table::render(&runs, now_ms(), home().as_deref(), color)
-            );
-            print_unreadable(&listing.unreadable);
-            return Ok(());
-        }
-        println!(
-            "{}",
-            status::format::format_run_list(&runs, heading, now_ms(), home().as_deref())
-        );
-        print_unreadable(&listing.unreadable);
-    }
-    Ok(())
+/// How `list` prints (the command line's display flags).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListDisplay {
+    /// `--json`.
+    pub json: bool,
+    /// `--long`.
+    pub long: bool,
+    /// `--short`.
+    pub short: bool,
+    /// `--color`.
+    pub color: ColorChoice,
 }
 
-/// `list --all --dismissed`: the runs `dismiss` hid, newest first.
-fn list_dismissed(layout: &Layout, args: &ListArgs) -> CliResult {
-    let hooks = Hooks {
-        fanout: None,
-        on_repaired: None,
+/// `subagents list`.
+pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result {
+    let by_start = query.sort == Some(ListSort::Started);
+    let terminal = std::io::stdout().is_terminal();
+    let table = display.short || (terminal && !display.long);
+    // The detailed text and JSON stream through `listing` with bounded memory;
+    // sorting by start, the dismissed runs and the one-line table need every
+    // row first.
+    if !query.dismissed && !by_start && (display.json || !table) {
+        observer::observe_active(layout, &observer_options(layout));
+        return crate::listing::list(layout, query, display.json);
+    }
+    let listing = crate::service::list(layout, query)?;
+    if display.json {
+        print_json(&listing, true);
+        return Ok(());
+    }
+    let heading = match (query.dismissed, query.all) {
+        (true, _) => "Dismissed runs",
+        (false, true) => "Async runs",
+        (false, false) => "Active async runs",
     };
-    let now = now_ms();
-    let mut runs: Vec<RunSummary> = status::list::run_names(layout)?
-        .iter()
-        .filter_map(|id| {
-            status::list::load(layout, id, false, now, &hooks)
-                .ok()
-                .flatten()
-        })
-        .filter(|r| r.status.display_dismissed_at.is_some())
-        .filter(|r| {
-            args.session
-                .as_deref()
-                .is_none_or(|s| r.status.session_id.as_deref() == Some(s))
-        })
-        .collect();
-    runs.sort_by_key(|r| std::cmp::Reverse(r.status.sort_time()));
-    runs.truncate(args.limit.unwrap_or(usize::MAX));
-    if args.json {
+    let runs = &listing.runs;
+    if !runs.is_empty() && table && !query.dismissed {
+        let no_color = std::env::var("NO_COLOR").ok();
+        let color = crate::table::use_color(display.color, terminal, no_color.as_deref());
         println!(
             "{}",
-            serde_json::to_string_pretty(&runs).unwrap_or_default()
+            crate::table::render(runs, now_ms(), home().as_deref(), color)
         );
     } else {
         println!(
             "{}",
-            status::format::format_run_list(&runs, "Dismissed runs", now, home().as_deref())
+            status::format::format_run_list(runs, heading, now_ms(), home().as_deref())
         );
     }
+    print_unreadable(&listing.unreadable);
     Ok(())
 }
 
@@ -395,148 +294,171 @@ fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
     }
 }
 
-/// `subagents stop`: ask the runner (SIGTERM), then force the groups.
-pub fn stop(layout: &Layout, id: &str, reason: &str, json: bool) -> CliResult {
-    let run = load(layout, id)?;
-    let dir = run.async_dir.clone();
-    let was_over = !run.status.state.is_active();
-    if !was_over {
-        request_stop(&dir, reason)?;
-        let runner_alive = run
-            .status
-            .runner_identity
-            .as_ref()
-            .is_some_and(|r| r.liveness() == Liveness::Alive);
-        if runner_alive {
-            signal_runner(&run, Signal::SIGTERM);
+/// `subagents wait`: each run's line as soon as it is over, a progress
+/// line on a terminal meanwhile.
+pub fn wait(launcher: &Launcher, request: &WaitRequest, json: bool) -> Result {
+    let progress = std::io::stderr().is_terminal();
+    let mut report = |event: WaitEvent<'_>| {
+        match event {
+            WaitEvent::Settled(run) => {
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                if !json {
+                    println!("{}", outcome_line(run));
+                }
+            }
+            WaitEvent::Pending(runs, elapsed) => {
+                if progress {
+                    eprint!("\r\x1b[K{}", progress_line(runs, elapsed));
+                }
+            }
         }
-        // The runner needs its kill grace (2 s) to end COMMAND's group.
-        let grace = supervisor::runner::KILL_GRACE + Duration::from_secs(3);
-        if !wait_terminal(layout, &run.id, grace)? {
-            force_stop(&dir, reason)?;
+        Keep::Continue(())
+    };
+    let outcome = launcher.wait(request, &mut report);
+    if progress {
+        match &outcome {
+            Ok(_) => eprint!("\r\x1b[K"),
+            Err(_) => eprintln!(),
         }
     }
-    settle_without_monitor(layout, &run.id, reason);
-    let final_run = load(layout, &run.id)?;
-    admission::release_finished(layout, final_run.status.session_id.as_deref());
+    let outcome = outcome?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&final_run).unwrap_or_default()
-        );
-    } else if was_over {
+        print_json(&outcome, true);
+    }
+    exit_for(outcome.all_complete())
+}
+
+/// `subagents stop`.
+pub fn stop(launcher: &Launcher, request: &StopRequest, json: bool) -> Result {
+    let outcome = launcher.stop(request)?;
+    let run = &outcome.run;
+    if json {
+        print_json(&outcome, true);
+    } else if outcome.was_over {
         println!(
             "{} was already over ({}); nothing to stop",
-            final_run.id, final_run.status.state
+            run.id, run.status.state
         );
     } else {
-        println!("{} {}", final_run.id, final_run.status.state);
+        println!("{} {}", run.id, run.status.state);
     }
     Ok(())
 }
 
-/// A run whose monitor is gone has nobody to finalize it: wait (bounded)
-/// for its runner to exit, kill the runner if it does not, then observe.
-fn settle_without_monitor(layout: &Layout, id: &str, reason: &str) {
-    let options = observer::Options {
-        stop_reason: Some(reason.to_owned()),
-        ..observer_options(layout)
-    };
-    let dir = layout.run_dir(id);
-    let deadline = Instant::now() + supervisor::runner::KILL_GRACE + Duration::from_secs(3);
-    loop {
-        let observation = observer::observe(&dir, &options);
-        let observer::Observation::RunnerAlive(_) = observation else {
-            return;
-        };
-        if Instant::now() >= deadline {
-            if let Ok(Some(status)) = status::model::read_status(&dir)
-                && let Some(identity) = &status.runner_identity
-                && identity.liveness() == Liveness::Alive
-            {
-                signal_group(identity.pid, Signal::SIGKILL);
-            }
-            observer::observe(&dir, &options);
-            return;
-        }
-        // The runner is not our child: its exit shows only in /proc.
-        std::thread::sleep(Duration::from_millis(50));
+/// `subagents resume`.
+pub fn resume(launcher: &Launcher, request: &ResumeRequest, json: bool) -> Result {
+    let resumed = launcher.resume(request)?;
+    if json {
+        print_json(&resumed, false);
+    } else {
+        println!("{}", resumed.launched.run_id);
     }
-}
-
-fn request_stop(dir: &Path, reason: &str) -> CliResult {
-    update_status(dir, |s| {
-        let mut s = s?;
-        s.stop_reason = Some(reason.to_owned());
-        s.extra.insert("stopRequestedAt".into(), json!(now_ms()));
-        Some(s)
-    })?;
     Ok(())
 }
 
-fn signal_runner(run: &RunSummary, sig: Signal) {
-    if let Some(identity) = &run.status.runner_identity
-        && identity.liveness() == Liveness::Alive
-    {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(identity.pid as i32), sig);
-    }
-}
-
-fn wait_terminal(layout: &Layout, id: &str, within: Duration) -> CliResult<bool> {
-    let deadline = Instant::now() + within;
-    let dir = layout.run_dir(id);
-    let (_watcher, events) = watch_dirs(std::slice::from_ref(&dir));
-    loop {
-        let current = status::model::read_status(&dir)?;
-        if current.is_none_or(|s| !s.state.is_active()) {
-            return Ok(true);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(false);
-        }
-        let _ = events.recv_timeout(left.min(Duration::from_millis(500)));
-    }
-}
-
-/// The runner did not end in time: kill its group and every step's group,
-/// and record the stop ourselves unless the runner managed to.
-fn force_stop(dir: &Path, reason: &str) -> CliResult {
-    let Some(status) = status::model::read_status(dir)? else {
+/// `subagents logs`.
+pub fn logs(launcher: &Launcher, request: &LogsRequest, json: bool, follow: bool) -> Result {
+    if json {
+        print_json(&launcher.logs(request)?, false);
         return Ok(());
-    };
-    if let Some(identity) = &status.runner_identity
-        && identity.liveness() == Liveness::Alive
-    {
-        signal_group(identity.pid, Signal::SIGKILL);
     }
-    crate::procs::kill_step_groups(&status);
-    let now = now_ms();
-    update_status(dir, |s| {
-        let s = s?;
-        s.state.is_active().then(|| {
-            // The monitor, or else the observer, writes the real proof.
-            let mut s = reconcile::fail_active(s, reason, now);
-            s.state = RunState::Stopped;
-            s.stopped = Some(true);
-            s.error = Some(reason.to_owned());
-            for step in s
-                .steps
-                .iter_mut()
-                .flatten()
-                .filter(|st| st.status == "failed")
-            {
-                step.status = "stopped".into();
-                step.stopped = Some(true);
-            }
-            s
-        })
-    })?;
+    crate::logs::print(launcher.layout(), request, follow)
+}
+
+/// `subagents capacity`.
+pub fn capacity(launcher: &Launcher, json: bool) -> Result {
+    let outcome = launcher.capacity(&Default::default())?;
+    if json {
+        print_json(&outcome, true);
+    } else {
+        println!("{}", capacity_text(&outcome));
+    }
+    Ok(())
+}
+
+fn capacity_text(outcome: &CapacityOutcome) -> String {
+    let limit = if outcome.limit == 0 {
+        "unlimited".to_owned()
+    } else {
+        outcome.limit.to_string()
+    };
+    let mut lines = vec![format!(
+        "Active async capacity: {}/{limit} used (session {})",
+        outcome.used, outcome.session
+    )];
+    for entry in &outcome.slots {
+        let run = entry.slot.run_id.as_deref().unwrap_or("<unreadable owner>");
+        let verdict = entry
+            .release
+            .as_ref()
+            .map(|v| {
+                let state = serde_json::to_value(v.state).unwrap_or_default();
+                let state = state.as_str().unwrap_or_default().to_owned();
+                format!(" | {state}: {}", v.reason)
+            })
+            .unwrap_or_default();
+        let observer = entry
+            .observer
+            .as_deref()
+            .map(|why| format!(" | observer: {why}"))
+            .unwrap_or_default();
+        lines.push(format!(
+            "  slot-{}: run {run}{verdict}{observer}",
+            entry.slot.slot
+        ));
+    }
+    lines.join("\n")
+}
+
+/// `subagents budget` / `budget doctor`: the report, then exit 1 when the
+/// inherited budget cannot be opened.
+pub fn budget_doctor(layout: &Layout, fanout_limit: Option<u64>, json: bool) -> Result {
+    let report = crate::budget::doctor(layout, fanout_limit);
+    if json {
+        print_json(&BudgetOutcome::Doctor(report.clone()), true);
+    } else {
+        println!("{}", report.text);
+    }
+    match report.inherited_error {
+        None => Ok(()),
+        Some(_) if json => Err(Error::silent(Exit::Failed)),
+        Some(e) => Err(Error::failed(format!(
+            "failed to open the inherited run fan-out budget: {e}"
+        ))),
+    }
+}
+
+/// `subagents budget create`.
+pub fn budget_create(layout: &Layout, root_run_id: &str, limit: Option<u64>) -> Result {
+    let descriptor = crate::budget::create(layout, root_run_id, limit)?;
+    println!("{}", descriptor.to_json());
+    Ok(())
+}
+
+/// `subagents budget show`.
+pub fn budget_show(
+    layout: &Layout,
+    run: Option<&str>,
+    descriptor: Option<&std::path::Path>,
+) -> Result {
+    print_json(&crate::budget::show(layout, run, descriptor)?, false);
+    Ok(())
+}
+
+/// `subagents budget claim`.
+pub fn budget_claim(
+    layout: &Layout,
+    descriptor: Option<&std::path::Path>,
+    paths: &[String],
+) -> Result {
+    print_json(&crate::budget::claim(layout, descriptor, paths)?, false);
     Ok(())
 }
 
 /// `subagents reconcile`.
-pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
+pub fn reconcile(layout: &Layout, json: bool) -> Result {
     let mut repaired = Vec::new();
     let mut observed = Vec::new();
     for (id, observation) in observer::observe_active(layout, &observer_options(layout)) {
@@ -618,7 +540,7 @@ pub fn reconcile(layout: &Layout, json: bool) -> CliResult {
 /// `subagents dismiss`: display-only; processes and the marker stay. An
 /// active run is refused unless `force`: it would vanish from `list` while
 /// still running.
-pub fn dismiss(layout: &Layout, id: &str, force: bool, json: bool) -> CliResult {
+pub fn dismiss(layout: &Layout, id: &str, force: bool, json: bool) -> Result {
     let id = resolve(layout, id)?;
     observe(layout, &id);
     let dir = layout.run_dir(&id);
@@ -627,7 +549,7 @@ pub fn dismiss(layout: &Layout, id: &str, force: bool, json: bool) -> CliResult 
         && let Some(current) = status::model::read_status(&dir)?
         && current.state.is_active()
     {
-        let mut error = CliError::new(
+        let mut error = Error::new(
             Exit::Failed,
             format!("run '{id}' is still {}; not dismissed", current.state),
         );
@@ -641,91 +563,12 @@ pub fn dismiss(layout: &Layout, id: &str, force: bool, json: bool) -> CliResult 
         s.display_dismissed_at = Some(now);
         Some(s)
     })?
-    .ok_or_else(|| CliError::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
+    .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
     admission::release_finished(layout, dismissed.session_id.as_deref());
     if json {
         println!("{}", json!({"runId": id, "displayDismissedAt": now}));
     } else {
         println!("{id} dismissed");
-    }
-    Ok(())
-}
-
-/// `subagents capacity`: used/limit and each slot's run and release verdict.
-pub fn capacity(
-    layout: &Layout,
-    session: Option<&str>,
-    limit: Option<u32>,
-    json: bool,
-) -> CliResult {
-    let session = admission::session_id(session);
-    let pools = admission::pools(layout);
-    let none = std::collections::HashSet::new();
-    // Runs whose monitor is gone are finalized first; what keeps one is said.
-    let held = pools
-        .count(&session, limit)
-        .map_err(admission::capacity_error)?;
-    let mut observed = std::collections::HashMap::new();
-    for run_id in held.slots.iter().filter_map(|s| s.run_id.clone()) {
-        if let observer::Observation::Unproven(why) = observe(layout, &run_id) {
-            observed.insert(run_id, why);
-        }
-    }
-    // A root we cannot write to (read-only, full) still shows its usage.
-    let snapshot = match pools.reconcile(&session, limit, &none) {
-        Ok(snapshot) => snapshot,
-        Err(e) => {
-            report_skipped(&[format!(
-                "skipped freeing finished runs' slots: {}",
-                atomic_file::escape(&e.to_string())
-            )]);
-            held
-        }
-    };
-    let mut slots = Vec::new();
-    for slot in &snapshot.slots {
-        let verdict = slot.run_id.as_deref().and_then(|run_id| {
-            let query = capacity::InspectQuery {
-                run_id,
-                session_id: Some(&session),
-                async_dir: None,
-            };
-            pools.inspect(&query, &none).ok().map(|i| i.release)
-        });
-        let mut entry = json!({"slot": slot, "release": verdict});
-        if let Some(why) = slot.run_id.as_ref().and_then(|id| observed.get(id)) {
-            entry["observer"] = json!(why);
-        }
-        slots.push(entry);
-    }
-    if json {
-        let out = json!({"session": session, "used": snapshot.used, "limit": snapshot.limit, "slots": slots});
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return Ok(());
-    }
-    let limit = if snapshot.limit == 0 {
-        "unlimited".to_owned()
-    } else {
-        snapshot.limit.to_string()
-    };
-    println!(
-        "Active async capacity: {}/{limit} used (session {session})",
-        snapshot.used
-    );
-    for entry in &slots {
-        let slot = &entry["slot"];
-        let run = slot["runId"].as_str().unwrap_or("<unreadable owner>");
-        let release = &entry["release"];
-        let verdict = match (release["state"].as_str(), release["reason"].as_str()) {
-            (Some(state), Some(reason)) => format!(" | {state}: {reason}"),
-            (Some(state), None) => format!(" | {state}"),
-            _ => String::new(),
-        };
-        let observer = entry["observer"]
-            .as_str()
-            .map(|why| format!(" | observer: {why}"))
-            .unwrap_or_default();
-        println!("  slot-{}: run {run}{verdict}{observer}", slot["slot"]);
     }
     Ok(())
 }

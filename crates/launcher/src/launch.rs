@@ -15,31 +15,30 @@ use std::path::Path;
 use std::time::Duration;
 
 use process_identity::ProcessIdentity;
+use status::Layout;
 use status::layout::files;
-use status::{Layout, RunState};
 
 use crate::admission::{self, Spawned};
-use crate::cli::RunArgs;
+use crate::api::{Launched, RunRequest, Settings};
 use crate::config::LaunchConfig;
-use crate::error::{CliError, CliResult, Exit};
+use crate::error::{Error, Result};
 use crate::prepare::{self, Request};
-pub use supervisor::spawn::Launched;
 
-/// Runs `subagents run`.
-pub fn run(layout: &Layout, args: &RunArgs) -> CliResult<Launched> {
-    let session = admission::session_id(args.session.as_deref());
-    launch(layout, &Request::from_run_args(args, &session)?)
+/// Runs `subagents run` (or the MCP `run` tool).
+pub fn run(layout: &Layout, run: &RunRequest, settings: &Settings) -> Result<Launched> {
+    let session = admission::session_id(settings.session.as_deref());
+    launch(layout, &Request::from_run(run, settings, &session)?)
 }
 
 /// Prepares, spawns and (for a revival) hands over a run; settles its
 /// capacity slot from what is proven about the runner.
-pub fn launch(layout: &Layout, request: &Request) -> CliResult<Launched> {
+pub fn launch(layout: &Layout, request: &Request) -> Result<Launched> {
     let (config, slot) = prepare::prepare(layout, request)?;
     supervisor::fault::point(supervisor::fault::Point::AfterRunDir);
     if config.revival.is_some() {
         handshake::remove_stale_files(&config.run_dir)?;
     }
-    match supervisor::spawn::spawn(&config) {
+    match supervisor::spawn::spawn(&config).map(Launched::from) {
         Ok(launched) if config.revival.is_some() => hand_over(layout, &config, launched, slot),
         Ok(launched) => {
             let spawned = Spawned::started(launched.pid, &launched.runner_process_instance_id);
@@ -49,7 +48,7 @@ pub fn launch(layout: &Layout, request: &Request) -> CliResult<Launched> {
         Err(e) => {
             settle_failed_start(&config, slot)?;
             let reason = failure_reason(&config.run_dir, &e);
-            Err(CliError::failed(format!(
+            Err(Error::failed(format!(
                 "failed to start run '{}': {reason}",
                 config.run_id
             )))
@@ -66,7 +65,7 @@ fn hand_over(
     config: &LaunchConfig,
     launched: Launched,
     slot: Option<capacity::SlotHandle>,
-) -> CliResult<Launched> {
+) -> Result<Launched> {
     let identity = ProcessIdentity::of(launched.pid).unwrap_or(ProcessIdentity {
         pid: launched.pid,
         start_time: 0,
@@ -107,7 +106,7 @@ fn hand_over(
                 termination_observed: failure.termination_observed,
             };
             admission::settle(slot, &spawned)?;
-            Err(CliError::failed(format!(
+            Err(Error::failed(format!(
                 "failed to start async run '{}': {}",
                 config.run_id, failure.error
             )))
@@ -134,7 +133,7 @@ fn release_dead_runners_lease(layout: &Layout, config: &LaunchConfig) {
 
 /// A runner that never reported ready did not proceed; its slot comes back
 /// only if no runner exists or the recorded one is provably gone.
-fn settle_failed_start(config: &LaunchConfig, slot: Option<capacity::SlotHandle>) -> CliResult {
+fn settle_failed_start(config: &LaunchConfig, slot: Option<capacity::SlotHandle>) -> Result {
     let status = status::model::read_status(&config.run_dir).ok().flatten();
     let runner = status.as_ref().and_then(|s| s.runner_identity.clone());
     let gone = runner
@@ -167,12 +166,4 @@ fn failure_reason(run_dir: &Path, e: &std::io::Error) -> String {
         .find(|l| !l.trim().is_empty())
         .map(str::to_owned);
     recorded.or(last).unwrap_or_else(|| e.to_string())
-}
-
-/// Exit code of `run --wait` / `wait` for a final state.
-pub fn exit_for(state: RunState) -> CliResult {
-    match state {
-        RunState::Complete => Ok(()),
-        _ => Err(CliError::silent(Exit::Failed)),
-    }
 }

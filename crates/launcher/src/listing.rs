@@ -10,10 +10,10 @@ use status::Layout;
 use status::list::{Hooks, ListOptions, RunSummary, UnreadableRun, has_frozen_facts};
 
 use crate::admission;
-use crate::cli::ListArgs;
-use crate::commands::report_skipped;
-use crate::error::{CliError, CliResult};
+use crate::api::ListQuery;
+use crate::error::{Error, Result};
 use crate::root::home;
+use crate::runs::report_skipped;
 
 /// A JSON row: the whole summary of a run whose facts are live (few: the
 /// active ones), or only the name of one frozen at its end, read again when
@@ -24,7 +24,7 @@ enum JsonRow {
 }
 
 /// `subagents list [--all] [--session S] [--limit N] [--json]`.
-pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
+pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
     let budgets = layout.fanout_budgets_dir();
     let fanout = |dir: &std::path::Path| crate::fanout::live_snapshot(&budgets, dir);
     let now = status::now_ms();
@@ -49,7 +49,7 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
     };
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    if args.json {
+    if json {
         let rows = status::list::list_rows(layout, &options, |summary| {
             note_session(&summary);
             match summary.async_dir.file_name().and_then(|n| n.to_str()) {
@@ -124,12 +124,12 @@ pub fn list(layout: &Layout, args: &ListArgs) -> CliResult {
     out.flush().map_err(write_error)
 }
 
-fn write_error(e: std::io::Error) -> CliError {
-    CliError::failed(format!("failed to write the listing: {e}"))
+fn write_error(e: std::io::Error) -> Error {
+    Error::failed(format!("failed to write the listing: {e}"))
 }
 
 /// The text of `format_run_list`, written one run at a time.
-fn write_text(out: &mut impl Write, heading: &str, blocks: &[&str]) -> CliResult {
+fn write_text(out: &mut impl Write, heading: &str, blocks: &[&str]) -> Result {
     if blocks.is_empty() {
         return writeln!(out, "No {}.", heading.to_lowercase()).map_err(write_error);
     }
@@ -146,7 +146,7 @@ fn write_text(out: &mut impl Write, heading: &str, blocks: &[&str]) -> CliResult
     Ok(())
 }
 
-fn write_unreadable(out: &mut impl Write, unreadable: &[UnreadableRun]) -> CliResult {
+fn write_unreadable(out: &mut impl Write, unreadable: &[UnreadableRun]) -> Result {
     if unreadable.is_empty() {
         return Ok(());
     }
@@ -171,7 +171,7 @@ struct JsonArray {
 }
 
 impl JsonArray {
-    fn push(&mut self, out: &mut impl Write, value: &serde_json::Value) -> CliResult {
+    fn push(&mut self, out: &mut impl Write, value: &serde_json::Value) -> Result {
         let text = serde_json::to_string_pretty(value).unwrap_or_default();
         let open: &[u8] = if self.started { b",\n" } else { b"[\n" };
         self.started = true;
@@ -185,7 +185,7 @@ impl JsonArray {
         Ok(())
     }
 
-    fn finish(self, out: &mut impl Write) -> CliResult {
+    fn finish(self, out: &mut impl Write) -> Result {
         let close = if self.started { "\n]" } else { "[]" };
         writeln!(out, "{close}").map_err(write_error)
     }

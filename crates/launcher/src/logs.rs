@@ -9,28 +9,31 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use status::Layout;
 use status::layout::files;
 use status::list::RunSummary;
 
-use crate::commands::load;
-use crate::error::{CliError, CliResult, Exit};
+use crate::api::{LogFile, LogsOutcome, LogsRequest};
+use crate::error::{Error, Exit, Result};
+use crate::runs::load;
 use crate::wait::watch_dirs;
 
-/// What `logs` was asked for.
+/// Which files of a run to show.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LogsOptions {
-    /// Keep printing until the run is over.
-    pub follow: bool,
-    /// Print JSON.
-    pub json: bool,
+struct LogsOptions {
     /// Only this step (1-based, as `status` numbers them).
-    pub step: Option<usize>,
-    /// Only the last N lines of each file.
-    pub tail: Option<usize>,
+    step: Option<usize>,
     /// Only stderr.
-    pub stderr_only: bool,
+    stderr_only: bool,
+}
+
+impl From<&LogsRequest> for LogsOptions {
+    fn from(request: &LogsRequest) -> Self {
+        Self {
+            step: request.step,
+            stderr_only: request.stderr,
+        }
+    }
 }
 
 /// Where one file's bytes go.
@@ -50,27 +53,32 @@ struct Source {
     header: Option<String>,
 }
 
-/// `subagents logs`.
-pub fn command(layout: &Layout, id: &str, options: LogsOptions) -> CliResult {
-    let run = load(layout, id)?;
+/// Loads the run and checks the asked-for step exists (exit 2 if not).
+fn load_for(layout: &Layout, request: &LogsRequest) -> Result<RunSummary> {
+    let run = load(layout, &request.run)?;
     let steps = run.status.steps().len();
-    if let Some(n) = options.step
+    if let Some(n) = request.step
         && (n == 0 || n > steps.max(1))
     {
-        return Err(CliError::new(
+        return Err(Error::new(
             Exit::Usage,
             format!("run '{}' has no step {n} (it has {})", run.id, steps.max(1)),
         ));
     }
-    if options.json {
-        return logs_json(&run, options);
-    }
-    if options.follow {
+    Ok(run)
+}
+
+/// `subagents logs` as text: stdout files on stdout, stderr files on
+/// stderr; with `follow`, new bytes as they come until the run is over.
+pub fn print(layout: &Layout, request: &LogsRequest, follow_run: bool) -> Result {
+    let run = load_for(layout, request)?;
+    let options = LogsOptions::from(request);
+    if follow_run {
         return follow(layout, &run.id, options);
     }
     let mut shown = false;
     for source in sources(&run, options) {
-        shown |= print_source(&source, options.tail)?;
+        shown |= print_source(&source, request.tail)?;
     }
     if !shown && !run.status.state.is_active() {
         explain_silence(&run);
@@ -183,7 +191,7 @@ fn tail_of(bytes: &[u8], n: usize) -> &[u8] {
     }
 }
 
-fn print_source(source: &Source, tail: Option<usize>) -> CliResult<bool> {
+fn print_source(source: &Source, tail: Option<usize>) -> Result<bool> {
     let Some(bytes) = read_all(&source.path) else {
         return Ok(false);
     };
@@ -194,8 +202,8 @@ fn print_source(source: &Source, tail: Option<usize>) -> CliResult<bool> {
 
 /// Writes `bytes` to the source's stream; `announce` first prints its header
 /// (a composite step's, or `==> name (path) <==` for a single run's stderr).
-fn write_chunk(source: &Source, bytes: &[u8], announce: bool) -> CliResult {
-    let failed = |e: std::io::Error| CliError::failed(format!("failed to write logs: {e}"));
+fn write_chunk(source: &Source, bytes: &[u8], announce: bool) -> Result {
+    let failed = |e: std::io::Error| Error::failed(format!("failed to write logs: {e}"));
     let header = announce.then_some(source.header.as_deref()).flatten();
     match source.stream {
         Stream::Out => {
@@ -227,25 +235,52 @@ fn write_chunk(source: &Source, bytes: &[u8], announce: bool) -> CliResult {
     }
 }
 
-/// `logs --json`: the same files as the text form, each with its content.
-fn logs_json(run: &RunSummary, options: LogsOptions) -> CliResult {
-    let logs: Vec<Value> = sources(run, options)
+/// `logs --json` (and the MCP `logs` tool): the same files as the text
+/// form, each with its content (its last `tail` lines, its last
+/// `max_bytes` bytes).
+pub fn logs(layout: &Layout, request: &LogsRequest) -> Result<LogsOutcome> {
+    let run = load_for(layout, request)?;
+    Ok(outcome(&run, request))
+}
+
+/// The [`LogsOutcome`] of a loaded run.
+pub fn outcome(run: &RunSummary, request: &LogsRequest) -> LogsOutcome {
+    let logs = sources(run, LogsOptions::from(request))
         .into_iter()
         .filter_map(|source| {
             let bytes = read_all(&source.path)?;
-            let bytes = options.tail.map_or(&bytes[..], |n| tail_of(&bytes, n));
-            let text = String::from_utf8_lossy(bytes).into_owned();
-            Some(json!({"name": source.name, "path": source.path.display().to_string(), "text": text}))
+            let bytes = request.tail.map_or(&bytes[..], |n| tail_of(&bytes, n));
+            let text = String::from_utf8_lossy(bytes);
+            let text = match request.max_bytes {
+                Some(max) => last_bytes(&text, max).to_owned(),
+                None => text.into_owned(),
+            };
+            Some(LogFile {
+                name: source.name,
+                path: source.path.display().to_string(),
+                text,
+            })
         })
         .collect();
-    let out = json!({"runId": run.id, "state": run.status.state.as_str(), "logs": logs});
-    println!("{out}");
-    Ok(())
+    LogsOutcome {
+        run_id: run.id.clone(),
+        state: run.status.state.as_str().to_owned(),
+        logs,
+    }
+}
+
+/// The end of `text`, at most `max` bytes, starting on a character boundary.
+fn last_bytes(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
 }
 
 /// Prints new bytes of every source as they come, taking in the steps of a
 /// composite run as they start, until the run is over.
-fn follow(layout: &Layout, id: &str, options: LogsOptions) -> CliResult {
+fn follow(layout: &Layout, id: &str, options: LogsOptions) -> Result {
     let dir = layout.run_dir(id);
     let (_watcher, events) = watch_dirs(std::slice::from_ref(&dir));
     let mut offsets: std::collections::HashMap<PathBuf, u64> = Default::default();
@@ -288,12 +323,12 @@ fn follow(layout: &Layout, id: &str, options: LogsOptions) -> CliResult {
     }
 }
 
-fn new_bytes(path: &Path, offset: u64) -> CliResult<Vec<u8>> {
+fn new_bytes(path: &Path, offset: u64) -> Result<Vec<u8>> {
     let Ok(mut file) = atomic_file::read::open_regular(path) else {
         return Ok(Vec::new());
     };
     let failed =
-        |e: std::io::Error| CliError::failed(format!("failed to read '{}': {e}", path.display()));
+        |e: std::io::Error| Error::failed(format!("failed to read '{}': {e}", path.display()));
     file.seek(SeekFrom::Start(offset)).map_err(failed)?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(failed)?;
@@ -302,7 +337,15 @@ fn new_bytes(path: &Path, offset: u64) -> CliResult<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::tail_of;
+    use super::{last_bytes, tail_of};
+
+    #[test]
+    fn last_bytes_cuts_on_a_character_boundary() {
+        assert_eq!(last_bytes("abc", 2), "bc");
+        assert_eq!(last_bytes("abc", 10), "abc");
+        assert_eq!(last_bytes("aé", 1), "");
+        assert_eq!(last_bytes("aé", 2), "é");
+    }
 
     #[test]
     fn tail_keeps_the_last_lines_with_or_without_a_final_newline() {

@@ -15,10 +15,13 @@ use serde_json::json;
 use status::layout::files;
 use status::{Layout, index};
 
+use recovery::seal::RootKey;
+use recovery::{LaunchContract, RecoveryDescriptor};
+
 use crate::admission;
-use crate::cli::RunArgs;
+use crate::api::{RunRequest, Settings};
 use crate::config::{LaunchConfig, RevivalConfig, StepConfig};
-use crate::error::{CliError, CliResult, Exit};
+use crate::error::{Detail, Error, Exit, Result};
 use crate::root::parse_duration;
 use crate::spec::{Plan, StepSpec};
 
@@ -84,30 +87,32 @@ pub struct Revival {
 }
 
 impl Request {
-    /// The request of `subagents run`.
-    pub fn from_run_args(args: &RunArgs, session: &str) -> CliResult<Self> {
-        let preset = match (&args.agent, args.command.is_empty() && args.spec.is_none()) {
+    /// The request of `subagents run` (or the MCP `run` tool).
+    pub fn from_run(run: &RunRequest, settings: &Settings, session: &str) -> Result<Self> {
+        check_shape(run)?;
+        let composite = run.spec.is_some() || run.spec_file.is_some();
+        let preset = match (&run.agent, run.command.is_empty() && !composite) {
             (Some(name), true) => Some(crate::presets::resolve(name, &resolve_cwd(None)?)?),
             _ => None,
         };
         let plan = match &preset {
             Some(preset) => preset_plan(preset),
-            None => plan(args)?,
+            None => plan(run)?,
         };
-        let tasks = read_tasks(args, &plan)?;
+        let tasks = read_tasks(run, &plan)?;
         let definition = preset.as_ref().map(|p| &p.definition);
         if definition.is_some_and(|d| d.runner.is_agent_cli()) && tasks[0].is_none() {
-            return Err(CliError::failed(
+            return Err(Error::failed(
                 "failed to launch run: an agent run needs a task (--task or --task-file)",
             ));
         }
-        // The command line wins over the definition.
-        let cwd = args
+        // The request wins over the definition.
+        let cwd = run
             .cwd
             .clone()
             .or_else(|| definition.and_then(|d| d.cwd.clone()));
         let timeout = match (
-            args.timeout.as_deref(),
+            run.timeout.as_deref(),
             definition.and_then(|d| d.timeout_ms),
         ) {
             (None, Some(ms)) => Some(ms),
@@ -118,31 +123,54 @@ impl Request {
             timeout_ms: timeout,
             plan,
             tasks,
-            explicit_id: args.id.clone(),
+            explicit_id: run.id.clone(),
             session: session.to_owned(),
-            max_active: args.max_active,
-            budget: Budget::Claim(args.fanout_limit),
+            max_active: settings.max_active,
+            budget: Budget::Claim(settings.fanout_limit),
             slot: Slot::Acquire,
             revival: None,
             env: preset
                 .as_ref()
                 .map(|p| p.invocation.env.clone())
                 .unwrap_or_default(),
-            session_root: session_root(args.session_dir.as_deref())?,
+            session_root: session_root(settings.session_dir.as_deref())?,
             preset: preset.as_ref().map(crate::presets::Preset::record),
         })
     }
 }
 
+/// The combinations the command line's parser refuses, refused here too
+/// for every front-end (exit 2).
+fn check_shape(run: &RunRequest) -> Result {
+    let composite = run.spec.is_some() || run.spec_file.is_some();
+    let usage = |why: &str| Err(Error::usage(format!("failed to launch run: {why}")));
+    if run.spec.is_some() && run.spec_file.is_some() {
+        return usage("give the spec inline or as a file, not both");
+    }
+    if composite && (run.agent.is_some() || run.task.is_some() || run.task_file.is_some()) {
+        return usage("a spec names its own agents and tasks (no agent or task with it)");
+    }
+    if composite && !run.command.is_empty() {
+        return usage("a spec run takes no command");
+    }
+    if run.task.is_some() && run.task_file.is_some() {
+        return usage("give the task as text or as a file, not both");
+    }
+    if !composite && run.agent.is_none() && run.command.is_empty() {
+        return usage("give a command, an agent or a spec");
+    }
+    Ok(())
+}
+
 /// `--session-dir` / `$SUBAGENTS_SESSION_DIR` as an absolute, existing
 /// directory; empty is none.
-fn session_root(dir: Option<&Path>) -> CliResult<Option<PathBuf>> {
+fn session_root(dir: Option<&Path>) -> Result<Option<PathBuf>> {
     let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else {
         return Ok(None);
     };
     let real = dir.canonicalize().ok().filter(|d| d.is_dir());
     real.map(Some).ok_or_else(|| {
-        CliError::failed(format!(
+        Error::failed(format!(
             "failed to launch run: session directory '{}' is not an existing directory",
             dir.display()
         ))
@@ -150,7 +178,7 @@ fn session_root(dir: Option<&Path>) -> CliResult<Option<PathBuf>> {
 }
 
 /// Plans and admits a run, then writes its first files.
-pub fn prepare(layout: &Layout, request: &Request) -> CliResult<Prepared> {
+pub fn prepare(layout: &Layout, request: &Request) -> Result<Prepared> {
     atomic_file::ensure_private_dir(&layout.runs_dir())?;
     // Everything that can be refused is checked before anything is reserved.
     for planned in &request.plan.steps {
@@ -187,7 +215,7 @@ fn write_run(
     request: &Request,
     run_id: &str,
     budget: &OpenBudget,
-) -> CliResult<LaunchConfig> {
+) -> Result<LaunchConfig> {
     let run_dir = layout.run_dir(run_id);
     // The files below land in a directory nothing points to until the active
     // marker exists: each is fsynced, their names once, before the marker.
@@ -195,7 +223,7 @@ fn write_run(
     let persisted =
         fanout_budget::write_persisted(&run_dir, &layout.fanout_budgets_dir(), budget.descriptor())
             .map_err(|e| {
-                CliError::failed(format!(
+                Error::failed(format!(
                     "failed to create async run directory '{}': {e}",
                     run_dir.display()
                 ))
@@ -217,7 +245,7 @@ fn write_run(
         session_root: request.session_root.clone(),
     };
     if config.mode == "single" {
-        crate::revive::persist(&config, request, persisted.descriptor())?;
+        persist(&config, request, persisted.descriptor())?;
     }
     write_queued(&config, budget.snapshot().ok())?;
     deferred.commit()?;
@@ -231,7 +259,7 @@ fn take_slot(
     request: &Request,
     run_id: &str,
     run_dir: &Path,
-) -> CliResult<Option<SlotHandle>> {
+) -> Result<Option<SlotHandle>> {
     // A nested launch is bounded by the fan-out budget it inherits, never
     // by the session's capacity (capacity.md §2: top-level launches only).
     if crate::fanout::is_nested() {
@@ -262,22 +290,25 @@ fn revival_config(layout: &Layout, revival: &Revival) -> RevivalConfig {
         session_file: revival.session_file.clone(),
         lease_root: recovery::lease::lease_root(layout.root()),
         token: uuid::Uuid::new_v4().to_string(),
-        timeouts_ms: crate::revive::startup_timeouts_ms(),
+        timeouts_ms: startup_timeouts_ms(),
     }
 }
 
-/// The plan of a plain `run -- COMMAND` or of `run --spec FILE`.
-fn plan(args: &RunArgs) -> CliResult<Plan> {
-    if let Some(path) = &args.spec {
-        return crate::spec::read_plan(path).map_err(CliError::failed);
+/// The plan of a plain `run -- COMMAND` or of a spec (inline or a file).
+fn plan(run: &RunRequest) -> Result<Plan> {
+    if let Some(path) = &run.spec_file {
+        return crate::spec::read_plan(path).map_err(Error::failed);
     }
-    let program = args.command.first().filter(|c| !c.is_empty());
-    let program =
-        program.ok_or_else(|| CliError::failed("failed to launch run: COMMAND is empty"))?;
-    let agent = args.agent.clone().unwrap_or_else(|| file_name(program));
+    if let Some(spec) = &run.spec {
+        return crate::spec::parse_plan(spec)
+            .map_err(|e| Error::failed(format!("failed to read the spec: {e}")));
+    }
+    let program = run.command.first().filter(|c| !c.is_empty());
+    let program = program.ok_or_else(|| Error::failed("failed to launch run: COMMAND is empty"))?;
+    let agent = run.agent.clone().unwrap_or_else(|| file_name(program));
     let spec = StepSpec {
         agent,
-        command: args.command.clone(),
+        command: run.command.clone(),
         task: None,
         cwd: None,
         timeout: None,
@@ -303,20 +334,20 @@ fn file_name(program: &str) -> String {
         .unwrap_or_else(|| program.to_owned())
 }
 
-fn resolve_cwd(cwd: Option<&Path>) -> CliResult<PathBuf> {
+fn resolve_cwd(cwd: Option<&Path>) -> Result<PathBuf> {
     let dir = match cwd {
         Some(dir) => dir.to_path_buf(),
         None => std::env::current_dir()
-            .map_err(|e| CliError::failed(format!("failed to read current directory: {e}")))?,
+            .map_err(|e| Error::failed(format!("failed to read current directory: {e}")))?,
     };
     let real = dir.canonicalize().map_err(|e| {
-        CliError::failed(format!(
+        Error::failed(format!(
             "failed to launch run: cwd '{}': {e}",
             dir.display()
         ))
     })?;
     if !real.is_dir() {
-        return Err(CliError::failed(format!(
+        return Err(Error::failed(format!(
             "failed to launch run: cwd is not a directory: {}",
             dir.display()
         )));
@@ -324,12 +355,11 @@ fn resolve_cwd(cwd: Option<&Path>) -> CliResult<PathBuf> {
     Ok(real)
 }
 
-fn run_timeout(text: Option<&str>) -> CliResult<Option<u64>> {
+fn run_timeout(text: Option<&str>) -> Result<Option<u64>> {
     let ms = match text {
         Some(text) => {
-            let d = parse_duration(text).map_err(|e| {
-                CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}"))
-            })?;
+            let d = parse_duration(text)
+                .map_err(|e| Error::new(Exit::Usage, format!("failed to parse --timeout: {e}")))?;
             d.as_millis() as u64
         }
         None => DEFAULT_TIMEOUT_MS,
@@ -337,42 +367,27 @@ fn run_timeout(text: Option<&str>) -> CliResult<Option<u64>> {
     Ok((ms > 0).then_some(ms))
 }
 
-/// Task text per step: `--task`/`--task-file` for a single run, the spec's
-/// `task` fields otherwise.
-fn read_tasks(args: &RunArgs, plan: &Plan) -> CliResult<Vec<Option<String>>> {
-    if args.spec.is_some() {
+/// Task text per step: the request's task (or task file) for a single
+/// run, the spec's `task` fields otherwise. Never stdin: the command line
+/// reads a piped task itself, and the MCP server's stdin is its protocol.
+fn read_tasks(run: &RunRequest, plan: &Plan) -> Result<Vec<Option<String>>> {
+    if run.spec.is_some() || run.spec_file.is_some() {
         return Ok(plan
             .steps
             .iter()
             .map(|s| non_blank(s.spec.task.clone()))
             .collect());
     }
-    if args.task_file.as_deref() == Some(Path::new("-"))
-        || (args.task.is_none() && args.task_file.is_none() && stdin_is_pipe())
-    {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| CliError::failed(format!("failed to read the task from stdin: {e}")))?;
-        return Ok(vec![non_blank(Some(text))]);
-    }
-    if let Some(path) = &args.task_file {
+    if let Some(path) = &run.task_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            CliError::failed(format!(
+            Error::failed(format!(
                 "failed to read task file '{}': {e}",
                 path.display()
             ))
         })?;
         return Ok(vec![non_blank(Some(text))]);
     }
-    Ok(vec![non_blank(args.task.clone())])
-}
-
-/// `echo task | subagents run -- agent`: a pipe on stdin is the task. Not
-/// inside a run, where stdin may be a tool's pipe that never closes.
-fn stdin_is_pipe() -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    !crate::fanout::is_nested()
-        && std::fs::metadata("/proc/self/fd/0").is_ok_and(|m| m.file_type().is_fifo())
+    Ok(vec![non_blank(run.task.clone())])
 }
 
 /// A task that is blank after trimming is no task: no task file, no
@@ -382,10 +397,10 @@ fn non_blank(task: Option<String>) -> Option<String> {
 }
 
 /// An explicit id (refused when unsafe or taken) or a fresh 10-hex-digit one.
-fn pick_id(layout: &Layout, explicit: Option<&str>) -> CliResult<String> {
+fn pick_id(layout: &Layout, explicit: Option<&str>) -> Result<String> {
     if let Some(id) = explicit {
         if !status::layout::is_safe_run_id(id) {
-            return Err(CliError::new(
+            return Err(Error::new(
                 Exit::Usage,
                 format!(
                     "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
@@ -393,7 +408,7 @@ fn pick_id(layout: &Layout, explicit: Option<&str>) -> CliResult<String> {
             ));
         }
         if layout.run_dir(id).symlink_metadata().is_ok() {
-            return Err(CliError::failed(format!(
+            return Err(Error::failed(format!(
                 "failed to launch run: run '{id}' already exists"
             )));
         }
@@ -407,15 +422,15 @@ fn pick_id(layout: &Layout, explicit: Option<&str>) -> CliResult<String> {
     }
 }
 
-fn create_run_dir(dir: &Path, id: &str) -> CliResult {
+fn create_run_dir(dir: &Path, id: &str) -> Result {
     DirBuilder::new()
         .mode(atomic_file::DIR_MODE)
         .create(dir)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::AlreadyExists => {
-                CliError::failed(format!("failed to launch run: run '{id}' already exists"))
+                Error::failed(format!("failed to launch run: run '{id}' already exists"))
             }
-            _ => CliError::failed(format!(
+            _ => Error::failed(format!(
                 "failed to create run directory '{}': {e}",
                 dir.display()
             )),
@@ -426,11 +441,10 @@ fn create_run_dir(dir: &Path, id: &str) -> CliResult {
 /// the environment (nested launch: `parentPath` extended by this run's id)
 /// or created for a new root run; then the launch's static batch is claimed
 /// all-or-nothing. Over the limit: exit 3.
-fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> CliResult<OpenBudget> {
+fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> Result<OpenBudget> {
     let root = layout.fanout_budgets_dir();
     atomic_file::ensure_private_dir(&root)?;
-    let fail =
-        |e: fanout_budget::Error| CliError::failed(format!("failed to admit run fan-out: {e}"));
+    let fail = |e: fanout_budget::Error| Error::failed(format!("failed to admit run fan-out: {e}"));
     let limit = match &request.budget {
         Budget::Reuse(descriptor) => return OpenBudget::open(&root, descriptor).map_err(fail),
         Budget::Claim(limit) => *limit,
@@ -455,13 +469,11 @@ fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> CliResult<O
                 let root_run_id = &budget.descriptor().root_run_id;
                 let hint =
                     crate::fanout::rejection_hint(rejection, root_run_id, own_limit.as_ref());
-                Err(CliError {
-                    detail: Some(Box::new(
-                        json!({"runFanoutRejection": rejection, "runFanoutBudget": rejection.snapshot}),
-                    )),
-                    hint: Some(hint),
-                    ..CliError::new(Exit::Limit, format!("failed to launch run: {rejection}"))
-                })
+                Err(
+                    Error::new(Exit::Limit, format!("failed to launch run: {rejection}"))
+                        .with_detail(Detail::RunFanout(rejection.clone()))
+                        .with_hint(hint),
+                )
             }
             None => Err(fail(e)),
         },
@@ -473,7 +485,7 @@ fn step_configs(
     run_dir: &Path,
     cwd: &Path,
     tasks: &[Option<String>],
-) -> CliResult<Vec<StepConfig>> {
+) -> Result<Vec<StepConfig>> {
     let single = plan.steps.len() == 1 && plan.mode == "single";
     let mut steps = Vec::new();
     for (i, (planned, task)) in plan.steps.iter().zip(tasks).enumerate() {
@@ -506,7 +518,7 @@ fn step_configs(
     Ok(steps)
 }
 
-fn write_queued(config: &LaunchConfig, fanout: Option<fanout_budget::Snapshot>) -> CliResult {
+fn write_queued(config: &LaunchConfig, fanout: Option<fanout_budget::Snapshot>) -> Result {
     let fanout = fanout.and_then(|s| serde_json::to_value(s).ok());
     let queued = crate::transitions::queued(
         config,
@@ -516,4 +528,71 @@ fn write_queued(config: &LaunchConfig, fanout: Option<fanout_budget::Snapshot>) 
     );
     status::model::write_status(&config.run_dir, &queued)?;
     Ok(())
+}
+
+/// Environment override of every startup-handshake wait, in milliseconds
+/// (defaults: the reference's 10 s on the launcher side, 30 s on the runner's).
+pub const STARTUP_TIMEOUT_ENV: &str = "SUBAGENTS_STARTUP_TIMEOUT_MS";
+
+/// (launcher waits, runner waits) in ms.
+pub fn startup_timeouts_ms() -> (u64, u64) {
+    let configured = std::env::var(STARTUP_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match configured.filter(|ms| *ms > 0) {
+        Some(ms) => (ms, ms),
+        None => (10_000, 30_000),
+    }
+}
+
+/// The session file of a run's lineage: a revival continues its source's;
+/// a fresh run's is its own first output.
+fn session_file(config: &LaunchConfig) -> PathBuf {
+    match &config.revival {
+        Some(revival) => revival.session_file.clone(),
+        None => supervisor::runner::output_path(config, 0),
+    }
+}
+
+/// Writes `launch-contract.json` and `recovery-descriptor.json` for a single run.
+pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) -> Result {
+    let step = &config.steps[0];
+    let contract = LaunchContract {
+        version: 1,
+        run_id: config.run_id.clone(),
+        agent: step.agent.clone(),
+        cwd: step.cwd.display().to_string(),
+        command: step.command.clone(),
+        env: request.env.clone(),
+        timeout_ms: config.timeout_ms,
+        session_id: config.session_id.clone(),
+    };
+    let fail = |e: String| Error::failed(format!("failed to persist recovery descriptor: {e}"));
+    let mut descriptor = json!({
+        "version": 1,
+        "runFanoutBudget": budget,
+        "sourceRunId": config.run_id,
+        "agent": step.agent,
+        "sessionFile": session_file(config),
+        "cwd": step.cwd,
+        "systemPromptMode": "append",
+        "inheritProjectContext": false,
+        "inheritSkills": false,
+        "outputPath": supervisor::runner::output_path(config, 0),
+        "outputMode": "inline",
+        "maxSubagentDepth": 2,
+        "share": false,
+    });
+    crate::presets::fill_descriptor(&mut descriptor, request.preset.as_ref());
+    let mut descriptor: RecoveryDescriptor =
+        serde_json::from_value(descriptor).map_err(|e| fail(e.to_string()))?;
+    let task = request.tasks.first().cloned().flatten().unwrap_or_default();
+    let key = RootKey::load_or_create(&config.root).map_err(|e| fail(e.to_string()))?;
+    match recovery::persist_recovery(&config.run_dir, &contract, &mut descriptor, &task, &key) {
+        // A task that equals a value the contract needs anyway (argv, cwd,
+        // session) cannot be written without "containing" it: the run goes
+        // on, but it cannot be resumed. Nothing was written.
+        Err(recovery::ContractError::TaskText { .. }) => Ok(()),
+        other => other.map(drop).map_err(|e| fail(e.to_string())),
+    }
 }

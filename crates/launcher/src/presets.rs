@@ -8,7 +8,7 @@ use agents::catalog::{self, Catalog, Found};
 use agents::{AgentDefinition, Invocation, RunnerKind};
 use serde_json::{Value, json};
 
-use crate::error::{CliError, CliResult, Exit};
+use crate::error::{Error, Exit, Result};
 
 /// What `run --agent NAME` launches, and what its recovery descriptor records.
 pub struct Preset {
@@ -73,10 +73,10 @@ pub fn catalog(cwd: &Path) -> Catalog {
 }
 
 /// Finds `name` from `cwd` and renders its invocation.
-pub fn resolve(name: &str, cwd: &Path) -> CliResult<Preset> {
+pub fn resolve(name: &str, cwd: &Path) -> Result<Preset> {
     let catalog = catalog(cwd);
     let Some(found) = catalog.find(name) else {
-        let mut error = CliError::failed(format!(
+        let mut error = Error::failed(format!(
             "failed to launch run: no agent named '{name}' (see `subagents agents list`)"
         ));
         error.notes = catalog.errors.iter().map(ToString::to_string).collect();
@@ -84,32 +84,43 @@ pub fn resolve(name: &str, cwd: &Path) -> CliResult<Preset> {
     };
     let session_id = uuid::Uuid::new_v4().to_string();
     let invocation = agents::preset::render(&found.definition, &session_id)
-        .map_err(|e| CliError::failed(e.to_string()))?;
+        .map_err(|e| Error::failed(e.to_string()))?;
     Ok(Preset {
         definition: found.definition.clone(),
         invocation,
     })
 }
 
+/// What `agents` does.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Every agent found, and every file that could not be read.
+    List,
+    /// One agent: its file and the command a run renders from it.
+    Show(String),
+    /// A snippet for CLAUDE.md / AGENTS.md.
+    Prompt,
+}
+
 /// `subagents agents [list|show NAME|prompt] [--json]`.
-pub fn command(action: Option<&crate::cli::AgentsAction>, json: bool) -> CliResult {
+pub fn command(action: &Action, json: bool) -> Result {
     let cwd = std::env::current_dir()
-        .map_err(|e| CliError::failed(format!("failed to read current directory: {e}")))?;
+        .map_err(|e| Error::failed(format!("failed to read current directory: {e}")))?;
     let catalog = catalog(&cwd);
     for error in &catalog.errors {
         eprintln!("subagents: {}", atomic_file::escape(&error.to_string()));
     }
     match action {
-        None | Some(crate::cli::AgentsAction::List) => list(&catalog, json),
-        Some(crate::cli::AgentsAction::Show { name }) => show(&catalog, name, json),
-        Some(crate::cli::AgentsAction::Prompt) => {
+        Action::List => list(&catalog, json),
+        Action::Show(name) => show(&catalog, name, json),
+        Action::Prompt => {
             print!("{}", agents::snippet::delegation_snippet(&catalog.agents));
             Ok(())
         }
     }
 }
 
-fn list(catalog: &Catalog, json: bool) -> CliResult {
+fn list(catalog: &Catalog, json: bool) -> Result {
     if json {
         let agents: Vec<Value> = catalog.agents.iter().map(summary).collect();
         let errors: Vec<Value> = catalog.errors.iter().map(error_json).collect();
@@ -134,9 +145,9 @@ fn list(catalog: &Catalog, json: bool) -> CliResult {
     Ok(())
 }
 
-fn show(catalog: &Catalog, name: &str, json: bool) -> CliResult {
+fn show(catalog: &Catalog, name: &str, json: bool) -> Result {
     let found = catalog.find(name).ok_or_else(|| {
-        CliError::new(
+        Error::new(
             Exit::Failed,
             format!("failed to show agent: no agent named '{name}'"),
         )
@@ -145,7 +156,7 @@ fn show(catalog: &Catalog, name: &str, json: bool) -> CliResult {
     // The session id is a placeholder here: `run` picks a fresh one.
     let placeholder = agents::preset::PLACEHOLDER_SESSION_ID;
     let invocation =
-        agents::preset::render(def, placeholder).map_err(|e| CliError::failed(e.to_string()))?;
+        agents::preset::render(def, placeholder).map_err(|e| Error::failed(e.to_string()))?;
     if json {
         let mut value = summary(found);
         value["systemPrompt"] = json!(def.system_prompt);

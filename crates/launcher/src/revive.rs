@@ -11,108 +11,45 @@
 use std::path::{Path, PathBuf};
 
 use fanout_budget::Descriptor;
+use recovery::RecoveryDescriptor;
 use recovery::seal::RootKey;
-use recovery::{LaunchContract, RecoveryDescriptor};
 use serde_json::json;
 use status::{Layout, events, now_ms};
 
-use crate::cli::ResumeArgs;
-use crate::config::LaunchConfig;
-use crate::error::{CliError, CliResult, Exit};
+use crate::api::{ResumeRequest, Resumed, Settings};
+use crate::error::{Error, Exit, Result};
 use crate::prepare::{Budget, Request, Revival, Slot};
+pub use crate::prepare::{STARTUP_TIMEOUT_ENV, persist, startup_timeouts_ms};
 use crate::root::parse_duration;
 use crate::spec::{Plan, StepSpec};
 
-/// Environment override of every startup-handshake wait, in milliseconds
-/// (defaults: the reference's 10 s on the launcher side, 30 s on the runner's).
-pub const STARTUP_TIMEOUT_ENV: &str = "SUBAGENTS_STARTUP_TIMEOUT_MS";
-
-/// (launcher waits, runner waits) in ms.
-pub fn startup_timeouts_ms() -> (u64, u64) {
-    let configured = std::env::var(STARTUP_TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    match configured.filter(|ms| *ms > 0) {
-        Some(ms) => (ms, ms),
-        None => (10_000, 30_000),
-    }
-}
-
-/// The session file of a run's lineage: a revival continues its source's;
-/// a fresh run's is its own first output.
-fn session_file(config: &LaunchConfig) -> PathBuf {
-    match &config.revival {
-        Some(revival) => revival.session_file.clone(),
-        None => supervisor::runner::output_path(config, 0),
-    }
-}
-
-/// Writes `launch-contract.json` and `recovery-descriptor.json` for a single run.
-pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) -> CliResult {
-    let step = &config.steps[0];
-    let contract = LaunchContract {
-        version: 1,
-        run_id: config.run_id.clone(),
-        agent: step.agent.clone(),
-        cwd: step.cwd.display().to_string(),
-        command: step.command.clone(),
-        env: request.env.clone(),
-        timeout_ms: config.timeout_ms,
-        session_id: config.session_id.clone(),
-    };
-    let fail = |e: String| CliError::failed(format!("failed to persist recovery descriptor: {e}"));
-    let mut descriptor = json!({
-        "version": 1,
-        "runFanoutBudget": budget,
-        "sourceRunId": config.run_id,
-        "agent": step.agent,
-        "sessionFile": session_file(config),
-        "cwd": step.cwd,
-        "systemPromptMode": "append",
-        "inheritProjectContext": false,
-        "inheritSkills": false,
-        "outputPath": supervisor::runner::output_path(config, 0),
-        "outputMode": "inline",
-        "maxSubagentDepth": 2,
-        "share": false,
-    });
-    crate::presets::fill_descriptor(&mut descriptor, request.preset.as_ref());
-    let mut descriptor: RecoveryDescriptor =
-        serde_json::from_value(descriptor).map_err(|e| fail(e.to_string()))?;
-    let task = request.tasks.first().cloned().flatten().unwrap_or_default();
-    let key = RootKey::load_or_create(&config.root).map_err(|e| fail(e.to_string()))?;
-    match recovery::persist_recovery(&config.run_dir, &contract, &mut descriptor, &task, &key) {
-        // A task that equals a value the contract needs anyway (argv, cwd,
-        // session) cannot be written without "containing" it: the run goes
-        // on, but it cannot be resumed. Nothing was written.
-        Err(recovery::ContractError::TaskText { .. }) => Ok(()),
-        other => other.map(drop).map_err(|e| fail(e.to_string())),
-    }
-}
-
-/// `subagents resume RUN --task TEXT`.
-pub fn resume(layout: &Layout, args: &ResumeArgs) -> CliResult {
+/// `subagents resume RUN --task TEXT`: verifies the source's recovery files
+/// and launches the revival.
+pub fn resume(layout: &Layout, args: &ResumeRequest, settings: &Settings) -> Result<Resumed> {
     // A malformed --timeout is a usage mistake (exit 2), found before any file is read.
     if let Some(text) = &args.timeout {
         parse_duration(text)
-            .map_err(|e| CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}")))?;
+            .map_err(|e| Error::new(Exit::Usage, format!("failed to parse --timeout: {e}")))?;
     }
-    let source = crate::commands::resolve(layout, &args.run)?;
+    let source = crate::runs::resolve(layout, &args.run)?;
     let source_dir = layout.run_dir(&source);
-    let refuse = |why: String| CliError::failed(format!("failed to resume run '{source}': {why}"));
-    let status = status::model::read_status(&source_dir)?.ok_or_else(|| {
-        CliError::new(Exit::NotFound, format!("run '{source}' has no status.json"))
-    })?;
+    let refuse = |why: String| Error::failed(format!("failed to resume run '{source}': {why}"));
+    let status = status::model::read_status(&source_dir)?
+        .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{source}' has no status.json")))?;
     if status.state.is_active() {
         return Err(refuse(format!(
             "Async child '{source}' is still {}. Only complete, failed or stopped runs can be resumed.",
             status.state
         )));
     }
-    let follow_up = follow_up(args).map_err(|e| CliError::new(Exit::Usage, e))?;
+    let follow_up = follow_up(args).map_err(|e| Error::new(Exit::Usage, e))?;
     let recovery = load(layout, &source_dir).map_err(&refuse)?;
     let request =
         revival_request(layout, args, &source, &status, recovery, &follow_up).map_err(&refuse)?;
+    let request = Request {
+        max_active: settings.max_active,
+        ..request
+    };
     let launched = crate::launch::launch(layout, &request)?;
     let fields = json!({"resumedAs": launched.run_id});
     let _ = events::append(
@@ -122,17 +59,13 @@ pub fn resume(layout: &Layout, args: &ResumeArgs) -> CliResult {
         now_ms(),
         fields,
     );
-    if args.json {
-        let mut out = serde_json::to_value(&launched).unwrap_or_default();
-        out["sourceRunId"] = json!(source);
-        println!("{out}");
-    } else {
-        println!("{}", launched.run_id);
-    }
-    Ok(())
+    Ok(Resumed {
+        launched,
+        source_run_id: source,
+    })
 }
 
-fn follow_up(args: &ResumeArgs) -> Result<String, String> {
+fn follow_up(args: &ResumeRequest) -> Result<String, String> {
     let text = match &args.task_file {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|e| format!("failed to read task file '{}': {e}", path.display()))?,
@@ -230,7 +163,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 
 fn revival_request(
     layout: &Layout,
-    args: &ResumeArgs,
+    args: &ResumeRequest,
     source: &str,
     status: &status::RunStatus,
     recovery: recovery::Recovery,
@@ -305,7 +238,7 @@ fn revival_request(
         tasks: vec![Some(task)],
         explicit_id: None,
         session,
-        max_active: args.max_active,
+        max_active: None,
         budget: Budget::Reuse(budget),
         slot: Slot::Transfer(source.to_owned()),
         revival: Some(Revival {

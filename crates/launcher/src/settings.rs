@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::error::{CliError, CliResult};
+use crate::error::{Error, Result};
 
 /// The keys, the variable each one stands in for, and whether it is a number.
 pub const KEYS: [(&str, &str, bool); 6] = [
@@ -95,14 +95,14 @@ fn strip_comment(value: &str) -> &str {
     }
 }
 
-fn read(path: &Path) -> CliResult<Vec<(&'static str, String)>> {
+fn read(path: &Path) -> Result<Vec<(&'static str, String)>> {
     let text = match atomic_file::read::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.is_not_found() => return Ok(Vec::new()),
-        Err(e) => return Err(CliError::failed(format!("failed to read config: {e}"))),
+        Err(e) => return Err(Error::failed(format!("failed to read config: {e}"))),
     };
     parse(&text).map_err(|e| {
-        CliError::failed(format!(
+        Error::failed(format!(
             "failed to read config '{}': {e}",
             atomic_file::escape_path(path)
         ))
@@ -111,7 +111,7 @@ fn read(path: &Path) -> CliResult<Vec<(&'static str, String)>> {
 
 /// Sets each configured variable that the environment does not already set.
 /// Call before parsing the command line (clap reads these variables).
-pub fn apply() -> CliResult {
+pub fn apply() -> Result {
     let Some(path) = path() else { return Ok(()) };
     for (key, value) in read(&path)? {
         let var = variable(key);
@@ -131,7 +131,7 @@ fn variable(key: &str) -> &'static str {
 }
 
 /// `subagents config`: the file, and each key's value and where it comes from.
-pub fn command(json: bool) -> CliResult {
+pub fn command(json: bool) -> Result {
     let path = path();
     let file = match &path {
         Some(p) => read(p)?,

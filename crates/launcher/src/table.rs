@@ -7,7 +7,7 @@ use status::format::{format_duration, shorten};
 use status::list::RunSummary;
 
 /// `--color`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ColorChoice {
     /// On a terminal, unless `$NO_COLOR` is set.
     #[default]

@@ -22,7 +22,7 @@ use status::format::{fanout_line, format_duration, shorten};
 use status::list::{Hooks, ListOptions, RunSummary};
 use status::{Layout, now_ms};
 
-use crate::error::{CliError, CliResult, Exit};
+use crate::error::{Error, Exit, Result};
 
 /// How much of each log file the output pane reads (its end).
 const TAIL_BYTES: u64 = 64 * 1024;
@@ -293,7 +293,7 @@ fn read_end(path: &Path) -> String {
 }
 
 /// Reads the active runs grouped by session, with each session's capacity.
-pub fn load_fleet(layout: &Layout) -> CliResult<Vec<SessionGroup>> {
+pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
     let budgets = layout.fanout_budgets_dir();
     let options = ListOptions {
         all: false,
@@ -358,15 +358,14 @@ impl Drop for TerminalGuard {
 }
 
 /// `subagents top`.
-pub fn command(layout: &Layout, allow_shared_root: bool) -> CliResult {
+pub fn command(layout: &Layout, allow_shared_root: bool) -> Result {
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        return Err(CliError::new(
+        return Err(Error::new(
             Exit::Usage,
             "top needs a terminal (use `subagents list` in scripts)",
         ));
     }
-    let failed =
-        |e: std::io::Error| CliError::failed(format!("failed to set up the terminal: {e}"));
+    let failed = |e: std::io::Error| Error::failed(format!("failed to set up the terminal: {e}"));
     crossterm::terminal::enable_raw_mode().map_err(failed)?;
     let _guard = TerminalGuard;
     crossterm::execute!(
@@ -414,7 +413,7 @@ pub fn command(layout: &Layout, allow_shared_root: bool) -> CliResult {
             .unwrap_or_default();
         terminal
             .draw(|frame| render(frame, &app))
-            .map_err(|e| CliError::failed(format!("failed to draw: {e}")))?;
+            .map_err(|e| Error::failed(format!("failed to draw: {e}")))?;
         let Ok(msg) = rx.recv() else {
             return Ok(());
         };

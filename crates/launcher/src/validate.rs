@@ -3,14 +3,13 @@
 
 use std::path::Path;
 
-use clap::ValueEnum;
 use serde_json::{Value, json};
 use status::Layout;
 
-use crate::error::{CliError, CliResult};
+use crate::error::{Error, Result};
 
 /// The artifact kinds `validate` knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// `recovery-descriptor.json` (strict v1 rules + the live fan-out budget).
     Recovery,
@@ -30,6 +29,36 @@ pub enum Kind {
     Startup,
     /// A capacity slot's `owner.json`.
     CapacityOwner,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 9] = [
+        Kind::Recovery,
+        Kind::LaunchContract,
+        Kind::FanoutDescriptor,
+        Kind::FanoutManifest,
+        Kind::ProcessTerminal,
+        Kind::TerminalCandidate,
+        Kind::Status,
+        Kind::Startup,
+        Kind::CapacityOwner,
+    ];
+
+    /// The name `--kind` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Recovery => "recovery",
+            Kind::LaunchContract => "launch-contract",
+            Kind::FanoutDescriptor => "fanout-descriptor",
+            Kind::FanoutManifest => "fanout-manifest",
+            Kind::ProcessTerminal => "process-terminal",
+            Kind::TerminalCandidate => "terminal-candidate",
+            Kind::Status => "status",
+            Kind::Startup => "startup",
+            Kind::CapacityOwner => "capacity-owner",
+        }
+    }
 }
 
 /// Validates `file` as `kind`: `Ok(())` or the reader's error naming the field.
@@ -99,7 +128,7 @@ pub fn check(layout: &Layout, kind: Kind, file: &Path) -> Result<(), String> {
 }
 
 /// The command: exit 0 valid, 1 invalid; `--json` prints `{valid, error}`.
-pub fn command(layout: &Layout, kind: Kind, file: &Path, json: bool) -> CliResult {
+pub fn command(layout: &Layout, kind: Kind, file: &Path, json: bool) -> Result {
     let result = check(layout, kind, file);
     if json {
         println!(
@@ -110,20 +139,14 @@ pub fn command(layout: &Layout, kind: Kind, file: &Path, json: bool) -> CliResul
     match result {
         Ok(()) => {
             if !json {
-                println!(
-                    "{}: valid {}",
-                    file.display(),
-                    kind.to_possible_value()
-                        .map(|v| v.get_name().to_owned())
-                        .unwrap_or_default()
-                );
+                println!("{}: valid {}", file.display(), kind.name());
             }
             Ok(())
         }
         Err(message) if json => {
             eprintln!("subagents: {message}");
-            Err(CliError::silent(crate::error::Exit::Failed))
+            Err(Error::silent(crate::error::Exit::Failed))
         }
-        Err(message) => Err(CliError::failed(message)),
+        Err(message) => Err(Error::failed(message)),
     }
 }

@@ -1,7 +1,7 @@
 //! `subagents wait`: block until runs are over, woken by file events.
 
 use std::collections::HashSet;
-use std::io::IsTerminal;
+use std::ops::ControlFlow;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -11,9 +11,10 @@ use notify::{RecursiveMode, Watcher};
 use status::list::RunSummary;
 use status::{Layout, RunState, now_ms};
 
-use crate::commands::resolve;
-use crate::error::{CliError, CliResult, Exit};
+use crate::api::{WaitOutcome, WaitRequest};
+use crate::error::{Error, Exit, Result};
 use crate::root::parse_duration;
+use crate::runs::resolve;
 
 /// Without events we still look this often: a runner killed with SIGKILL
 /// writes nothing, and only a liveness check notices it.
@@ -119,37 +120,42 @@ fn open_pidfd(pid: u32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `subagents wait RUN... [--timeout] [--json]`.
-pub fn wait_command(
+/// What a wait reports while it blocks.
+pub enum WaitEvent<'a> {
+    /// A run is over (once per run, as soon as it is).
+    Settled(&'a RunSummary),
+    /// Some runs are still going: every run's current summary, and the time
+    /// waited so far.
+    Pending(&'a [RunSummary], Duration),
+}
+
+/// A `--timeout` / `timeout` value; a malformed one is a usage mistake (exit 2).
+pub fn parse_timeout(text: Option<&str>) -> Result<Option<Duration>> {
+    text.map(|t| {
+        parse_duration(t).map_err(|e| Error::usage(format!("failed to parse --timeout: {e}")))
+    })
+    .transpose()
+}
+
+/// What a wait's reporter says: keep waiting, or give up (the waiter's
+/// client is gone).
+pub type Keep = ControlFlow<()>;
+
+/// `subagents wait` (or the MCP `wait` tool): blocks until every run is
+/// over, calling `report` as runs settle and while they do not; exit 124
+/// past the timeout, exit 1 when `report` breaks. The outcome holds every
+/// run, complete or not.
+pub fn wait(
     layout: &Layout,
-    ids: &[String],
-    timeout: Option<&str>,
-    json: bool,
-) -> CliResult {
-    let timeout = timeout
-        .map(|t| {
-            parse_duration(t)
-                .map_err(|e| CliError::new(Exit::Usage, format!("failed to parse --timeout: {e}")))
-        })
-        .transpose()?;
-    // Each run's line as soon as it is over, not when the last one is.
-    let mut print = |run: &RunSummary| {
-        if !json {
-            println!("{}", outcome_line(run));
-        }
-    };
-    let runs = wait_reporting(layout, ids, timeout, &mut print)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&runs).unwrap_or_default()
-        );
+    request: &WaitRequest,
+    report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
+) -> Result<WaitOutcome> {
+    let timeout = parse_timeout(request.timeout.as_deref())?;
+    if request.runs.is_empty() {
+        return Err(Error::usage("failed to wait: name at least one run"));
     }
-    if runs.iter().all(|r| r.status.state == RunState::Complete) {
-        Ok(())
-    } else {
-        Err(CliError::silent(Exit::Failed))
-    }
+    let runs = wait_reporting(layout, &request.runs, timeout, report)?;
+    Ok(WaitOutcome { runs })
 }
 
 /// `<id> <state>[: <reason>][ (step N exit C)]`: what happened, and for a
@@ -195,61 +201,54 @@ pub fn wait_for_runs(
     layout: &Layout,
     ids: &[String],
     timeout: Option<Duration>,
-) -> CliResult<Vec<RunSummary>> {
-    wait_reporting(layout, ids, timeout, &mut |_| {})
+) -> Result<Vec<RunSummary>> {
+    wait_reporting(layout, ids, timeout, &mut |_| Keep::Continue(()))
 }
 
-/// [`wait_for_runs`], calling `report` once for each run as it settles.
+/// [`wait_for_runs`], calling `report` once for each run as it settles, and
+/// with every run's summary on each look while some are still going.
 pub fn wait_reporting(
     layout: &Layout,
     ids: &[String],
     timeout: Option<Duration>,
-    report: &mut dyn FnMut(&RunSummary),
-) -> CliResult<Vec<RunSummary>> {
+    report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
+) -> Result<Vec<RunSummary>> {
     let ids: Vec<String> = ids
         .iter()
         .map(|id| resolve(layout, id))
-        .collect::<CliResult<_>>()?;
+        .collect::<Result<_>>()?;
     let dirs: Vec<PathBuf> = ids.iter().map(|id| layout.run_dir(id)).collect();
     let (tx, events) = channel();
     let _watcher = watch_dirs_into(&dirs, tx.clone());
     let mut monitors = MonitorWatches::new(tx);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
-    let progress = std::io::stderr().is_terminal();
     let mut reported = vec![false; ids.len()];
     loop {
         let runs = load_all(layout, &ids)?;
         monitors.add(&runs);
         for (run, done) in runs.iter().zip(reported.iter_mut()) {
             if !*done && is_settled(run) {
-                if progress {
-                    eprint!("\r\x1b[K");
-                }
-                report(run);
                 *done = true;
+                if report(WaitEvent::Settled(run)).is_break() {
+                    return Err(cancelled());
+                }
             }
         }
         if runs.iter().all(is_settled) {
-            if progress {
-                eprint!("\r\x1b[K");
-            }
             return Ok(runs);
         }
-        if progress {
-            eprint!("\r\x1b[K{}", progress_line(&runs, started.elapsed()));
+        if report(WaitEvent::Pending(&runs, started.elapsed())).is_break() {
+            return Err(cancelled());
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            if progress {
-                eprintln!();
-            }
             let waiting: Vec<&str> = runs
                 .iter()
                 .filter(|r| r.status.state.is_active())
                 .map(|r| r.id.as_str())
                 .collect();
-            return Err(CliError::new(
+            return Err(Error::new(
                 Exit::Timeout,
                 format!("timed out waiting for {}", waiting.join(", ")),
             ));
@@ -258,6 +257,10 @@ pub fn wait_reporting(
         let _ = events.recv_timeout(tick);
         while events.try_recv().is_ok() {}
     }
+}
+
+fn cancelled() -> Error {
+    Error::failed("failed to wait: the wait was cancelled")
 }
 
 /// Over, and its monitor and runner (when recorded) have exited, so the
@@ -272,22 +275,22 @@ pub fn is_settled(run: &RunSummary) -> bool {
         && !alive(run.status.runner_identity.as_ref())
 }
 
-fn load_all(layout: &Layout, ids: &[String]) -> CliResult<Vec<RunSummary>> {
+fn load_all(layout: &Layout, ids: &[String]) -> Result<Vec<RunSummary>> {
     let hooks = status::list::Hooks {
         fanout: None,
         on_repaired: Some(&crate::procs::kill_step_groups),
     };
     ids.iter()
         .map(|id| {
-            crate::commands::observe(layout, id);
-            status::list::load(layout, id, true, now_ms(), &hooks)?.ok_or_else(|| {
-                CliError::new(Exit::NotFound, format!("run '{id}' has no status.json"))
-            })
+            crate::runs::observe(layout, id);
+            status::list::load(layout, id, true, now_ms(), &hooks)?
+                .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))
         })
         .collect()
 }
 
-fn progress_line(runs: &[RunSummary], elapsed: Duration) -> String {
+/// `waiting 12s: <id> running step 1/2, ...` (the terminal's progress line).
+pub fn progress_line(runs: &[RunSummary], elapsed: Duration) -> String {
     let parts: Vec<String> = runs
         .iter()
         .map(|r| {

@@ -1,0 +1,425 @@
+//! The requests and outcomes of the launcher's API, shared by both
+//! front-ends: the command line converts its arguments into these requests
+//! and prints these outcomes (`--json` is their serialisation); the MCP
+//! server takes them as tool inputs (their JSON Schemas) and returns them as
+//! tool results. Errors are [`crate::error::Error`].
+//!
+//! Outcomes that hold a run summary serialise it exactly as `status --json`
+//! does; their schemas describe such a summary as an object.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use status::list::{RunSummary, UnreadableRun};
+
+/// A run summary in a schema: an object with the fields of `status.json`.
+type SummarySchema = Map<String, Value>;
+/// Any other JSON object in a schema.
+type ObjectSchema = Map<String, Value>;
+
+/// Launch settings that belong to the launcher, not to one request: the
+/// command line takes them from flags and the environment of each
+/// invocation, the MCP server from its own flags and environment when it
+/// starts (so an agent cannot lift the limits its user set).
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Owner session (else the terminal of stdin, else `default`).
+    pub session: Option<String>,
+    /// At most N active background runs per session (0 = no limit).
+    pub max_active: Option<u32>,
+    /// The session's directory, recorded as `sessionRoot`.
+    pub session_dir: Option<PathBuf>,
+    /// Fan-out budget of a new root run (ignored inside a run).
+    pub fanout_limit: Option<u64>,
+}
+
+/// Launch a detached background run: a named agent, a command, or a
+/// composite spec.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunRequest {
+    /// Without `command`: the named agent to run (its definition renders the
+    /// command). With `command`: the label shown in status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The task prompt, handed to the command on stdin and in
+    /// `$SUBAGENTS_TASK_FILE`; it never appears in status, events or logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// A file holding the task prompt (read by the launcher; not with `task`).
+    #[serde(skip)]
+    pub task_file: Option<PathBuf>,
+    /// Working directory (absolute, or relative to the launcher's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// Wall-clock deadline, e.g. `90s`, `30m`, `2h`; `0` for none. Default 30m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Explicit run id (refused if it exists or is not a safe file name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// A composite run, the JSON of a spec file: `{"mode": "parallel",
+    /// "tasks": [step, ...], "concurrency"?, "failFast"?}` or `{"mode":
+    /// "chain", "steps": [step or {"parallel": [step, ...]}, ...]}`; a step is
+    /// `{"agent", "command": [argv...], "task"?, "cwd"?, "timeout"?}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Value>,
+    /// A composite run's spec file (the command line's `--spec FILE`).
+    #[serde(skip)]
+    pub spec_file: Option<PathBuf>,
+    /// The command and its arguments; `{task_file}` is replaced by the task
+    /// file's path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+}
+
+/// A launched run, as the runner reported it ready.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Launched {
+    /// Run id.
+    pub run_id: String,
+    /// Run directory.
+    pub async_dir: PathBuf,
+    /// Runner pid.
+    pub pid: u32,
+    /// Runner instance id.
+    pub runner_process_instance_id: String,
+}
+
+impl From<supervisor::spawn::Launched> for Launched {
+    fn from(l: supervisor::spawn::Launched) -> Self {
+        Self {
+            run_id: l.run_id,
+            async_dir: l.async_dir,
+            pid: l.pid,
+            runner_process_instance_id: l.runner_process_instance_id,
+        }
+    }
+}
+
+/// One run, by id or unique prefix.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunRef {
+    /// Run id or unique prefix.
+    pub run: String,
+}
+
+/// A run's summary (the fields of its `status.json`, with the live fan-out
+/// snapshot and the process-terminal proof).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct RunView {
+    /// The summary.
+    #[schemars(with = "SummarySchema")]
+    pub run: RunSummary,
+    /// What the observer found, when it keeps the run (text only).
+    #[serde(skip)]
+    pub observer: Option<String>,
+}
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListQuery {
+    /// Every run, not only active ones.
+    #[serde(default)]
+    pub all: bool,
+    /// Only the runs hidden with `dismiss` (with `all`).
+    #[serde(default)]
+    pub dismissed: bool,
+    /// Only runs of this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// At most N runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Order: by state then last update (default), or `started` (newest
+    /// start first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort: Option<ListSort>,
+}
+
+/// `list` order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ListSort {
+    /// Newest start first.
+    Started,
+}
+
+/// A listing: the readable runs, then the unreadable ones; serialised as
+/// one array (`{"id", "asyncDir", "state": "unreadable", "error"}` for the
+/// unreadable).
+#[derive(Debug, Clone, Default)]
+pub struct ListOutcome {
+    /// Readable runs, in listing order.
+    pub runs: Vec<RunSummary>,
+    /// Runs whose files could not be read.
+    pub unreadable: Vec<UnreadableRun>,
+}
+
+impl Serialize for ListOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.runs.len() + self.unreadable.len()))?;
+        for run in &self.runs {
+            seq.serialize_element(run)?;
+        }
+        for run in &self.unreadable {
+            seq.serialize_element(run)?;
+        }
+        seq.end()
+    }
+}
+
+impl JsonSchema for ListOutcome {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ListOutcome".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <Vec<SummarySchema>>::json_schema(generator)
+    }
+}
+
+/// Block until every named run is over (or the timeout passes).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaitRequest {
+    /// Run ids or unique prefixes.
+    pub runs: Vec<String>,
+    /// Give up after this long (e.g. `90s`, `10m`): error code TIMEOUT (124).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// With the outcome, the last N lines of each run's output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<usize>,
+}
+
+/// The final summaries of the waited-for runs, in request order.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct WaitOutcome {
+    /// The runs.
+    #[schemars(with = "Vec<SummarySchema>")]
+    pub runs: Vec<RunSummary>,
+}
+
+impl WaitOutcome {
+    /// True when every run completed.
+    pub fn all_complete(&self) -> bool {
+        self.runs
+            .iter()
+            .all(|r| r.status.state == status::RunState::Complete)
+    }
+}
+
+/// [`WaitOutcome`] with the tail of each run's output (the MCP `wait` tool).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitReport {
+    /// The final summaries.
+    pub runs: WaitOutcome,
+    /// Each run's output tail (as `logs`), in the same order.
+    pub logs: Vec<LogsOutcome>,
+}
+
+/// Stop a run: its runner and every process group of its commands.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StopRequest {
+    /// Run id or unique prefix.
+    pub run: String,
+    /// Why (kept in status.json). Default "Subagent stopped by user.".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The reason of a stop without one.
+pub const DEFAULT_STOP_REASON: &str = "Subagent stopped by user.";
+
+/// A stopped run's final summary.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct StopOutcome {
+    /// The final summary.
+    #[schemars(with = "SummarySchema")]
+    pub run: RunSummary,
+    /// The run was already over: nothing was stopped.
+    #[serde(skip)]
+    pub was_over: bool,
+}
+
+/// Revive a finished run with a follow-up task (same agent, same contract).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeRequest {
+    /// The run to revive (id or unique prefix).
+    pub run: String,
+    /// The follow-up task, handed to the agent as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// A file holding the follow-up task (the command line's `--task-file`).
+    #[serde(skip)]
+    pub task_file: Option<PathBuf>,
+    /// Wall-clock deadline of the revival (else the source's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// A revival: the new run and the run it revives.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resumed {
+    /// The new run.
+    #[serde(flatten)]
+    pub launched: Launched,
+    /// The revived run.
+    pub source_run_id: String,
+}
+
+/// A run's output and logs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogsRequest {
+    /// Run id or unique prefix.
+    pub run: String,
+    /// Only step N of a composite run (numbered from 1, as `status` shows them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    /// Only the last N lines of each file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<usize>,
+    /// Only the command's stderr.
+    #[serde(default)]
+    pub stderr: bool,
+    /// At most this many bytes of each file (its end), on a character boundary.
+    #[serde(skip)]
+    pub max_bytes: Option<usize>,
+}
+
+/// The files `logs` shows, with their content.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LogsOutcome {
+    /// Run id.
+    pub run_id: String,
+    /// The run's state.
+    pub state: String,
+    /// One entry per non-empty file.
+    pub logs: Vec<LogFile>,
+}
+
+/// One log file.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LogFile {
+    /// `output`, `stdout`, `stderr`, `runner stderr`, `step N stdout`, ...
+    pub name: String,
+    /// The file.
+    pub path: String,
+    /// Its text (lossy UTF-8), or its tail.
+    pub text: String,
+}
+
+/// A run fan-out budget: a run's, or (without `run`) the report of what a
+/// launch here gets.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetQuery {
+    /// Run id or unique prefix: that run's `{used, limit, remaining}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+}
+
+/// A budget snapshot or the doctor's report.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum BudgetOutcome {
+    /// `{used, limit, remaining}` of a run's budget.
+    Snapshot(#[schemars(with = "BudgetSnapshotSchema")] fanout_budget::Snapshot),
+    /// The limit a new root run gets and from where, and the inherited budget.
+    Doctor(DoctorReport),
+}
+
+/// The schema of `fanout_budget::Snapshot`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct BudgetSnapshotSchema {
+    /// Claimed slots.
+    used: u64,
+    /// The limit.
+    limit: u64,
+    /// `limit - used`.
+    remaining: u64,
+}
+
+/// `budget doctor`'s report.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DoctorReport {
+    /// The limit a new root run gets, its source, and ignored settings.
+    #[schemars(with = "ObjectSchema")]
+    pub new_root_run: crate::fanout::NewRootLimit,
+    /// `$SUBAGENTS_RUN_ID`, when this process runs inside a run.
+    pub inside_run: Option<String>,
+    /// A launch here is nested (claims from the inherited budget, takes no slot).
+    pub nested: bool,
+    /// The inherited budget (`rootRunId`, `parentPath`, `directory`, `used`,
+    /// `limit`, `remaining`), null, or `{"error"}`.
+    pub inherited: Value,
+    /// Always false: claims are never released.
+    pub claims_released: bool,
+    /// Always false: nested runs take no capacity slot.
+    pub nested_runs_take_capacity: bool,
+    /// The report as text.
+    #[serde(skip)]
+    pub text: String,
+    /// The inherited budget could not be opened.
+    #[serde(skip)]
+    pub inherited_error: Option<String>,
+}
+
+/// A session's active-run capacity.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapacityQuery {
+    /// The session (else the launcher's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The limit to report against (else the launcher's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Used/limit and each slot's run and release verdict.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityOutcome {
+    /// The session.
+    pub session: String,
+    /// Occupied slots.
+    pub used: usize,
+    /// The limit; 0 means unlimited.
+    pub limit: u32,
+    /// One entry per occupied slot.
+    pub slots: Vec<CapacitySlot>,
+}
+
+/// One occupied slot.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacitySlot {
+    /// The slot (`slot`, `readable`, `runId`, `kind`, `generation`, ...).
+    #[schemars(with = "ObjectSchema")]
+    pub slot: capacity::SlotSummary,
+    /// Whether the slot can be released (`state`, `reason`).
+    #[schemars(with = "Option<ObjectSchema>")]
+    pub release: Option<capacity::Verdict>,
+    /// Why the observer keeps the slot's run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observer: Option<String>,
+}

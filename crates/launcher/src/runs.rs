@@ -1,0 +1,66 @@
+//! Finding and loading runs: id prefixes, the observer, summaries.
+
+use std::path::Path;
+
+use status::Layout;
+use status::list::{Hooks, Resolved, RunSummary};
+use status::now_ms;
+use supervisor::observer;
+
+use crate::error::{Error, Exit, Result};
+
+/// Resolves a run id or prefix, exit 4 when unknown or ambiguous.
+pub fn resolve(layout: &Layout, id: &str) -> Result<String> {
+    match status::list::resolve(layout, id)? {
+        Resolved::Run(id) => Ok(id),
+        Resolved::NotFound => Err(Error::new(Exit::NotFound, format!("no such run: '{id}'"))),
+        Resolved::Ambiguous(ids) => Err(Error::new(
+            Exit::NotFound,
+            format!("run id prefix '{id}' is ambiguous: {}", ids.join(", ")),
+        )),
+    }
+}
+
+/// The observer's options for this state root.
+pub fn observer_options(layout: &Layout) -> observer::Options {
+    observer::Options::new(layout.root())
+}
+
+/// Observes one run: a run whose monitor is gone is finalized here
+/// (see `supervisor::observer`); a run with a live monitor is left to it.
+pub fn observe(layout: &Layout, id: &str) -> observer::Observation {
+    match status::list::exact_run_dir(layout, id) {
+        Some(dir) => observer::observe(&dir, &observer_options(layout)),
+        None => observer::Observation::NoStatus,
+    }
+}
+
+/// Loads a run (observing and reconciling it), exit 4 when it has no status.
+pub fn load(layout: &Layout, id: &str) -> Result<RunSummary> {
+    load_observed(layout, id).map(|(run, _)| run)
+}
+
+/// [`load`], also returning what the observer found.
+pub fn load_observed(layout: &Layout, id: &str) -> Result<(RunSummary, observer::Observation)> {
+    let id = resolve(layout, id)?;
+    let observation = observe(layout, &id);
+    let budgets = layout.fanout_budgets_dir();
+    let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
+    let hooks = Hooks {
+        fanout: Some(&fanout),
+        on_repaired: Some(&crate::procs::kill_step_groups),
+    };
+    let mut skipped = Vec::new();
+    let run = status::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
+    report_skipped(&skipped);
+    let run =
+        run?.ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
+    Ok((run, observation))
+}
+
+/// One stderr line per repair a read-only command could not write.
+pub fn report_skipped(skipped: &[String]) {
+    for line in skipped {
+        eprintln!("subagents: warning: {line}");
+    }
+}

@@ -1,0 +1,380 @@
+//! [`Launcher`]: the launcher's typed API, one method per operation, under
+//! both front-ends (the command line in `cli`/`commands`, the MCP server in
+//! `mcp`). Methods take [`crate::api`] requests and return its outcomes or
+//! an [`Error`] carrying the exit code and structured detail; none prints.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use process_identity::Liveness;
+use serde_json::json;
+use status::list::{Hooks, ListOptions, RunSummary};
+use status::model::update_status;
+use status::reconcile;
+use status::{Layout, RunState, now_ms};
+use supervisor::observer;
+
+use crate::admission;
+use crate::api::{
+    BudgetOutcome, BudgetQuery, CapacityOutcome, CapacityQuery, CapacitySlot, DEFAULT_STOP_REASON,
+    Launched, ListOutcome, ListQuery, ListSort, LogsOutcome, LogsRequest, ResumeRequest, Resumed,
+    RunRequest, RunView, Settings, StopOutcome, StopRequest, WaitOutcome, WaitRequest,
+};
+use crate::error::Result;
+use crate::procs::signal_group;
+use crate::runs::{load, load_observed, observe, observer_options, report_skipped};
+use crate::wait::{Keep, WaitEvent, watch_dirs};
+
+/// The launcher of one state root with its launch settings.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    layout: Layout,
+    settings: Settings,
+}
+
+impl Launcher {
+    /// A launcher of `layout`'s state root.
+    pub fn new(layout: Layout, settings: Settings) -> Self {
+        Self { layout, settings }
+    }
+
+    /// The state root's layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The launch settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Launches a detached run; returns once its runner is running. Limits
+    /// refuse with exit 3 and the fan-out rejection or capacity snapshot.
+    pub fn run(&self, request: &RunRequest) -> Result<Launched> {
+        crate::launch::run(&self.layout, request, &self.settings)
+    }
+
+    /// One run's summary (observed and reconciled first).
+    pub fn status(&self, run: &str) -> Result<RunView> {
+        let (run, observation) = load_observed(&self.layout, run)?;
+        admission::release_finished(&self.layout, run.status.session_id.as_deref());
+        let observer = match observation {
+            observer::Observation::Unproven(why) => Some(format!("retained: {why}")),
+            observer::Observation::RunnerAlive(pid) => {
+                Some(format!("its monitor is gone; runner {pid} still runs"))
+            }
+            _ => None,
+        };
+        Ok(RunView { run, observer })
+    }
+
+    /// The runs `query` asks for, in listing order.
+    pub fn list(&self, query: &ListQuery) -> Result<ListOutcome> {
+        list(&self.layout, query)
+    }
+
+    /// Blocks until every run is over or the timeout passes (exit 124);
+    /// `report` hears of each run as it settles and of the rest meanwhile,
+    /// and may give up (exit 1).
+    pub fn wait(
+        &self,
+        request: &WaitRequest,
+        report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
+    ) -> Result<WaitOutcome> {
+        crate::wait::wait(&self.layout, request, report)
+    }
+
+    /// Stops a run: its runner (SIGTERM, then its group), every step's group.
+    pub fn stop(&self, request: &StopRequest) -> Result<StopOutcome> {
+        let reason = request.reason.as_deref().unwrap_or(DEFAULT_STOP_REASON);
+        stop(&self.layout, &request.run, reason)
+    }
+
+    /// Revives a finished run with a follow-up task.
+    pub fn resume(&self, request: &ResumeRequest) -> Result<Resumed> {
+        crate::revive::resume(&self.layout, request, &self.settings)
+    }
+
+    /// A run's log files and their content (or tails).
+    pub fn logs(&self, request: &LogsRequest) -> Result<LogsOutcome> {
+        crate::logs::logs(&self.layout, request)
+    }
+
+    /// A run's fan-out budget snapshot, or the doctor's report.
+    pub fn budget(&self, query: &BudgetQuery) -> Result<BudgetOutcome> {
+        crate::budget::budget(&self.layout, query, &self.settings)
+    }
+
+    /// A session's active-run capacity (the launcher's session and limit
+    /// unless the query names others).
+    pub fn capacity(&self, query: &CapacityQuery) -> Result<CapacityOutcome> {
+        let session = query
+            .session
+            .as_deref()
+            .or(self.settings.session.as_deref());
+        let limit = query.limit.or(self.settings.max_active);
+        capacity(&self.layout, session, limit)
+    }
+}
+
+/// The listing of `query`: active runs (or all), observed and reconciled.
+pub fn list(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
+    if query.dismissed {
+        return Ok(ListOutcome {
+            runs: list_dismissed(layout, query)?,
+            unreadable: Vec::new(),
+        });
+    }
+    observer::observe_active(layout, &observer_options(layout));
+    let by_start = query.sort == Some(ListSort::Started);
+    let budgets = layout.fanout_budgets_dir();
+    let options = ListOptions {
+        all: query.all,
+        session: query.session.clone(),
+        // Sorted by start below, then cut.
+        limit: query.limit.filter(|_| !by_start),
+        reconcile: true,
+        now: now_ms(),
+        hooks: Hooks {
+            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
+            on_repaired: Some(&crate::procs::kill_step_groups),
+        },
+    };
+    let listing = status::list::list(layout, &options)?;
+    report_skipped(&listing.skipped_repairs);
+    let mut runs = listing.runs;
+    if by_start {
+        runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
+        runs.truncate(query.limit.unwrap_or(usize::MAX));
+    }
+    admission::release_finished(
+        layout,
+        runs.iter().filter_map(|r| r.status.session_id.as_deref()),
+    );
+    Ok(ListOutcome {
+        runs,
+        unreadable: listing.unreadable,
+    })
+}
+
+/// `list --all --dismissed`: the runs `dismiss` hid, newest first.
+fn list_dismissed(layout: &Layout, query: &ListQuery) -> Result<Vec<RunSummary>> {
+    let hooks = Hooks {
+        fanout: None,
+        on_repaired: None,
+    };
+    let now = now_ms();
+    let mut runs: Vec<RunSummary> = status::list::run_names(layout)?
+        .iter()
+        .filter_map(|id| {
+            status::list::load(layout, id, false, now, &hooks)
+                .ok()
+                .flatten()
+        })
+        .filter(|r| r.status.display_dismissed_at.is_some())
+        .filter(|r| {
+            query
+                .session
+                .as_deref()
+                .is_none_or(|s| r.status.session_id.as_deref() == Some(s))
+        })
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.status.sort_time()));
+    runs.truncate(query.limit.unwrap_or(usize::MAX));
+    Ok(runs)
+}
+
+/// Asks the runner to stop (SIGTERM), then forces the groups; settles a
+/// run whose monitor is gone.
+pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
+    let run = load(layout, id)?;
+    let dir = run.async_dir.clone();
+    let was_over = !run.status.state.is_active();
+    if !was_over {
+        request_stop(&dir, reason)?;
+        let runner_alive = run
+            .status
+            .runner_identity
+            .as_ref()
+            .is_some_and(|r| r.liveness() == Liveness::Alive);
+        if runner_alive {
+            signal_runner(&run, Signal::SIGTERM);
+        }
+        // The runner needs its kill grace (2 s) to end COMMAND's group.
+        let grace = supervisor::runner::KILL_GRACE + Duration::from_secs(3);
+        if !wait_terminal(layout, &run.id, grace)? {
+            force_stop(&dir, reason)?;
+        }
+    }
+    settle_without_monitor(layout, &run.id, reason);
+    let final_run = load(layout, &run.id)?;
+    admission::release_finished(layout, final_run.status.session_id.as_deref());
+    Ok(StopOutcome {
+        run: final_run,
+        was_over,
+    })
+}
+
+/// A run whose monitor is gone has nobody to finalize it: wait (bounded)
+/// for its runner to exit, kill the runner if it does not, then observe.
+fn settle_without_monitor(layout: &Layout, id: &str, reason: &str) {
+    let options = observer::Options {
+        stop_reason: Some(reason.to_owned()),
+        ..observer_options(layout)
+    };
+    let dir = layout.run_dir(id);
+    let deadline = Instant::now() + supervisor::runner::KILL_GRACE + Duration::from_secs(3);
+    loop {
+        let observation = observer::observe(&dir, &options);
+        let observer::Observation::RunnerAlive(_) = observation else {
+            return;
+        };
+        if Instant::now() >= deadline {
+            if let Ok(Some(status)) = status::model::read_status(&dir)
+                && let Some(identity) = &status.runner_identity
+                && identity.liveness() == Liveness::Alive
+            {
+                signal_group(identity.pid, Signal::SIGKILL);
+            }
+            observer::observe(&dir, &options);
+            return;
+        }
+        // The runner is not our child: its exit shows only in /proc.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn request_stop(dir: &Path, reason: &str) -> Result {
+    update_status(dir, |s| {
+        let mut s = s?;
+        s.stop_reason = Some(reason.to_owned());
+        s.extra.insert("stopRequestedAt".into(), json!(now_ms()));
+        Some(s)
+    })?;
+    Ok(())
+}
+
+fn signal_runner(run: &RunSummary, sig: Signal) {
+    if let Some(identity) = &run.status.runner_identity
+        && identity.liveness() == Liveness::Alive
+    {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(identity.pid as i32), sig);
+    }
+}
+
+fn wait_terminal(layout: &Layout, id: &str, within: Duration) -> Result<bool> {
+    let deadline = Instant::now() + within;
+    let dir = layout.run_dir(id);
+    let (_watcher, events) = watch_dirs(std::slice::from_ref(&dir));
+    loop {
+        let current = status::model::read_status(&dir)?;
+        if current.is_none_or(|s| !s.state.is_active()) {
+            return Ok(true);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let _ = events.recv_timeout(left.min(Duration::from_millis(500)));
+    }
+}
+
+/// The runner did not end in time: kill its group and every step's group,
+/// and record the stop ourselves unless the runner managed to.
+fn force_stop(dir: &Path, reason: &str) -> Result {
+    let Some(status) = status::model::read_status(dir)? else {
+        return Ok(());
+    };
+    if let Some(identity) = &status.runner_identity
+        && identity.liveness() == Liveness::Alive
+    {
+        signal_group(identity.pid, Signal::SIGKILL);
+    }
+    crate::procs::kill_step_groups(&status);
+    let now = now_ms();
+    update_status(dir, |s| {
+        let s = s?;
+        s.state.is_active().then(|| {
+            // The monitor, or else the observer, writes the real proof.
+            let mut s = reconcile::fail_active(s, reason, now);
+            s.state = RunState::Stopped;
+            s.stopped = Some(true);
+            s.error = Some(reason.to_owned());
+            for step in s
+                .steps
+                .iter_mut()
+                .flatten()
+                .filter(|st| st.status == "failed")
+            {
+                step.status = "stopped".into();
+                step.stopped = Some(true);
+            }
+            s
+        })
+    })?;
+    Ok(())
+}
+
+/// Used/limit and each slot's run and release verdict; runs whose monitor
+/// is gone are finalized first, and what keeps one is said.
+pub fn capacity(
+    layout: &Layout,
+    session: Option<&str>,
+    limit: Option<u32>,
+) -> Result<CapacityOutcome> {
+    let session = admission::session_id(session);
+    let pools = admission::pools(layout);
+    let none = HashSet::new();
+    let held = pools
+        .count(&session, limit)
+        .map_err(admission::capacity_error)?;
+    let mut observed = HashMap::new();
+    for run_id in held.slots.iter().filter_map(|s| s.run_id.clone()) {
+        if let observer::Observation::Unproven(why) = observe(layout, &run_id) {
+            observed.insert(run_id, why);
+        }
+    }
+    // A root we cannot write to (read-only, full) still shows its usage.
+    let snapshot = match pools.reconcile(&session, limit, &none) {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            report_skipped(&[format!(
+                "skipped freeing finished runs' slots: {}",
+                atomic_file::escape(&e.to_string())
+            )]);
+            held
+        }
+    };
+    let slots = snapshot
+        .slots
+        .iter()
+        .map(|slot| {
+            let release = slot.run_id.as_deref().and_then(|run_id| {
+                let query = capacity::InspectQuery {
+                    run_id,
+                    session_id: Some(&session),
+                    async_dir: None,
+                };
+                pools.inspect(&query, &none).ok().map(|i| i.release)
+            });
+            let observer = slot
+                .run_id
+                .as_ref()
+                .and_then(|id| observed.get(id))
+                .map(ToString::to_string);
+            CapacitySlot {
+                slot: slot.clone(),
+                release,
+                observer,
+            }
+        })
+        .collect();
+    Ok(CapacityOutcome {
+        session,
+        used: snapshot.used,
+        limit: snapshot.limit,
+        slots,
+    })
+}
