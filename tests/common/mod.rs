@@ -297,6 +297,7 @@ pub fn output_within(mut command: Command, within: Duration) -> Output {
         .spawn()
         .unwrap();
     let pid = child.id();
+    let root = root_argument(&command);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
@@ -304,10 +305,72 @@ pub fn output_within(mut command: Command, within: Duration) -> Output {
     match rx.recv_timeout(within) {
         Ok(output) => output.unwrap(),
         Err(_) => {
+            // Where everything stands, before the kill changes it: a hang
+            // must leave enough behind to be diagnosed from the test log.
+            let state = root.map(|r| hang_report(&r, pid)).unwrap_or_default();
             kill(pid, libc::SIGKILL);
-            panic!("{what} did not finish within {within:?}");
+            panic!("{what} did not finish within {within:?}\n{state}");
         }
     }
+}
+
+fn root_argument(command: &Command) -> Option<PathBuf> {
+    let args: Vec<_> = command.get_args().collect();
+    let at = args.iter().position(|a| *a == "--root")?;
+    args.get(at + 1).map(PathBuf::from)
+}
+
+/// The stuck command's and every run's processes (state, kernel wait
+/// channel, stack) and the small state files of each run.
+fn hang_report(root: &Path, command_pid: u32) -> String {
+    let mut report = format!("--- hang report for root {}\n", root.display());
+    let mut pids = vec![command_pid];
+    pids.extend(processes_under(&[root]));
+    for pid in pids {
+        let read =
+            |what: &str| std::fs::read_to_string(format!("/proc/{pid}/{what}")).unwrap_or_default();
+        let cmdline = read("cmdline").replace('\0', " ");
+        report.push_str(&format!(
+            "pid {pid} [{}] wchan={} stat={}\n{}",
+            cmdline.trim(),
+            read("wchan"),
+            read("stat").trim(),
+            read("stack")
+        ));
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.flatten() {
+                let name = task.file_name();
+                let wchan = std::fs::read_to_string(task.path().join("wchan")).unwrap_or_default();
+                report.push_str(&format!(
+                    "  task {} wchan={wchan}\n",
+                    name.to_string_lossy()
+                ));
+            }
+        }
+    }
+    let runs = root.join("async-subagent-runs");
+    for run in std::fs::read_dir(&runs).into_iter().flatten().flatten() {
+        for file in std::fs::read_dir(run.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = file.path();
+            let small = file.metadata().is_ok_and(|m| m.is_file() && m.len() < 4096);
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            if small && !name.starts_with("task") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                report.push_str(&format!("== {}\n{text}\n", path.display()));
+            } else {
+                report.push_str(&format!("== {} (not shown)\n", path.display()));
+            }
+        }
+    }
+    report
 }
 
 /// Polls `condition` until it holds; panics after `within`.
