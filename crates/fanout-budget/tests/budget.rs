@@ -3,6 +3,7 @@
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::Result;
 use fanout_budget::{
@@ -224,6 +225,45 @@ fn claims_directory_replaced_by_a_file_is_an_error_not_exhaustion() -> Result<()
 }
 
 #[test]
+fn a_symlink_in_place_of_the_admission_lock_is_refused_not_followed() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    let target = tmp.path().join("outside-lock");
+    symlink(&target, budget.descriptor().directory.join(LOCK_FILE))?;
+    let err = budget.claim(&["x"]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("failed to open admission lock '"), "{text}");
+    assert!(!target.exists(), "the link was followed: {target:?} created");
+    assert!(slot_files(&budget).is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_process_started_during_the_commit_inherits_no_budget_handle() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    // As the launcher does: start a long-lived process while the claim
+    // still holds the admission lock.
+    let mut child = budget.claim_with_commit(&["x"], |_| {
+        Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .map_err(|e| e.to_string().into())
+    })?;
+    // Neither the lock nor the budget's directory handles.
+    let dir = &budget.descriptor().directory;
+    let inherited: Vec<PathBuf> = fs::read_dir(format!("/proc/{}/fd", child.id()))?
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .collect();
+    child.kill()?;
+    child.wait()?;
+    assert!(inherited.is_empty(), "the child holds {inherited:?}");
+    assert_eq!(budget.claim(&["y"])?, Snapshot::new(2, 2));
+    Ok(())
+}
+
+#[test]
 fn a_descriptor_disagreeing_with_its_manifest_is_refused() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = managed_root(&tmp);
@@ -294,6 +334,48 @@ fn a_budget_directory_symlinked_out_of_the_root_is_refused() -> Result<()> {
         err.to_string()
             .starts_with("Run fan-out budget directory is unavailable: "),
         "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_descriptor_naming_a_regular_file_is_an_unavailable_directory() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let real = create_budget(&root, "r", 2)?;
+    let file = root.join("r-file");
+    fs::write(&file, "not a budget")?;
+    let forged = Descriptor {
+        directory: file,
+        ..real.descriptor().clone()
+    };
+    let text = OpenBudget::open(&root, &forged).unwrap_err().to_string();
+    assert!(
+        text.starts_with("Run fan-out budget directory is unavailable: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("ENOTDIR") || text.contains("Not a directory"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_opened_budget_names_its_real_directory() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let real = create_budget(&root, "r", 2)?;
+    let name = real.descriptor().directory.file_name().unwrap().to_owned();
+    let roundabout = Descriptor {
+        directory: root.join(".").join("..").join(BUDGET_ROOT_DIR).join(name),
+        ..real.descriptor().clone()
+    };
+    let opened = OpenBudget::open(&root, &roundabout)?;
+    assert_eq!(opened.descriptor().directory, real.descriptor().directory);
+    assert_eq!(
+        opened.descriptor().directory,
+        fs::canonicalize(&roundabout.directory)?
     );
     Ok(())
 }
