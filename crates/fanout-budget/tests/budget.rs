@@ -83,6 +83,8 @@ fn create_refuses_bad_limits_and_ids() -> Result<()> {
         create_budget(&root, "r", 1_000_001),
         Err(Error::LimitTooLarge(_))
     ));
+    // The largest limit itself is allowed.
+    assert_eq!(create_budget(&root, "r", 1_000_000)?.snapshot()?.limit, 1_000_000);
     assert!(matches!(
         create_budget(&root, "", 1),
         Err(Error::EmptyRootRunId)
@@ -377,6 +379,90 @@ fn an_opened_budget_names_its_real_directory() -> Result<()> {
         opened.descriptor().directory,
         fs::canonicalize(&roundabout.directory)?
     );
+    Ok(())
+}
+
+#[test]
+fn claims_replaced_by_a_symlink_after_open_are_not_followed() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    let outside = tmp.path().join("outside-claims");
+    fs::create_dir(&outside)?;
+    let claims = budget.descriptor().directory.join(CLAIMS_DIR);
+    fs::remove_dir(&claims)?;
+    symlink(&outside, &claims)?;
+    let text = budget.claim(&["x"]).unwrap_err().to_string();
+    assert!(
+        text.starts_with("Run fan-out claims directory is unreadable at '"),
+        "{text}"
+    );
+    assert_eq!(fs::read_dir(&outside)?.count(), 0);
+    Ok(())
+}
+
+#[test]
+fn a_manifest_replaced_by_a_symlink_or_a_fifo_is_unreadable() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let budget = create_budget(&root, "r", 2)?;
+    let manifest = budget.descriptor().directory.join(MANIFEST_FILE);
+    let copy = tmp.path().join("manifest-copy.json");
+    fs::copy(&manifest, &copy)?;
+    fs::remove_file(&manifest)?;
+    symlink(&copy, &manifest)?;
+    let text = OpenBudget::open(&root, budget.descriptor())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.starts_with("Run fan-out budget manifest is unreadable at '"),
+        "{text}"
+    );
+
+    fs::remove_file(&manifest)?;
+    assert!(Command::new("mkfifo").arg(&manifest).status()?.success());
+    // Opening a FIFO for reading would wait for a writer that never comes:
+    // the open runs on a thread so that a regression fails here, not hangs.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (root2, descriptor) = (root.clone(), budget.descriptor().clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(OpenBudget::open(&root2, &descriptor).map(|_| ()));
+    });
+    let outcome = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("opening a budget whose manifest is a FIFO must not block");
+    let text = outcome.unwrap_err().to_string();
+    assert!(
+        text.starts_with("Run fan-out budget manifest is unreadable at '"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_budget_directory_that_cannot_be_made_is_an_error_not_a_retry() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let calls = std::cell::Cell::new(0);
+    // The first name is too long for the file system (ENAMETOOLONG); only a
+    // retry would reach the second.
+    let uuid = || {
+        calls.set(calls.get() + 1);
+        if calls.get() == 1 {
+            "x".repeat(300)
+        } else {
+            format!("id-{}", calls.get())
+        }
+    };
+    let sources = fanout_budget::Sources {
+        now_ms: &|| 1,
+        uuid: &uuid,
+    };
+    let err = fanout_budget::create_budget_with(&root, "r", 2, &sources).unwrap_err();
+    assert!(
+        err.to_string().starts_with("failed to create directory '"),
+        "{err}"
+    );
+    assert_eq!(fs::read_dir(&root)?.count(), 0);
     Ok(())
 }
 
