@@ -130,6 +130,31 @@ fn claims_up_to_the_cap_then_rejects_with_the_reference_object() -> Result<()> {
     Ok(())
 }
 
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn created_at_and_claimed_at_are_epoch_milliseconds() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let before = epoch_ms();
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    budget.claim(&["x"])?;
+    let after = epoch_ms();
+    let manifest: Value = serde_json::from_str(&fs::read_to_string(
+        budget.descriptor().directory.join(MANIFEST_FILE),
+    )?)?;
+    let claim = claim_record(&budget, "000000.json");
+    for stamp in [&manifest["createdAt"], &claim["claimedAt"]] {
+        let ms = stamp.as_u64().expect("an integer");
+        assert!((before..=after).contains(&ms), "{ms} not in {before}..={after}");
+    }
+    Ok(())
+}
+
 #[test]
 fn a_batch_larger_than_what_remains_admits_nothing() -> Result<()> {
     let tmp = tempfile::tempdir()?;
