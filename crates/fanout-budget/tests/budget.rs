@@ -544,6 +544,26 @@ fn env_encoding_round_trips_and_reports_bad_values() -> Result<()> {
 }
 
 #[test]
+fn integral_floats_are_integers_as_in_javascript() -> Result<()> {
+    let with = |version: &str, limit: &str| {
+        Descriptor::from_json(&format!(
+            r#"{{"version":{version},"rootRunId":"r","directory":"/d","limit":{limit}}}"#
+        ))
+    };
+    let parsed = with("1.0", "2.0").map_err(anyhow::Error::msg)?;
+    assert_eq!((parsed.version, parsed.limit), (1, 2));
+    for (version, limit) in [("1", "2.5"), ("1", "-1"), ("1", "-1.0"), ("1", "1e300"), ("-1.0", "2")] {
+        assert!(with(version, limit).is_err(), "version {version}, limit {limit}");
+    }
+    let manifest = fanout_budget::Manifest::parse(
+        r#"{"version":1.0,"rootRunId":"r","limit":3.0,"createdAt":5}"#,
+        Path::new("/b"),
+    )?;
+    assert_eq!(manifest.limit, 3);
+    Ok(())
+}
+
+#[test]
 fn persisted_descriptor_round_trips_compact_with_newline() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = managed_root(&tmp);
