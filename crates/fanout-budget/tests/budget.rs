@@ -675,3 +675,48 @@ fn a_persisted_budget_of_a_moved_or_copied_root_resolves_under_the_new_root() ->
     );
     Ok(())
 }
+
+#[test]
+fn a_persisted_budget_recorded_under_another_layout_is_not_rebased() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let budget = create_budget(&root, "r", 3)?;
+    let name = budget.descriptor().directory.file_name().unwrap();
+    // Recorded under a directory that is not a budget root: only a budget
+    // root's own layout is moved along with it.
+    let recorded = Descriptor {
+        directory: tmp.path().join("elsewhere").join(name),
+        ..budget.descriptor().clone()
+    };
+    let run_dir = tmp.path().join("run");
+    fs::create_dir_all(&run_dir)?;
+    fs::write(
+        run_dir.join(PERSISTED_FILE),
+        format!("{}\n", recorded.to_json()),
+    )?;
+    let err = read_persisted(&run_dir, &root).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Run fan-out budget directory is unavailable"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_unreadable_persisted_descriptor_is_an_error_not_absent() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    create_budget(&root, "r", 3)?;
+    let run_dir = tmp.path().join("run");
+    fs::create_dir_all(run_dir.join(PERSISTED_FILE))?;
+    let err = read_persisted(&run_dir, &root).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Invalid persisted run fan-out budget '"),
+        "{err}"
+    );
+    // Only a missing file (or run directory) means "none".
+    assert!(read_persisted(&tmp.path().join("no-run"), &root)?.is_none());
+    Ok(())
+}
