@@ -157,4 +157,15 @@ mod tests {
         assert_eq!(normalize_limit(&json!(3.0)), Some(3));
         assert_eq!(normalize_limit(&json!([3])), None);
     }
+
+    #[test]
+    fn sources_are_named_for_the_doctor_report() {
+        let names = [
+            LimitSource::Environment,
+            LimitSource::Config,
+            LimitSource::Default,
+        ]
+        .map(|s| s.to_string());
+        assert_eq!(names, ["environment", "config", "default"]);
+    }
 }
