@@ -207,3 +207,24 @@ fn now_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a reclaim, a lock that another claimer took meanwhile is held
+    /// (wait for it), and any other failure is an error.
+    #[test]
+    fn the_retry_after_a_reclaim_tells_held_from_failed() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join(REFERENCE_LOCK_DIR)).unwrap();
+        let held = ReferenceLock::try_acquire_once_more(tmp.path()).unwrap();
+        assert!(matches!(held, Attempt::Held));
+        let gone = tmp.path().join("gone");
+        let err = ReferenceLock::try_acquire_once_more(&gone).err().unwrap();
+        assert!(
+            matches!(err, Error::Io { op: "create admission lock directory", .. }),
+            "{err:?}"
+        );
+    }
+}

@@ -190,3 +190,16 @@ fn a_regular_file_in_the_reference_lock_place_is_cleared() -> Result<()> {
     assert!(!dir.join(REFERENCE_LOCK_DIR).exists());
     Ok(())
 }
+
+#[test]
+fn a_missing_budget_directory_is_an_error_not_a_held_lock() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let gone = tmp.path().join("gone");
+    let err = ReferenceLock::acquire(&gone, Instant::now()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("failed to create admission lock directory '"),
+        "{err}"
+    );
+    Ok(())
+}
