@@ -203,3 +203,33 @@ fn a_missing_budget_directory_is_an_error_not_a_held_lock() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn only_a_positive_pid_with_a_token_makes_an_owner() -> Result<()> {
+    let plant = |dir: &Path, pid: i64, token: &str| -> Result<()> {
+        let lock = dir.join(REFERENCE_LOCK_DIR);
+        fs::create_dir(&lock)?;
+        let owner = serde_json::json!({"pid": pid, "token": token});
+        fs::write(lock.join(OWNER_FILE), owner.to_string())?;
+        Ok(())
+    };
+    let dead = i64::from(dead_pid()?);
+    // A fresh lock whose record breaks a rule has no owner, so it is held
+    // (its holder may be between mkdir and writing the record), although
+    // the pid in it names no process (a negative pid would probe a group).
+    for (pid, token) in [(-dead, "t"), (dead, "")] {
+        let tmp = tempfile::tempdir()?;
+        plant(tmp.path(), pid, token)?;
+        let err = ReferenceLock::acquire(tmp.path(), Instant::now()).unwrap_err();
+        assert!(
+            matches!(err, Error::LockTimeout { .. }),
+            "pid {pid} token {token:?}: {err}"
+        );
+    }
+    // The largest pid is a valid owner, and no process has it: reclaimed.
+    let tmp = tempfile::tempdir()?;
+    plant(tmp.path(), i64::from(i32::MAX), "t")?;
+    let lock = ReferenceLock::acquire(tmp.path(), Instant::now())?;
+    assert_eq!(owner_token(tmp.path())?, lock.token());
+    Ok(())
+}
