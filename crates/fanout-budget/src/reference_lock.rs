@@ -227,4 +227,20 @@ mod tests {
             "{err:?}"
         );
     }
+
+    /// A lock released between our mkdir and our look is not stale (try
+    /// again); a lock that cannot be inspected is an error.
+    #[test]
+    fn a_vanished_lock_is_not_stale_and_an_uninspectable_one_is_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lock = tmp.path().join(REFERENCE_LOCK_DIR);
+        assert!(!is_stale(&lock).unwrap());
+        let file = tmp.path().join("file");
+        fs::write(&file, "").unwrap();
+        let err = is_stale(&file.join(REFERENCE_LOCK_DIR)).unwrap_err();
+        assert!(
+            matches!(err, Error::Io { op: "inspect admission lock", .. }),
+            "{err:?}"
+        );
+    }
 }
