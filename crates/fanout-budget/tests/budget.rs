@@ -233,10 +233,11 @@ fn claims_directory_replaced_by_a_file_is_an_error_not_exhaustion() -> Result<()
     fs::write(&claims, "not a directory")?;
     let err = budget.snapshot().unwrap_err();
     let text = err.to_string();
-    assert!(
-        text.starts_with("Run fan-out claims directory is unreadable at '"),
-        "{text}"
+    let prefix = format!(
+        "Run fan-out claims directory is unreadable at '{}': ",
+        claims.display()
     );
+    assert!(text.starts_with(&prefix), "{text}");
     assert!(
         text.contains("ENOTDIR") || text.contains("Not a directory"),
         "{text}"

@@ -38,6 +38,13 @@ fn age(path: &Path, by: Duration) -> Result<()> {
     Ok(())
 }
 
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 fn dead_pid() -> Result<u32> {
     let mut child = Command::new("true").spawn()?;
     let pid = child.id();
@@ -62,13 +69,17 @@ fn a_lock_whose_owner_is_dead_is_reclaimed_at_once() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path();
     plant_lock(dir, dead_pid()?, "theirs")?;
+    let before = epoch_ms();
     // A deadline already past: only an immediate reclaim can succeed.
     let lock = ReferenceLock::acquire(dir, Instant::now())?;
+    let after = epoch_ms();
     assert_eq!(owner_token(dir)?, lock.token());
     let owner: Value = serde_json::from_str(&fs::read_to_string(
         dir.join(REFERENCE_LOCK_DIR).join(OWNER_FILE),
     )?)?;
     assert_eq!(owner["pid"], std::process::id());
+    let created = owner["createdAt"].as_u64().expect("createdAt in ms");
+    assert!((before..=after).contains(&created), "{created}");
     drop(lock);
     assert!(!dir.join(REFERENCE_LOCK_DIR).exists(), "released");
     assert!(no_stale_leftovers(dir)?);
