@@ -322,3 +322,21 @@ fn injected_token_and_reserving_process_are_recorded() {
     );
     assert_eq!(owner["reservedAt"], 1_700_000_000_000_u64);
 }
+
+#[test]
+fn the_limit_setting_is_a_positive_integer_or_unlimited() {
+    use crate::resolve_limit;
+    assert_eq!(resolve_limit(Some(&json!(3))), Some(3));
+    assert_eq!(resolve_limit(Some(&json!(1))), Some(1));
+    for unlimited in [
+        json!(0),
+        json!(-2),
+        json!(1.5),
+        json!("3"),
+        json!(null),
+        json!(u64::from(u32::MAX) + 1),
+    ] {
+        assert_eq!(resolve_limit(Some(&unlimited)), None, "{unlimited}");
+    }
+    assert_eq!(resolve_limit(None), None);
+}
