@@ -340,3 +340,24 @@ fn the_limit_setting_is_a_positive_integer_or_unlimited() {
     }
     assert_eq!(resolve_limit(None), None);
 }
+
+#[test]
+fn the_default_clock_is_epoch_milliseconds() {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let mut fx = Fixture::new();
+    fx.cap = crate::Capacity::new(fx.root());
+    let before = now();
+    let mut handle = fx.acquire("run-a", 1);
+    handle.mark_started("rid-a").unwrap();
+    let after = now();
+    let owner = read_json(&handle.slot_dir().join("owner.json"));
+    for field in ["reservedAt", "runnerStartedAt"] {
+        let ms = owner[field].as_u64().unwrap();
+        assert!((before..=after).contains(&ms), "{field} {ms}");
+    }
+}
