@@ -361,3 +361,23 @@ fn the_default_clock_is_epoch_milliseconds() {
         assert!((before..=after).contains(&ms), "{field} {ms}");
     }
 }
+
+#[test]
+fn a_stale_handle_cannot_bind_a_new_reservation_of_the_same_run() {
+    let mut fx = Fixture::new();
+    // The default token source: a fresh reservation token every time.
+    fx.cap = crate::Capacity::new(fx.root());
+    let mut stale = fx.acquire("run-a", 1);
+    // The slot is freed behind the handle's back (as a reconcile frees it),
+    // and the same run id reserves it again.
+    fs::remove_dir_all(stale.slot_dir()).unwrap();
+    let fresh = fx.acquire("run-a", 1);
+    assert_eq!(fresh.slot_dir(), stale.slot_dir());
+    let err = stale.mark_started("rid-stale").unwrap_err();
+    assert!(
+        matches!(err, CapacityError::RunOwnershipChanged(_)),
+        "{err}"
+    );
+    let owner = read_json(&fresh.slot_dir().join("owner.json"));
+    assert_eq!(owner.get("runnerProcessInstanceId"), None);
+}
