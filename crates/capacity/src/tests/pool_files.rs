@@ -381,3 +381,47 @@ fn a_stale_handle_cannot_bind_a_new_reservation_of_the_same_run() {
     let owner = read_json(&fresh.slot_dir().join("owner.json"));
     assert_eq!(owner.get("runnerProcessInstanceId"), None);
 }
+
+#[test]
+fn a_free_index_below_the_limit_is_taken_without_reconciling() {
+    let fx = Fixture::new();
+    let mut finished = fx.acquire("run-a", 2);
+    finished.mark_started("rid-a").unwrap();
+    let dir = fx.write_status("run-a", "complete", "rid-a");
+    crate::runfiles::fixtures::write_proof(&dir, "observed", "run-a", "rid-a");
+    // Slot 1 is free: admission takes it and leaves the releasable slot 0
+    // to the next reconcile.
+    let next = fx.acquire("run-b", 2);
+    assert_eq!(next.owner().slot, 1);
+    assert!(finished.slot_dir().exists());
+    // Now every index is occupied: admission reconciles and reuses slot 0.
+    let third = fx.acquire("run-c", 2);
+    assert_eq!(third.owner().slot, 0);
+}
+
+#[test]
+fn slots_above_a_lowered_limit_still_count() {
+    let fx = Fixture::new();
+    let _a = fx.acquire("run-a", 3);
+    let mut b = fx.acquire("run-b", 3);
+    let _c = fx.acquire("run-c", 3);
+    assert!(b.rollback().unwrap());
+    // Slots 0 and 2 are held; with a limit of 2 that is full, although
+    // index 1 is free.
+    let err = fx.acquire_kind("run-d", 2, Kind::Runner).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Active async run capacity exhausted: 2/2 used."
+    );
+    assert_eq!(fx.used(), 2);
+}
+
+#[test]
+fn a_session_pool_is_named_by_the_hash_of_its_id() {
+    let fx = Fixture::new();
+    let pool = fx.root().join(session_key(super::support::SESSION));
+    assert_eq!(fx.cap.pool_dir(super::support::SESSION), pool);
+    let handle = fx.acquire("run-a", 1);
+    assert_eq!(handle.slot_dir(), pool.join("slot-0"));
+    assert!(pool.join("slot-0").join("owner.json").is_file());
+}
