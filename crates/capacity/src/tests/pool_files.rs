@@ -210,6 +210,22 @@ fn transfer_without_a_source_slot_acquires() {
 }
 
 #[test]
+fn transfer_never_takes_another_runs_slot() {
+    let fx = Fixture::new();
+    let mut other = fx.acquire("run-x", 2);
+    other.mark_started("rid-x").unwrap();
+    let dir = fx.write_status("run-x", "complete", "rid-x");
+    crate::runfiles::fixtures::write_proof(&dir, "observed", "run-x", "rid-x");
+    // "gone" holds no slot: the revival gets a new one; run-x's slot, although
+    // transferable, is not its.
+    let handle = fx.transfer("gone", "run-b", Some(2)).unwrap().unwrap();
+    assert!(!handle.is_transfer());
+    assert_eq!(handle.owner().slot, 1);
+    let owner = read_json(&other.slot_dir().join("owner.json"));
+    assert_eq!(owner["runId"], "run-x");
+}
+
+#[test]
 fn mark_started_fails_when_the_slot_changed_hands() {
     let fx = Fixture::new();
     let mut handle = fx.acquire("run-a", 1);
