@@ -177,6 +177,37 @@ fn transfer_moves_the_slot_and_rollback_restores_the_source() {
 }
 
 #[test]
+fn a_transfer_records_its_own_reservation_time_and_process() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NOW: AtomicU64 = AtomicU64::new(1_000);
+    fn ticking() -> u64 {
+        NOW.fetch_add(1_000, Ordering::SeqCst)
+    }
+    fn nobody() -> Option<process_identity::ProcessIdentity> {
+        None
+    }
+    let mut fx = Fixture::new();
+    fx.cap = crate::Capacity::new(fx.root())
+        .with_clock(ticking)
+        .with_reserving_process(nobody);
+    let mut source = fx.acquire("run-a", 1);
+    source.mark_started("rid-a").unwrap();
+    fx.write_status("run-a", "paused", "rid-a");
+    let before = read_json(&source.slot_dir().join("owner.json"));
+    assert_eq!(before.get("reservedByProcess"), None);
+
+    // The revival is reserved now, by this process.
+    fx.cap = crate::Capacity::new(fx.root()).with_clock(ticking);
+    let revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    let moved = read_json(&revival.slot_dir().join("owner.json"));
+    assert!(
+        moved["reservedAt"].as_u64() > before["runnerStartedAt"].as_u64(),
+        "{moved}"
+    );
+    assert_eq!(moved["reservedByProcess"]["pid"], std::process::id());
+}
+
+#[test]
 fn a_started_revival_keeps_the_slot_and_a_running_source_is_not_transferable() {
     let fx = Fixture::new();
     let mut source = fx.acquire("run-a", 1);
