@@ -472,3 +472,72 @@ fn a_session_pool_is_named_by_the_hash_of_its_id() {
     assert_eq!(handle.slot_dir(), pool.join("slot-0"));
     assert!(pool.join("slot-0").join("owner.json").is_file());
 }
+
+#[test]
+fn only_slot_and_digits_name_a_slot() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 3);
+    let pool = fx.cap.pool_dir(SESSION);
+    for name in ["slot-+1", "slot-", "slot-1a", "slot-1"] {
+        fs::create_dir(pool.join(name)).unwrap();
+    }
+    let snapshot = fx.cap.count(SESSION, Some(3)).unwrap();
+    let slots: Vec<u64> = snapshot.slots.iter().map(|s| s.slot).collect();
+    assert_eq!(slots, [0, 1]);
+    drop(handle);
+}
+
+#[test]
+fn a_pool_that_is_not_a_directory_is_an_error_not_empty() {
+    let fx = Fixture::new();
+    let pool = fx.cap.pool_dir(SESSION);
+    fs::create_dir_all(fx.root()).unwrap();
+    fs::write(&pool, "not a directory").unwrap();
+    let err = fx.cap.count(SESSION, Some(1)).unwrap_err();
+    assert!(err.to_string().starts_with("failed to list "), "{err}");
+}
+
+#[test]
+fn a_slot_created_meanwhile_moves_creation_on() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 2);
+    let pool = fx.cap.pool_dir(SESSION);
+    // As if the reference created slot-0 between our listing and our rename.
+    let created = crate::pool::create_slot(&pool, handle.owner()).unwrap();
+    assert!(!created);
+    let left: Vec<String> = fs::read_dir(&pool)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".slot-"))
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+#[test]
+fn only_our_hidden_leftovers_are_swept() {
+    let fx = Fixture::new();
+    let first = fx.acquire("run-a", 3);
+    let pool = fx.cap.pool_dir(SESSION);
+    let ours = [".slot-1.creating-x", ".slot-2.released-y"];
+    let foreign = ["keep.creating-x", ".slot-1.tmp"];
+    for name in ours.iter().chain(&foreign) {
+        fs::create_dir(pool.join(name)).unwrap();
+    }
+    // Admission sweeps leftovers under the pool lock.
+    let _second = fx.acquire("run-b", 3);
+    for name in ours {
+        assert!(!pool.join(name).exists(), "{name} was not swept");
+    }
+    for name in foreign {
+        assert!(pool.join(name).exists(), "{name} was swept");
+    }
+    drop(first);
+}
+
+#[test]
+fn a_claim_on_a_vanished_slot_is_not_taken() {
+    let fx = Fixture::new();
+    let gone = fx.root().join("no-such-slot");
+    let ran = crate::pool::with_claim(&gone, || Ok(())).unwrap();
+    assert_eq!(ran, None);
+}
