@@ -282,10 +282,13 @@ fn a_reference_claim_blocks_and_a_dead_holders_claim_is_taken_over() {
     let mut handle = fx.acquire("run-a", 1);
     let claim = crate::pool::claim_path(handle.slot_dir());
     fs::write(&claim, "3f1c9d52-0000-4000-8000-000000000000").unwrap();
+    let err = handle.mark_started("rid-a").unwrap_err();
     assert!(
-        handle.mark_started("rid-a").is_err(),
-        "a reference claim is never reclaimed"
+        matches!(err, CapacityError::RunOwnershipChanged(_)),
+        "a reference claim is never reclaimed: {err}"
     );
+    assert!(!handle.rollback().unwrap(), "a claimed slot is not rolled back");
+    assert!(handle.slot_dir().exists());
 
     let stale = json!({"claimToken": "old", "holder": dead_identity()});
     write_json(&claim, &stale);
@@ -540,4 +543,14 @@ fn a_claim_on_a_vanished_slot_is_not_taken() {
     let gone = fx.root().join("no-such-slot");
     let ran = crate::pool::with_claim(&gone, || Ok(())).unwrap();
     assert_eq!(ran, None);
+}
+
+#[test]
+fn a_claim_that_cannot_be_written_is_an_error() {
+    let fx = Fixture::new();
+    fs::create_dir_all(fx.root()).unwrap();
+    let not_a_dir = fx.root().join("slot-0");
+    fs::write(&not_a_dir, "").unwrap();
+    let err = crate::pool::with_claim(&not_a_dir, || Ok(())).unwrap_err();
+    assert!(matches!(err, CapacityError::File(_)), "{err}");
 }
