@@ -554,3 +554,19 @@ fn a_claim_that_cannot_be_written_is_an_error() {
     let err = crate::pool::with_claim(&not_a_dir, || Ok(())).unwrap_err();
     assert!(matches!(err, CapacityError::File(_)), "{err}");
 }
+
+#[test]
+fn an_unreadable_claim_at_release_is_an_error() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 1);
+    let claim = crate::pool::claim_path(handle.slot_dir());
+    // Something replaced the claim while it was held: releasing it cannot
+    // tell whose it is, and says so instead of leaving it silently.
+    let result = crate::pool::with_claim(handle.slot_dir(), || {
+        fs::remove_file(&claim).unwrap();
+        fs::create_dir(&claim).unwrap();
+        Ok(())
+    });
+    let err = result.unwrap_err();
+    assert!(err.to_string().starts_with("failed to read "), "{err}");
+}
