@@ -208,6 +208,21 @@ fn a_transfer_records_its_own_reservation_time_and_process() {
 }
 
 #[test]
+fn a_revival_holds_a_runner_slot_whatever_its_source_was() {
+    let fx = Fixture::new();
+    let _source = fx.acquire_kind("run-a", 1, Kind::Workflow).unwrap().unwrap();
+    let dir = fx.write_status("run-a", "paused", "rid-a");
+    let mut status = read_json(&dir.join("status.json"));
+    status["mode"] = json!("workflow");
+    write_json(&dir.join("status.json"), &status);
+    let revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    assert!(revival.is_transfer());
+    assert_eq!(revival.owner().kind, Kind::Runner);
+    let moved = read_json(&revival.slot_dir().join("owner.json"));
+    assert_eq!(moved["kind"], "runner");
+}
+
+#[test]
 fn a_started_revival_keeps_the_slot_and_a_running_source_is_not_transferable() {
     let fx = Fixture::new();
     let mut source = fx.acquire("run-a", 1);
@@ -234,6 +249,7 @@ fn a_started_revival_keeps_the_slot_and_a_running_source_is_not_transferable() {
 fn transfer_without_a_source_slot_acquires() {
     let fx = Fixture::new();
     assert!(fx.transfer("gone", "run-b", None).unwrap().is_none());
+    assert!(!fx.root().exists(), "no limit and no pool: nothing is created");
     let handle = fx.transfer("gone", "run-b", Some(1)).unwrap().unwrap();
     assert_eq!(handle.owner().generation, 0);
     assert_eq!(handle.owner().kind, Kind::Runner);
@@ -343,6 +359,15 @@ fn inspect_matches_the_run_directory_after_path_resolution() {
     assert_eq!(json["relation"], "current");
     assert_eq!(json["release"]["state"], "retained");
     assert_eq!(json["owner"]["runId"], "run-a");
+
+    // Another directory matches nothing.
+    let elsewhere = fx.run_dir("run-z");
+    let query = crate::InspectQuery {
+        async_dir: Some(&elsewhere),
+        ..query
+    };
+    let seen = fx.cap.inspect(&query, &fx.none_live).unwrap();
+    assert_eq!(seen.relation, Relation::None);
 }
 
 #[test]
