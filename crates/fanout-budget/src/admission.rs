@@ -261,7 +261,14 @@ mod tests {
         fs::write(budget.claims_path().join("000000.json"), "{}\n").unwrap();
         let (mut taken, mut created) = (BTreeSet::new(), Vec::new());
         let slot = budget
-            .place(&claims, "p", &Sources::system(), &mut taken, 0, &mut created)
+            .place(
+                &claims,
+                "p",
+                &Sources::system(),
+                &mut taken,
+                0,
+                &mut created,
+            )
             .unwrap();
         assert_eq!((slot, created), (1, vec![1]));
         assert_eq!(
@@ -284,10 +291,23 @@ mod tests {
         fs::remove_dir(&gone).unwrap();
         let (mut taken, mut created) = (BTreeSet::new(), Vec::new());
         let err = budget
-            .place(&claims, "p", &Sources::system(), &mut taken, 0, &mut created)
+            .place(
+                &claims,
+                "p",
+                &Sources::system(),
+                &mut taken,
+                0,
+                &mut created,
+            )
             .unwrap_err();
         assert!(
-            matches!(err, Error::Io { op: "create claim slot", .. }),
+            matches!(
+                err,
+                Error::Io {
+                    op: "create claim slot",
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(created.is_empty());

@@ -223,7 +223,13 @@ mod tests {
         let gone = tmp.path().join("gone");
         let err = ReferenceLock::try_acquire_once_more(&gone).err().unwrap();
         assert!(
-            matches!(err, Error::Io { op: "create admission lock directory", .. }),
+            matches!(
+                err,
+                Error::Io {
+                    op: "create admission lock directory",
+                    ..
+                }
+            ),
             "{err:?}"
         );
     }
@@ -239,7 +245,13 @@ mod tests {
         fs::write(&file, "").unwrap();
         let err = is_stale(&file.join(REFERENCE_LOCK_DIR)).unwrap_err();
         assert!(
-            matches!(err, Error::Io { op: "inspect admission lock", .. }),
+            matches!(
+                err,
+                Error::Io {
+                    op: "inspect admission lock",
+                    ..
+                }
+            ),
             "{err:?}"
         );
     }

@@ -84,7 +84,10 @@ fn create_refuses_bad_limits_and_ids() -> Result<()> {
         Err(Error::LimitTooLarge(_))
     ));
     // The largest limit itself is allowed.
-    assert_eq!(create_budget(&root, "r", 1_000_000)?.snapshot()?.limit, 1_000_000);
+    assert_eq!(
+        create_budget(&root, "r", 1_000_000)?.snapshot()?.limit,
+        1_000_000
+    );
     assert!(matches!(
         create_budget(&root, "", 1),
         Err(Error::EmptyRootRunId)
@@ -150,7 +153,10 @@ fn created_at_and_claimed_at_are_epoch_milliseconds() -> Result<()> {
     let claim = claim_record(&budget, "000000.json");
     for stamp in [&manifest["createdAt"], &claim["claimedAt"]] {
         let ms = stamp.as_u64().expect("an integer");
-        assert!((before..=after).contains(&ms), "{ms} not in {before}..={after}");
+        assert!(
+            (before..=after).contains(&ms),
+            "{ms} not in {before}..={after}"
+        );
     }
     Ok(())
 }
@@ -260,8 +266,14 @@ fn a_symlink_in_place_of_the_admission_lock_is_refused_not_followed() -> Result<
     symlink(&target, budget.descriptor().directory.join(LOCK_FILE))?;
     let err = budget.claim(&["x"]).unwrap_err();
     let text = err.to_string();
-    assert!(text.starts_with("failed to open admission lock '"), "{text}");
-    assert!(!target.exists(), "the link was followed: {target:?} created");
+    assert!(
+        text.starts_with("failed to open admission lock '"),
+        "{text}"
+    );
+    assert!(
+        !target.exists(),
+        "the link was followed: {target:?} created"
+    );
     assert!(slot_files(&budget).is_empty());
     Ok(())
 }
@@ -553,8 +565,17 @@ fn integral_floats_are_integers_as_in_javascript() -> Result<()> {
     };
     let parsed = with("1.0", "2.0").map_err(anyhow::Error::msg)?;
     assert_eq!((parsed.version, parsed.limit), (1, 2));
-    for (version, limit) in [("1", "2.5"), ("1", "-1"), ("1", "-1.0"), ("1", "1e300"), ("-1.0", "2")] {
-        assert!(with(version, limit).is_err(), "version {version}, limit {limit}");
+    for (version, limit) in [
+        ("1", "2.5"),
+        ("1", "-1"),
+        ("1", "-1.0"),
+        ("1", "1e300"),
+        ("-1.0", "2"),
+    ] {
+        assert!(
+            with(version, limit).is_err(),
+            "version {version}, limit {limit}"
+        );
     }
     let manifest = fanout_budget::Manifest::parse(
         r#"{"version":1.0,"rootRunId":"r","limit":3.0,"createdAt":5}"#,

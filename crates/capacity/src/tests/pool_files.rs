@@ -210,7 +210,10 @@ fn a_transfer_records_its_own_reservation_time_and_process() {
 #[test]
 fn a_revival_holds_a_runner_slot_whatever_its_source_was() {
     let fx = Fixture::new();
-    let _source = fx.acquire_kind("run-a", 1, Kind::Workflow).unwrap().unwrap();
+    let _source = fx
+        .acquire_kind("run-a", 1, Kind::Workflow)
+        .unwrap()
+        .unwrap();
     let dir = fx.write_status("run-a", "paused", "rid-a");
     let mut status = read_json(&dir.join("status.json"));
     status["mode"] = json!("workflow");
@@ -249,7 +252,10 @@ fn a_started_revival_keeps_the_slot_and_a_running_source_is_not_transferable() {
 fn transfer_without_a_source_slot_acquires() {
     let fx = Fixture::new();
     assert!(fx.transfer("gone", "run-b", None).unwrap().is_none());
-    assert!(!fx.root().exists(), "no limit and no pool: nothing is created");
+    assert!(
+        !fx.root().exists(),
+        "no limit and no pool: nothing is created"
+    );
     let handle = fx.transfer("gone", "run-b", Some(1)).unwrap().unwrap();
     assert_eq!(handle.owner().generation, 0);
     assert_eq!(handle.owner().kind, Kind::Runner);
@@ -303,7 +309,10 @@ fn a_reference_claim_blocks_and_a_dead_holders_claim_is_taken_over() {
         matches!(err, CapacityError::RunOwnershipChanged(_)),
         "a reference claim is never reclaimed: {err}"
     );
-    assert!(!handle.rollback().unwrap(), "a claimed slot is not rolled back");
+    assert!(
+        !handle.rollback().unwrap(),
+        "a claimed slot is not rolled back"
+    );
     assert!(handle.slot_dir().exists());
 
     let stale = json!({"claimToken": "old", "holder": dead_identity()});
