@@ -429,6 +429,19 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_with_a_child_is_not_taken_for_childless_by_a_stale_errno() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        // A successful waitid leaves errno as it was: an ECHILD from an
+        // earlier call must not make a live child invisible.
+        // SAFETY: writes this thread's errno, an int it owns.
+        unsafe { *libc::__errno_location() = libc::ECHILD };
+        let children = children_of(std::process::id()).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(children.contains(&child.id()), "{children:?}");
+    }
+
+    #[test]
     fn identity_json_is_camel_case() {
         let id = ProcessIdentity {
             pid: 7,
