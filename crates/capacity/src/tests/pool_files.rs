@@ -13,6 +13,7 @@ fn third_acquire_with_limit_two_fails_with_the_exact_error_and_snapshot() {
     let first = fx.acquire("run-a", 2);
     let second = fx.acquire("run-b", 2);
     assert_eq!((first.owner().slot, second.owner().slot), (0, 1));
+    assert_eq!(first.limit(), 2);
 
     let err = fx.acquire_kind("run-c", 2, Kind::Runner).unwrap_err();
     assert_eq!(
