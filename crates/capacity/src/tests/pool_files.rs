@@ -465,6 +465,23 @@ fn a_stale_handle_cannot_bind_a_new_reservation_of_the_same_run() {
     );
     let owner = read_json(&fresh.slot_dir().join("owner.json"));
     assert_eq!(owner.get("runnerProcessInstanceId"), None);
+    // Nor roll it back.
+    assert!(!stale.rollback().unwrap());
+    assert!(fresh.slot_dir().join("owner.json").exists());
+}
+
+#[test]
+fn a_rolled_back_transfer_of_an_unstarted_source_is_not_rolled_back_twice() {
+    let fx = Fixture::new();
+    let _source = fx.acquire("run-a", 1);
+    fx.write_status("run-a", "paused", "rid-a");
+    let mut revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    assert!(revival.rollback().unwrap());
+    assert_eq!(revival.owner().run_id, "run-a");
+    assert!(
+        !revival.rollback().unwrap(),
+        "a second rollback does nothing"
+    );
 }
 
 #[test]
