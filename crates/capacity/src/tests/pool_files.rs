@@ -622,3 +622,15 @@ fn an_unreadable_claim_at_release_is_an_error() {
     let err = result.unwrap_err();
     assert!(err.to_string().starts_with("failed to read "), "{err}");
 }
+
+#[test]
+fn a_started_workflow_slot_is_not_rolled_back() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire_kind("wf-a", 1, Kind::Workflow).unwrap().unwrap();
+    assert!(!handle.is_started());
+    handle.mark_workflow_started().unwrap();
+    // Only runnerStartedAt marks a workflow started.
+    assert!(handle.is_started());
+    assert!(!handle.rollback().unwrap());
+    assert!(handle.slot_dir().exists());
+}
