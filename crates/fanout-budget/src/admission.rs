@@ -240,3 +240,76 @@ impl AdmissionLock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn budget(tmp: &tempfile::TempDir) -> OpenBudget {
+        crate::create_budget(&tmp.path().join("budgets"), "r", 3).unwrap()
+    }
+
+    /// The exclusive create is the second barrier: a slot file that appeared
+    /// after the claimer listed the slots is skipped, not overwritten and not
+    /// an error.
+    #[test]
+    fn a_slot_taken_behind_the_listing_is_skipped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = budget(&tmp);
+        let claims = budget.open_claims().unwrap();
+        fs::write(budget.claims_path().join("000000.json"), "{}\n").unwrap();
+        let (mut taken, mut created) = (BTreeSet::new(), Vec::new());
+        let slot = budget
+            .place(
+                &claims,
+                "p",
+                &Sources::system(),
+                &mut taken,
+                0,
+                &mut created,
+            )
+            .unwrap();
+        assert_eq!((slot, created), (1, vec![1]));
+        assert_eq!(
+            fs::read_to_string(budget.claims_path().join("000000.json")).unwrap(),
+            "{}\n"
+        );
+    }
+
+    /// A create that fails for another reason than "exists" is reported as
+    /// that failure, not mistaken for a full budget.
+    #[test]
+    fn a_failed_create_is_an_io_error_not_exhaustion() {
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = budget(&tmp);
+        let gone = tmp.path().join("gone");
+        fs::create_dir(&gone).unwrap();
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let claims = nix::fcntl::open(&gone, flags, Mode::empty()).unwrap();
+        // Nothing can be created in a removed directory (ENOENT).
+        fs::remove_dir(&gone).unwrap();
+        let (mut taken, mut created) = (BTreeSet::new(), Vec::new());
+        let err = budget
+            .place(
+                &claims,
+                "p",
+                &Sources::system(),
+                &mut taken,
+                0,
+                &mut created,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Io {
+                    op: "create claim slot",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(created.is_empty());
+    }
+}

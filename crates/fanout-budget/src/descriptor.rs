@@ -330,5 +330,17 @@ mod tests {
             lenient_base64url(&format!(" {plain}\n")).unwrap(),
             text.as_bytes()
         );
+        // '/' of the standard alphabet is '_' of the URL-safe one.
+        let slash = "{\"a\":\"???\"}";
+        let standard = base64::engine::general_purpose::STANDARD.encode(slash);
+        assert!(standard.contains('/'), "{standard}");
+        assert_eq!(lenient_base64url(&standard).unwrap(), slash.as_bytes());
+    }
+
+    #[test]
+    fn a_lone_trailing_sextet_is_dropped_as_node_does() {
+        assert_eq!(lenient_base64url("YWJj").unwrap(), b"abc");
+        assert_eq!(lenient_base64url("YWJjZ").unwrap(), b"abc");
+        assert_eq!(lenient_base64url("YWJjZGVmZ").unwrap(), b"abcdef");
     }
 }

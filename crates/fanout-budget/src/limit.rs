@@ -148,6 +148,7 @@ mod tests {
             ("inf", None),
             ("1_0", None),
             ("0x", None),
+            ("0x+5", None),
             ("1000001", None),
             ("1000000", Some(1_000_000)),
         ] {
@@ -156,5 +157,16 @@ mod tests {
         assert_eq!(normalize_limit(&json!("3")), Some(3));
         assert_eq!(normalize_limit(&json!(3.0)), Some(3));
         assert_eq!(normalize_limit(&json!([3])), None);
+    }
+
+    #[test]
+    fn sources_are_named_for_the_doctor_report() {
+        let names = [
+            LimitSource::Environment,
+            LimitSource::Config,
+            LimitSource::Default,
+        ]
+        .map(|s| s.to_string());
+        assert_eq!(names, ["environment", "config", "default"]);
     }
 }

@@ -207,3 +207,52 @@ fn now_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a reclaim, a lock that another claimer took meanwhile is held
+    /// (wait for it), and any other failure is an error.
+    #[test]
+    fn the_retry_after_a_reclaim_tells_held_from_failed() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join(REFERENCE_LOCK_DIR)).unwrap();
+        let held = ReferenceLock::try_acquire_once_more(tmp.path()).unwrap();
+        assert!(matches!(held, Attempt::Held));
+        let gone = tmp.path().join("gone");
+        let err = ReferenceLock::try_acquire_once_more(&gone).err().unwrap();
+        assert!(
+            matches!(
+                err,
+                Error::Io {
+                    op: "create admission lock directory",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    /// A lock released between our mkdir and our look is not stale (try
+    /// again); a lock that cannot be inspected is an error.
+    #[test]
+    fn a_vanished_lock_is_not_stale_and_an_uninspectable_one_is_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lock = tmp.path().join(REFERENCE_LOCK_DIR);
+        assert!(!is_stale(&lock).unwrap());
+        let file = tmp.path().join("file");
+        fs::write(&file, "").unwrap();
+        let err = is_stale(&file.join(REFERENCE_LOCK_DIR)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Io {
+                    op: "inspect admission lock",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}

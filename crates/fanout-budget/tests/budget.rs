@@ -3,6 +3,7 @@
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::Result;
 use fanout_budget::{
@@ -82,6 +83,11 @@ fn create_refuses_bad_limits_and_ids() -> Result<()> {
         create_budget(&root, "r", 1_000_001),
         Err(Error::LimitTooLarge(_))
     ));
+    // The largest limit itself is allowed.
+    assert_eq!(
+        create_budget(&root, "r", 1_000_000)?.snapshot()?.limit,
+        1_000_000
+    );
     assert!(matches!(
         create_budget(&root, "", 1),
         Err(Error::EmptyRootRunId)
@@ -124,6 +130,34 @@ fn claims_up_to_the_cap_then_rejects_with_the_reference_object() -> Result<()> {
     );
     assert_eq!(rejection.snapshot, Snapshot::new(2, 2));
     assert_eq!(budget.snapshot()?, Snapshot::new(2, 2));
+    Ok(())
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn created_at_and_claimed_at_are_epoch_milliseconds() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let before = epoch_ms();
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    budget.claim(&["x"])?;
+    let after = epoch_ms();
+    let manifest: Value = serde_json::from_str(&fs::read_to_string(
+        budget.descriptor().directory.join(MANIFEST_FILE),
+    )?)?;
+    let claim = claim_record(&budget, "000000.json");
+    for stamp in [&manifest["createdAt"], &claim["claimedAt"]] {
+        let ms = stamp.as_u64().expect("an integer");
+        assert!(
+            (before..=after).contains(&ms),
+            "{ms} not in {before}..={after}"
+        );
+    }
     Ok(())
 }
 
@@ -205,10 +239,11 @@ fn claims_directory_replaced_by_a_file_is_an_error_not_exhaustion() -> Result<()
     fs::write(&claims, "not a directory")?;
     let err = budget.snapshot().unwrap_err();
     let text = err.to_string();
-    assert!(
-        text.starts_with("Run fan-out claims directory is unreadable at '"),
-        "{text}"
+    let prefix = format!(
+        "Run fan-out claims directory is unreadable at '{}': ",
+        claims.display()
     );
+    assert!(text.starts_with(&prefix), "{text}");
     assert!(
         text.contains("ENOTDIR") || text.contains("Not a directory"),
         "{text}"
@@ -220,6 +255,51 @@ fn claims_directory_replaced_by_a_file_is_an_error_not_exhaustion() -> Result<()
             .to_string()
             .contains("claims directory is unreadable")
     );
+    Ok(())
+}
+
+#[test]
+fn a_symlink_in_place_of_the_admission_lock_is_refused_not_followed() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    let target = tmp.path().join("outside-lock");
+    symlink(&target, budget.descriptor().directory.join(LOCK_FILE))?;
+    let err = budget.claim(&["x"]).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("failed to open admission lock '"),
+        "{text}"
+    );
+    assert!(
+        !target.exists(),
+        "the link was followed: {target:?} created"
+    );
+    assert!(slot_files(&budget).is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_process_started_during_the_commit_inherits_no_budget_handle() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    // As the launcher does: start a long-lived process while the claim
+    // still holds the admission lock.
+    let mut child = budget.claim_with_commit(&["x"], |_| {
+        Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .map_err(|e| e.to_string().into())
+    })?;
+    // Neither the lock nor the budget's directory handles.
+    let dir = &budget.descriptor().directory;
+    let inherited: Vec<PathBuf> = fs::read_dir(format!("/proc/{}/fd", child.id()))?
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .collect();
+    child.kill()?;
+    child.wait()?;
+    assert!(inherited.is_empty(), "the child holds {inherited:?}");
+    assert_eq!(budget.claim(&["y"])?, Snapshot::new(2, 2));
     Ok(())
 }
 
@@ -299,6 +379,132 @@ fn a_budget_directory_symlinked_out_of_the_root_is_refused() -> Result<()> {
 }
 
 #[test]
+fn a_descriptor_naming_a_regular_file_is_an_unavailable_directory() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let real = create_budget(&root, "r", 2)?;
+    let file = root.join("r-file");
+    fs::write(&file, "not a budget")?;
+    let forged = Descriptor {
+        directory: file,
+        ..real.descriptor().clone()
+    };
+    let text = OpenBudget::open(&root, &forged).unwrap_err().to_string();
+    assert!(
+        text.starts_with("Run fan-out budget directory is unavailable: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("ENOTDIR") || text.contains("Not a directory"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_opened_budget_names_its_real_directory() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let real = create_budget(&root, "r", 2)?;
+    let name = real.descriptor().directory.file_name().unwrap().to_owned();
+    let roundabout = Descriptor {
+        directory: root.join(".").join("..").join(BUDGET_ROOT_DIR).join(name),
+        ..real.descriptor().clone()
+    };
+    let opened = OpenBudget::open(&root, &roundabout)?;
+    assert_eq!(opened.descriptor().directory, real.descriptor().directory);
+    assert_eq!(
+        opened.descriptor().directory,
+        fs::canonicalize(&roundabout.directory)?
+    );
+    Ok(())
+}
+
+#[test]
+fn claims_replaced_by_a_symlink_after_open_are_not_followed() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let budget = create_budget(&managed_root(&tmp), "r", 2)?;
+    let outside = tmp.path().join("outside-claims");
+    fs::create_dir(&outside)?;
+    let claims = budget.descriptor().directory.join(CLAIMS_DIR);
+    fs::remove_dir(&claims)?;
+    symlink(&outside, &claims)?;
+    let text = budget.claim(&["x"]).unwrap_err().to_string();
+    assert!(
+        text.starts_with("Run fan-out claims directory is unreadable at '"),
+        "{text}"
+    );
+    assert_eq!(fs::read_dir(&outside)?.count(), 0);
+    Ok(())
+}
+
+#[test]
+fn a_manifest_replaced_by_a_symlink_or_a_fifo_is_unreadable() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let budget = create_budget(&root, "r", 2)?;
+    let manifest = budget.descriptor().directory.join(MANIFEST_FILE);
+    let copy = tmp.path().join("manifest-copy.json");
+    fs::copy(&manifest, &copy)?;
+    fs::remove_file(&manifest)?;
+    symlink(&copy, &manifest)?;
+    let text = OpenBudget::open(&root, budget.descriptor())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.starts_with("Run fan-out budget manifest is unreadable at '"),
+        "{text}"
+    );
+
+    fs::remove_file(&manifest)?;
+    assert!(Command::new("mkfifo").arg(&manifest).status()?.success());
+    // Opening a FIFO for reading would wait for a writer that never comes:
+    // the open runs on a thread so that a regression fails here, not hangs.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (root2, descriptor) = (root.clone(), budget.descriptor().clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(OpenBudget::open(&root2, &descriptor).map(|_| ()));
+    });
+    let outcome = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("opening a budget whose manifest is a FIFO must not block");
+    let text = outcome.unwrap_err().to_string();
+    assert!(
+        text.starts_with("Run fan-out budget manifest is unreadable at '"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_budget_directory_that_cannot_be_made_is_an_error_not_a_retry() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let calls = std::cell::Cell::new(0);
+    // The first name is too long for the file system (ENAMETOOLONG); only a
+    // retry would reach the second.
+    let uuid = || {
+        calls.set(calls.get() + 1);
+        if calls.get() == 1 {
+            "x".repeat(300)
+        } else {
+            format!("id-{}", calls.get())
+        }
+    };
+    let sources = fanout_budget::Sources {
+        now_ms: &|| 1,
+        uuid: &uuid,
+    };
+    let err = fanout_budget::create_budget_with(&root, "r", 2, &sources).unwrap_err();
+    assert!(
+        err.to_string().starts_with("failed to create directory '"),
+        "{err}"
+    );
+    assert_eq!(fs::read_dir(&root)?.count(), 0);
+    Ok(())
+}
+
+#[test]
 fn a_path_swapped_after_open_does_not_redirect_claims() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = managed_root(&tmp);
@@ -347,6 +553,35 @@ fn env_encoding_round_trips_and_reports_bad_values() -> Result<()> {
         outside.to_string(),
         "Invalid inherited run fan-out budget: Run fan-out budget directory resolves outside the managed budget root."
     );
+    Ok(())
+}
+
+#[test]
+fn integral_floats_are_integers_as_in_javascript() -> Result<()> {
+    let with = |version: &str, limit: &str| {
+        Descriptor::from_json(&format!(
+            r#"{{"version":{version},"rootRunId":"r","directory":"/d","limit":{limit}}}"#
+        ))
+    };
+    let parsed = with("1.0", "2.0").map_err(anyhow::Error::msg)?;
+    assert_eq!((parsed.version, parsed.limit), (1, 2));
+    for (version, limit) in [
+        ("1", "2.5"),
+        ("1", "-1"),
+        ("1", "-1.0"),
+        ("1", "1e300"),
+        ("-1.0", "2"),
+    ] {
+        assert!(
+            with(version, limit).is_err(),
+            "version {version}, limit {limit}"
+        );
+    }
+    let manifest = fanout_budget::Manifest::parse(
+        r#"{"version":1.0,"rootRunId":"r","limit":3.0,"createdAt":5}"#,
+        Path::new("/b"),
+    )?;
+    assert_eq!(manifest.limit, 3);
     Ok(())
 }
 
@@ -460,5 +695,50 @@ fn a_persisted_budget_of_a_moved_or_copied_root_resolves_under_the_new_root() ->
             .contains("resolves outside the managed budget root"),
         "{err}"
     );
+    Ok(())
+}
+
+#[test]
+fn a_persisted_budget_recorded_under_another_layout_is_not_rebased() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let budget = create_budget(&root, "r", 3)?;
+    let name = budget.descriptor().directory.file_name().unwrap();
+    // Recorded under a directory that is not a budget root: only a budget
+    // root's own layout is moved along with it.
+    let recorded = Descriptor {
+        directory: tmp.path().join("elsewhere").join(name),
+        ..budget.descriptor().clone()
+    };
+    let run_dir = tmp.path().join("run");
+    fs::create_dir_all(&run_dir)?;
+    fs::write(
+        run_dir.join(PERSISTED_FILE),
+        format!("{}\n", recorded.to_json()),
+    )?;
+    let err = read_persisted(&run_dir, &root).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Run fan-out budget directory is unavailable"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_unreadable_persisted_descriptor_is_an_error_not_absent() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    create_budget(&root, "r", 3)?;
+    let run_dir = tmp.path().join("run");
+    fs::create_dir_all(run_dir.join(PERSISTED_FILE))?;
+    let err = read_persisted(&run_dir, &root).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Invalid persisted run fan-out budget '"),
+        "{err}"
+    );
+    // Only a missing file (or run directory) means "none".
+    assert!(read_persisted(&tmp.path().join("no-run"), &root)?.is_none());
     Ok(())
 }

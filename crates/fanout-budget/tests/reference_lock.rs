@@ -38,6 +38,13 @@ fn age(path: &Path, by: Duration) -> Result<()> {
     Ok(())
 }
 
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 fn dead_pid() -> Result<u32> {
     let mut child = Command::new("true").spawn()?;
     let pid = child.id();
@@ -62,13 +69,17 @@ fn a_lock_whose_owner_is_dead_is_reclaimed_at_once() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path();
     plant_lock(dir, dead_pid()?, "theirs")?;
+    let before = epoch_ms();
     // A deadline already past: only an immediate reclaim can succeed.
     let lock = ReferenceLock::acquire(dir, Instant::now())?;
+    let after = epoch_ms();
     assert_eq!(owner_token(dir)?, lock.token());
     let owner: Value = serde_json::from_str(&fs::read_to_string(
         dir.join(REFERENCE_LOCK_DIR).join(OWNER_FILE),
     )?)?;
     assert_eq!(owner["pid"], std::process::id());
+    let created = owner["createdAt"].as_u64().expect("createdAt in ms");
+    assert!((before..=after).contains(&created), "{created}");
     drop(lock);
     assert!(!dir.join(REFERENCE_LOCK_DIR).exists(), "released");
     assert!(no_stale_leftovers(dir)?);
@@ -188,5 +199,48 @@ fn a_regular_file_in_the_reference_lock_place_is_cleared() -> Result<()> {
     fs::write(dir.join(REFERENCE_LOCK_DIR), "")?;
     assert_eq!(budget.claim(&["a"])?, Snapshot::new(1, 2));
     assert!(!dir.join(REFERENCE_LOCK_DIR).exists());
+    Ok(())
+}
+
+#[test]
+fn a_missing_budget_directory_is_an_error_not_a_held_lock() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let gone = tmp.path().join("gone");
+    let err = ReferenceLock::acquire(&gone, Instant::now()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("failed to create admission lock directory '"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn only_a_positive_pid_with_a_token_makes_an_owner() -> Result<()> {
+    let plant = |dir: &Path, pid: i64, token: &str| -> Result<()> {
+        let lock = dir.join(REFERENCE_LOCK_DIR);
+        fs::create_dir(&lock)?;
+        let owner = serde_json::json!({"pid": pid, "token": token});
+        fs::write(lock.join(OWNER_FILE), owner.to_string())?;
+        Ok(())
+    };
+    let dead = i64::from(dead_pid()?);
+    // A fresh lock whose record breaks a rule has no owner, so it is held
+    // (its holder may be between mkdir and writing the record), although
+    // the pid in it names no process (a negative pid would probe a group).
+    for (pid, token) in [(-dead, "t"), (dead, "")] {
+        let tmp = tempfile::tempdir()?;
+        plant(tmp.path(), pid, token)?;
+        let err = ReferenceLock::acquire(tmp.path(), Instant::now()).unwrap_err();
+        assert!(
+            matches!(err, Error::LockTimeout { .. }),
+            "pid {pid} token {token:?}: {err}"
+        );
+    }
+    // The largest pid is a valid owner, and no process has it: reclaimed.
+    let tmp = tempfile::tempdir()?;
+    plant(tmp.path(), i64::from(i32::MAX), "t")?;
+    let lock = ReferenceLock::acquire(tmp.path(), Instant::now())?;
+    assert_eq!(owner_token(tmp.path())?, lock.token());
     Ok(())
 }

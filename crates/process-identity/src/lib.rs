@@ -414,6 +414,86 @@ mod tests {
     }
 
     #[test]
+    fn a_bare_pid_is_alive_dead_or_unknown() {
+        assert_eq!(pid_liveness(std::process::id()), Liveness::Alive);
+        assert_eq!(pid_liveness(0), Liveness::Unknown);
+        assert_eq!(pid_liveness(u32::MAX), Liveness::Unknown);
+        // An exited child not reaped yet still has its pid: a zombie is dead.
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while read_stat(pid).map(|s| s.state != 'Z').unwrap_or(false) {
+            assert!(std::time::Instant::now() < deadline, "no zombie");
+            std::thread::yield_now();
+        }
+        assert_eq!(pid_liveness(pid), Liveness::Dead);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn the_boot_id_is_the_kernels() {
+        let kernel = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        assert_eq!(boot_id().as_deref(), Some(kernel.trim()));
+        assert_eq!(boot_id().unwrap().len(), 36);
+    }
+
+    #[test]
+    fn a_read_error_other_than_an_interruption_is_returned() {
+        // Reading a directory fails (EISDIR) every time: retrying would
+        // never end, so the read runs on a thread with a deadline.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_small("/proc/self").map_err(|e| e.kind()));
+        });
+        let outcome = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a failing read must not be retried forever");
+        assert_eq!(outcome, Err(io::ErrorKind::IsADirectory));
+    }
+
+    #[test]
+    fn a_group_outlives_its_leader() {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        // The leader starts a member in its group, prints its pid and exits.
+        let mut leader = Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!"])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pgid = leader.id();
+        let mut line = String::new();
+        std::io::BufReader::new(leader.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let member: u32 = line.trim().parse().unwrap();
+        assert!(member > 1, "{line:?}");
+        leader.wait().unwrap();
+        let exists = group_exists(pgid);
+        let members = group_members(pgid).unwrap();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(member as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(exists, "the group lives while a member does");
+        assert_eq!(members, vec![member]);
+    }
+
+    #[test]
+    fn a_caller_with_a_child_is_not_taken_for_childless_by_a_stale_errno() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        // A successful waitid leaves errno as it was: an ECHILD from an
+        // earlier call must not make a live child invisible.
+        // SAFETY: writes this thread's errno, an int it owns.
+        unsafe { *libc::__errno_location() = libc::ECHILD };
+        let children = children_of(std::process::id()).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(children.contains(&child.id()), "{children:?}");
+    }
+
+    #[test]
     fn identity_json_is_camel_case() {
         let id = ProcessIdentity {
             pid: 7,

@@ -13,6 +13,7 @@ fn third_acquire_with_limit_two_fails_with_the_exact_error_and_snapshot() {
     let first = fx.acquire("run-a", 2);
     let second = fx.acquire("run-b", 2);
     assert_eq!((first.owner().slot, second.owner().slot), (0, 1));
+    assert_eq!(first.limit(), 2);
 
     let err = fx.acquire_kind("run-c", 2, Kind::Runner).unwrap_err();
     assert_eq!(
@@ -177,6 +178,55 @@ fn transfer_moves_the_slot_and_rollback_restores_the_source() {
 }
 
 #[test]
+fn a_transfer_records_its_own_reservation_time_and_process() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NOW: AtomicU64 = AtomicU64::new(1_000);
+    fn ticking() -> u64 {
+        NOW.fetch_add(1_000, Ordering::SeqCst)
+    }
+    fn nobody() -> Option<process_identity::ProcessIdentity> {
+        None
+    }
+    let mut fx = Fixture::new();
+    fx.cap = crate::Capacity::new(fx.root())
+        .with_clock(ticking)
+        .with_reserving_process(nobody);
+    let mut source = fx.acquire("run-a", 1);
+    source.mark_started("rid-a").unwrap();
+    fx.write_status("run-a", "paused", "rid-a");
+    let before = read_json(&source.slot_dir().join("owner.json"));
+    assert_eq!(before.get("reservedByProcess"), None);
+
+    // The revival is reserved now, by this process.
+    fx.cap = crate::Capacity::new(fx.root()).with_clock(ticking);
+    let revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    let moved = read_json(&revival.slot_dir().join("owner.json"));
+    assert!(
+        moved["reservedAt"].as_u64() > before["runnerStartedAt"].as_u64(),
+        "{moved}"
+    );
+    assert_eq!(moved["reservedByProcess"]["pid"], std::process::id());
+}
+
+#[test]
+fn a_revival_holds_a_runner_slot_whatever_its_source_was() {
+    let fx = Fixture::new();
+    let _source = fx
+        .acquire_kind("run-a", 1, Kind::Workflow)
+        .unwrap()
+        .unwrap();
+    let dir = fx.write_status("run-a", "paused", "rid-a");
+    let mut status = read_json(&dir.join("status.json"));
+    status["mode"] = json!("workflow");
+    write_json(&dir.join("status.json"), &status);
+    let revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    assert!(revival.is_transfer());
+    assert_eq!(revival.owner().kind, Kind::Runner);
+    let moved = read_json(&revival.slot_dir().join("owner.json"));
+    assert_eq!(moved["kind"], "runner");
+}
+
+#[test]
 fn a_started_revival_keeps_the_slot_and_a_running_source_is_not_transferable() {
     let fx = Fixture::new();
     let mut source = fx.acquire("run-a", 1);
@@ -203,10 +253,30 @@ fn a_started_revival_keeps_the_slot_and_a_running_source_is_not_transferable() {
 fn transfer_without_a_source_slot_acquires() {
     let fx = Fixture::new();
     assert!(fx.transfer("gone", "run-b", None).unwrap().is_none());
+    assert!(
+        !fx.root().exists(),
+        "no limit and no pool: nothing is created"
+    );
     let handle = fx.transfer("gone", "run-b", Some(1)).unwrap().unwrap();
     assert_eq!(handle.owner().generation, 0);
     assert_eq!(handle.owner().kind, Kind::Runner);
     assert!(!handle.is_transfer());
+}
+
+#[test]
+fn transfer_never_takes_another_runs_slot() {
+    let fx = Fixture::new();
+    let mut other = fx.acquire("run-x", 2);
+    other.mark_started("rid-x").unwrap();
+    let dir = fx.write_status("run-x", "complete", "rid-x");
+    crate::runfiles::fixtures::write_proof(&dir, "observed", "run-x", "rid-x");
+    // "gone" holds no slot: the revival gets a new one; run-x's slot, although
+    // transferable, is not its.
+    let handle = fx.transfer("gone", "run-b", Some(2)).unwrap().unwrap();
+    assert!(!handle.is_transfer());
+    assert_eq!(handle.owner().slot, 1);
+    let owner = read_json(&other.slot_dir().join("owner.json"));
+    assert_eq!(owner["runId"], "run-x");
 }
 
 #[test]
@@ -235,10 +305,16 @@ fn a_reference_claim_blocks_and_a_dead_holders_claim_is_taken_over() {
     let mut handle = fx.acquire("run-a", 1);
     let claim = crate::pool::claim_path(handle.slot_dir());
     fs::write(&claim, "3f1c9d52-0000-4000-8000-000000000000").unwrap();
+    let err = handle.mark_started("rid-a").unwrap_err();
     assert!(
-        handle.mark_started("rid-a").is_err(),
-        "a reference claim is never reclaimed"
+        matches!(err, CapacityError::RunOwnershipChanged(_)),
+        "a reference claim is never reclaimed: {err}"
     );
+    assert!(
+        !handle.rollback().unwrap(),
+        "a claimed slot is not rolled back"
+    );
+    assert!(handle.slot_dir().exists());
 
     let stale = json!({"claimToken": "old", "holder": dead_identity()});
     write_json(&claim, &stale);
@@ -293,6 +369,15 @@ fn inspect_matches_the_run_directory_after_path_resolution() {
     assert_eq!(json["relation"], "current");
     assert_eq!(json["release"]["state"], "retained");
     assert_eq!(json["owner"]["runId"], "run-a");
+
+    // Another directory matches nothing.
+    let elsewhere = fx.run_dir("run-z");
+    let query = crate::InspectQuery {
+        async_dir: Some(&elsewhere),
+        ..query
+    };
+    let seen = fx.cap.inspect(&query, &fx.none_live).unwrap();
+    assert_eq!(seen.relation, Relation::None);
 }
 
 #[test]
@@ -321,4 +406,231 @@ fn injected_token_and_reserving_process_are_recorded() {
         json!({"pid": 4242, "startTime": 7})
     );
     assert_eq!(owner["reservedAt"], 1_700_000_000_000_u64);
+}
+
+#[test]
+fn the_limit_setting_is_a_positive_integer_or_unlimited() {
+    use crate::resolve_limit;
+    assert_eq!(resolve_limit(Some(&json!(3))), Some(3));
+    assert_eq!(resolve_limit(Some(&json!(1))), Some(1));
+    for unlimited in [
+        json!(0),
+        json!(-2),
+        json!(1.5),
+        json!("3"),
+        json!(null),
+        json!(u64::from(u32::MAX) + 1),
+    ] {
+        assert_eq!(resolve_limit(Some(&unlimited)), None, "{unlimited}");
+    }
+    assert_eq!(resolve_limit(None), None);
+}
+
+#[test]
+fn the_default_clock_is_epoch_milliseconds() {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let mut fx = Fixture::new();
+    fx.cap = crate::Capacity::new(fx.root());
+    let before = now();
+    let mut handle = fx.acquire("run-a", 1);
+    handle.mark_started("rid-a").unwrap();
+    let after = now();
+    let owner = read_json(&handle.slot_dir().join("owner.json"));
+    for field in ["reservedAt", "runnerStartedAt"] {
+        let ms = owner[field].as_u64().unwrap();
+        assert!((before..=after).contains(&ms), "{field} {ms}");
+    }
+}
+
+#[test]
+fn a_stale_handle_cannot_bind_a_new_reservation_of_the_same_run() {
+    let mut fx = Fixture::new();
+    // The default token source: a fresh reservation token every time.
+    fx.cap = crate::Capacity::new(fx.root());
+    let mut stale = fx.acquire("run-a", 1);
+    // The slot is freed behind the handle's back (as a reconcile frees it),
+    // and the same run id reserves it again.
+    fs::remove_dir_all(stale.slot_dir()).unwrap();
+    let fresh = fx.acquire("run-a", 1);
+    assert_eq!(fresh.slot_dir(), stale.slot_dir());
+    let err = stale.mark_started("rid-stale").unwrap_err();
+    assert!(
+        matches!(err, CapacityError::RunOwnershipChanged(_)),
+        "{err}"
+    );
+    let owner = read_json(&fresh.slot_dir().join("owner.json"));
+    assert_eq!(owner.get("runnerProcessInstanceId"), None);
+    // Nor roll it back.
+    assert!(!stale.rollback().unwrap());
+    assert!(fresh.slot_dir().join("owner.json").exists());
+}
+
+#[test]
+fn a_rolled_back_transfer_of_an_unstarted_source_is_not_rolled_back_twice() {
+    let fx = Fixture::new();
+    let _source = fx.acquire("run-a", 1);
+    fx.write_status("run-a", "paused", "rid-a");
+    let mut revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    assert!(revival.rollback().unwrap());
+    assert_eq!(revival.owner().run_id, "run-a");
+    assert!(
+        !revival.rollback().unwrap(),
+        "a second rollback does nothing"
+    );
+}
+
+#[test]
+fn a_free_index_below_the_limit_is_taken_without_reconciling() {
+    let fx = Fixture::new();
+    let mut finished = fx.acquire("run-a", 2);
+    finished.mark_started("rid-a").unwrap();
+    let dir = fx.write_status("run-a", "complete", "rid-a");
+    crate::runfiles::fixtures::write_proof(&dir, "observed", "run-a", "rid-a");
+    // Slot 1 is free: admission takes it and leaves the releasable slot 0
+    // to the next reconcile.
+    let next = fx.acquire("run-b", 2);
+    assert_eq!(next.owner().slot, 1);
+    assert!(finished.slot_dir().exists());
+    // Now every index is occupied: admission reconciles and reuses slot 0.
+    let third = fx.acquire("run-c", 2);
+    assert_eq!(third.owner().slot, 0);
+}
+
+#[test]
+fn slots_above_a_lowered_limit_still_count() {
+    let fx = Fixture::new();
+    let _a = fx.acquire("run-a", 3);
+    let mut b = fx.acquire("run-b", 3);
+    let _c = fx.acquire("run-c", 3);
+    assert!(b.rollback().unwrap());
+    // Slots 0 and 2 are held; with a limit of 2 that is full, although
+    // index 1 is free.
+    let err = fx.acquire_kind("run-d", 2, Kind::Runner).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Active async run capacity exhausted: 2/2 used."
+    );
+    assert_eq!(fx.used(), 2);
+}
+
+#[test]
+fn a_session_pool_is_named_by_the_hash_of_its_id() {
+    let fx = Fixture::new();
+    let pool = fx.root().join(session_key(super::support::SESSION));
+    assert_eq!(fx.cap.pool_dir(super::support::SESSION), pool);
+    let handle = fx.acquire("run-a", 1);
+    assert_eq!(handle.slot_dir(), pool.join("slot-0"));
+    assert!(pool.join("slot-0").join("owner.json").is_file());
+}
+
+#[test]
+fn only_slot_and_digits_name_a_slot() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 3);
+    let pool = fx.cap.pool_dir(SESSION);
+    for name in ["slot-+1", "slot-", "slot-1a", "slot-1"] {
+        fs::create_dir(pool.join(name)).unwrap();
+    }
+    let snapshot = fx.cap.count(SESSION, Some(3)).unwrap();
+    let slots: Vec<u64> = snapshot.slots.iter().map(|s| s.slot).collect();
+    assert_eq!(slots, [0, 1]);
+    drop(handle);
+}
+
+#[test]
+fn a_pool_that_is_not_a_directory_is_an_error_not_empty() {
+    let fx = Fixture::new();
+    let pool = fx.cap.pool_dir(SESSION);
+    fs::create_dir_all(fx.root()).unwrap();
+    fs::write(&pool, "not a directory").unwrap();
+    let err = fx.cap.count(SESSION, Some(1)).unwrap_err();
+    assert!(err.to_string().starts_with("failed to list "), "{err}");
+}
+
+#[test]
+fn a_slot_created_meanwhile_moves_creation_on() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 2);
+    let pool = fx.cap.pool_dir(SESSION);
+    // As if the reference created slot-0 between our listing and our rename.
+    let created = crate::pool::create_slot(&pool, handle.owner()).unwrap();
+    assert!(!created);
+    let left: Vec<String> = fs::read_dir(&pool)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".slot-"))
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+#[test]
+fn only_our_hidden_leftovers_are_swept() {
+    let fx = Fixture::new();
+    let first = fx.acquire("run-a", 3);
+    let pool = fx.cap.pool_dir(SESSION);
+    let ours = [".slot-1.creating-x", ".slot-2.released-y"];
+    let foreign = ["keep.creating-x", ".slot-1.tmp"];
+    for name in ours.iter().chain(&foreign) {
+        fs::create_dir(pool.join(name)).unwrap();
+    }
+    // Admission sweeps leftovers under the pool lock.
+    let _second = fx.acquire("run-b", 3);
+    for name in ours {
+        assert!(!pool.join(name).exists(), "{name} was not swept");
+    }
+    for name in foreign {
+        assert!(pool.join(name).exists(), "{name} was swept");
+    }
+    drop(first);
+}
+
+#[test]
+fn a_claim_on_a_vanished_slot_is_not_taken() {
+    let fx = Fixture::new();
+    let gone = fx.root().join("no-such-slot");
+    let ran = crate::pool::with_claim(&gone, || Ok(())).unwrap();
+    assert_eq!(ran, None);
+}
+
+#[test]
+fn a_claim_that_cannot_be_written_is_an_error() {
+    let fx = Fixture::new();
+    fs::create_dir_all(fx.root()).unwrap();
+    let not_a_dir = fx.root().join("slot-0");
+    fs::write(&not_a_dir, "").unwrap();
+    let err = crate::pool::with_claim(&not_a_dir, || Ok(())).unwrap_err();
+    assert!(matches!(err, CapacityError::File(_)), "{err}");
+}
+
+#[test]
+fn an_unreadable_claim_at_release_is_an_error() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 1);
+    let claim = crate::pool::claim_path(handle.slot_dir());
+    // Something replaced the claim while it was held: releasing it cannot
+    // tell whose it is, and says so instead of leaving it silently.
+    let result = crate::pool::with_claim(handle.slot_dir(), || {
+        fs::remove_file(&claim).unwrap();
+        fs::create_dir(&claim).unwrap();
+        Ok(())
+    });
+    let err = result.unwrap_err();
+    assert!(err.to_string().starts_with("failed to read "), "{err}");
+}
+
+#[test]
+fn a_started_workflow_slot_is_not_rolled_back() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire_kind("wf-a", 1, Kind::Workflow).unwrap().unwrap();
+    assert!(!handle.is_started());
+    handle.mark_workflow_started().unwrap();
+    // Only runnerStartedAt marks a workflow started.
+    assert!(handle.is_started());
+    assert!(!handle.rollback().unwrap());
+    assert!(handle.slot_dir().exists());
 }

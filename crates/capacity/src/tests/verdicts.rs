@@ -336,3 +336,40 @@ fn a_failed_run_whose_reserver_died_before_any_runner_is_released() {
     write_json(&dir.join("status.json"), &status);
     assert_eq!(fx.reconcile(1).used, 0);
 }
+
+#[test]
+fn reconcile_frees_only_slots_recording_this_session() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 2);
+    handle.mark_started("rid-a").unwrap();
+    // The slot's record and the run's status both name another session:
+    // releasable for that session, but not a slot this session's reconcile
+    // may free, although it sits in this session's pool.
+    let owner_path = handle.slot_dir().join("owner.json");
+    let mut owner = read_json(&owner_path);
+    owner["ownerSessionId"] = json!("/home/u/.pi/sessions/other.jsonl");
+    write_json(&owner_path, &owner);
+    let dir = fx.write_status("run-a", "complete", "rid-a");
+    let mut status = read_json(&dir.join("status.json"));
+    status["sessionId"] = json!("/home/u/.pi/sessions/other.jsonl");
+    write_json(&dir.join("status.json"), &status);
+    write_proof(&dir, "observed", "run-a", "rid-a");
+    assert_eq!(verdict(&fx, "run-a").0, ReleaseState::Releasable);
+    assert_eq!(fx.reconcile(2).used, 1);
+    assert!(handle.slot_dir().exists());
+}
+
+#[test]
+fn inspecting_all_pools_of_a_missing_or_broken_root() {
+    let fx = Fixture::new();
+    let seen = inspect(&fx, "run-a", &fx.none_live);
+    assert_eq!(seen.relation, Relation::None);
+    fs::write(fx.root(), "not a directory").unwrap();
+    let query = InspectQuery {
+        run_id: "run-a",
+        session_id: None,
+        async_dir: None,
+    };
+    let err = fx.cap.inspect(&query, &fx.none_live).unwrap_err();
+    assert!(err.to_string().starts_with("failed to list "), "{err}");
+}

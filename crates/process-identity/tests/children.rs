@@ -1,0 +1,14 @@
+//! `children_of` for another process, asked by a caller without children.
+//!
+//! The only test in this binary, so that no other test has a child while it
+//! runs (a caller's own children decide a shortcut that must not apply to
+//! other processes).
+
+#[test]
+fn the_children_of_another_process_are_listed() {
+    let parent = process_identity::read_stat(std::process::id())
+        .unwrap()
+        .ppid;
+    let children = process_identity::children_of(parent).unwrap();
+    assert!(children.contains(&std::process::id()), "{children:?}");
+}
