@@ -183,6 +183,11 @@ pub fn reap_all() -> BTreeMap<u32, Ended> {
 
 /// Sends `sig` to a process group; a group that is already gone is fine.
 pub fn signal_group(pgid: u32, sig: Signal) {
+    // killpg(0) is the caller's own group and group 1 is init's: neither is
+    // ever a step's, whatever a bug upstream hands in.
+    if pgid <= 1 {
+        return;
+    }
     let _ = killpg(Pid::from_raw(pgid as i32), sig);
 }
 
@@ -350,6 +355,26 @@ pub(crate) mod tests {
         assert_eq!(killed.code(), None);
         assert_eq!(killed.signal().as_deref(), Some("SIGKILL"));
         assert_eq!(killed.describe(), "signal SIGKILL");
+    }
+
+    #[test]
+    fn groups_zero_and_one_are_never_signalled() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static GOT: AtomicBool = AtomicBool::new(false);
+        extern "C" fn on_urg(_: libc::c_int) {
+            GOT.store(true, Ordering::SeqCst);
+        }
+        let handler: extern "C" fn(libc::c_int) = on_urg;
+        // SAFETY: the handler only stores to an atomic. SIGURG is ignored by
+        // default, so a stray one elsewhere in the test binary is harmless.
+        unsafe { libc::signal(libc::SIGURG, handler as libc::sighandler_t) };
+        // Group 0 means the caller's own group: it would reach this process.
+        signal_group(0, Signal::SIGURG);
+        signal_group(1, Signal::SIGURG);
+        assert!(!GOT.load(Ordering::SeqCst), "a group <= 1 was signalled");
+        // The handler works: a signal to ourselves is seen.
+        nix::sys::signal::raise(Signal::SIGURG).unwrap();
+        assert!(GOT.load(Ordering::SeqCst));
     }
 
     #[test]

@@ -421,7 +421,9 @@ impl<'a> Execution<'a> {
             let step = &mut self.steps[*i];
             if step.kill_at.is_some_and(|k| k <= now) {
                 step.kill_at = None;
-                signal_group(step.pid.unwrap_or_default(), Signal::SIGKILL);
+                if let Some(pid) = step.pid {
+                    signal_group(pid, Signal::SIGKILL);
+                }
             } else if step.interruption.is_none() && step.deadline.is_some_and(|d| d <= now) {
                 self.interrupt(&[*i], Interruption::TimedOut);
             }
@@ -438,7 +440,9 @@ impl<'a> Execution<'a> {
             step.interruption = Some(why);
             step.deadline = None;
             step.kill_at = Some(Instant::now() + KILL_GRACE);
-            signal_group(step.pid.unwrap_or_default(), Signal::SIGTERM);
+            if let Some(pid) = step.pid {
+                signal_group(pid, Signal::SIGTERM);
+            }
         }
     }
 
