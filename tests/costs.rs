@@ -88,6 +88,11 @@ const SEAL_FSYNCS: usize = 3;
 /// The monitor: its registration in the queued status (the content only,
 /// 1), the proof (file and directory, 2) and the status overlay (2).
 const MONITOR_FSYNCS: usize = 5;
+/// The runner of a one-step run: `running` (file and directory, 2), the
+/// step's start and end (content only, 1 each; the final write syncs the
+/// directory), its output when COMMAND wrote nothing (empty: none), the
+/// final status (2) and the candidate (2).
+const RUNNER_FSYNCS: usize = 8;
 
 #[test]
 fn a_launch_syncs_each_file_once_and_the_run_directory_once() {
@@ -103,8 +108,17 @@ fn a_launch_syncs_each_file_once_and_the_run_directory_once() {
     );
 }
 
+/// The pid that ran `subagents <role>` in an `execve` trace.
+fn pid_of_role<'a>(trace: &'a str, role: &str) -> &'a str {
+    calls(trace, "execve")
+        .into_iter()
+        .find(|l| l.contains(&format!("\"{role}\"")))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no {role} was started:\n{trace}"))
+}
+
 #[test]
-fn the_monitor_syncs_its_registration_once_and_its_proof() {
+fn the_monitor_and_the_runner_sync_only_what_a_crash_must_keep() {
     let env = Env::new();
     let Some(trace) = traced(
         &env,
@@ -113,15 +127,15 @@ fn the_monitor_syncs_its_registration_once_and_its_proof() {
     ) else {
         return;
     };
-    let monitor = calls(&trace, "execve")
-        .into_iter()
-        .find(|l| l.contains("\"__monitor\""))
-        .and_then(|l| l.split_whitespace().next())
-        .expect("no monitor was started");
-    let made = fsyncs_of(&trace, monitor);
+    let monitor = fsyncs_of(&trace, pid_of_role(&trace, "__monitor"));
     assert!(
-        made <= MONITOR_FSYNCS,
-        "the monitor made {made} fsyncs (at most {MONITOR_FSYNCS}):\n{trace}"
+        monitor <= MONITOR_FSYNCS,
+        "the monitor made {monitor} fsyncs (at most {MONITOR_FSYNCS}):\n{trace}"
+    );
+    let runner = fsyncs_of(&trace, pid_of_role(&trace, "__runner"));
+    assert!(
+        runner <= RUNNER_FSYNCS,
+        "the runner of one step made {runner} fsyncs (at most {RUNNER_FSYNCS}):\n{trace}"
     );
 }
 

@@ -517,7 +517,8 @@ pub fn update_status(
 /// status. Only for a change whose loss in a crash leaves a state the
 /// observer handles, such as the monitor's registration in the queued
 /// status (lost, the queued run has a dead launcher and no monitor: it
-/// never started, which is true).
+/// never started, which is true), or the runner's step records, which the
+/// run's final status write (a full one) makes durable along with itself.
 pub fn update_status_unsynced_dir(
     run_dir: &Path,
     change: impl FnOnce(Option<RunStatus>) -> Option<RunStatus>,
