@@ -22,7 +22,9 @@
 # the start signal), PI_SUBAGENTS_DIR (reference rows only when set),
 # BIG_RUNS (3: timed runs of `list --all` at 100,000 runs), BIG_ROOT (a state
 # root already holding 100,000 finished runs, made by make-history.py, used
-# instead of cloning one; the reference rows are skipped at that size).
+# instead of cloning one; the reference rows are skipped at that size),
+# BASELINE_BIN (another build of subagents: `run --wait` and `list --all`
+# interleaved with it), BASELINE_ROUNDS (10).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${RUNS:-30}"
 WARMUP="${WARMUP:-3}"
@@ -34,6 +36,8 @@ RACES="${RACES:-3}"
 REF_RACES="${REF_RACES:-1}"
 BIG_RUNS="${BIG_RUNS:-3}"
 BIG_ROOT="${BIG_ROOT:-}"
+BASELINE_BIN="${BASELINE_BIN:-}"
+BASELINE_ROUNDS="${BASELINE_ROUNDS:-10}"
 S="$SUBAGENTS_BIN"
 OUTDIR="$RESULTS_DIR/all"
 mkdir -p "$OUTDIR"
@@ -67,7 +71,7 @@ trap all_cleanup EXIT
 
 note "$(machine_note)"
 note "# $(uname -srm); $(hyperfine --version); node $(node --version 2>/dev/null || echo none)"
-note "# knobs: RUNS=$RUNS WARMUP=$WARMUP ROUNDS=$ROUNDS HISTORIES='$HISTORIES' ACTIVES='$ACTIVES' CAPACITY_SLOTS=$CAPACITY_SLOTS RACES=$RACES REF_RACES=$REF_RACES BIG_RUNS=$BIG_RUNS BIG_ROOT=$BIG_ROOT"
+note "# knobs: RUNS=$RUNS WARMUP=$WARMUP ROUNDS=$ROUNDS HISTORIES='$HISTORIES' ACTIVES='$ACTIVES' CAPACITY_SLOTS=$CAPACITY_SLOTS RACES=$RACES REF_RACES=$REF_RACES BIG_RUNS=$BIG_RUNS BIG_ROOT=$BIG_ROOT BASELINE_BIN=$BASELINE_BIN"
 
 # --- floors and launch -------------------------------------------------------
 R="$(new_root)"
@@ -96,6 +100,15 @@ for i in range(50):
 print(f"median {statistics.median(ts):.2f} ms (min {min(ts):.2f}, max {max(ts):.2f})")
 PY
 )"
+# Before/after: this binary against BASELINE_BIN (e.g. an older build),
+# interleaved, in the same root.
+if [ -n "$BASELINE_BIN" ]; then
+    wait_quiet "$OUT"
+    note "interleaved with the baseline $BASELINE_BIN ($BASELINE_ROUNDS rounds; whole processes):"
+    python3 "$BENCH_DIR/interleave.py" "$BASELINE_ROUNDS" \
+        "ours run --wait=$S --root $R run --wait -- true" \
+        "baseline run --wait=$BASELINE_BIN --root $R run --wait -- true" | tee -a "$OUT"
+fi
 # A revival: launch plus the file handshake (ready -> ack -> acknowledged ->
 # proceed) with the new runner.
 src="$("$S" --root "$R" run --wait -- true)"
@@ -188,7 +201,8 @@ PY
             "reference list=$REF/list.mjs $D active" \
             "ours list --all=$S --root $R list --all" \
             "reference list --all=$REF/list.mjs $D all" \
-            "node floor=node -e 0" | tee -a "$OUT"
+            "node floor=node -e 0" \
+            ${BASELINE_BIN:+"baseline list --all=$BASELINE_BIN --root $R list --all"} | tee -a "$OUT"
     fi
     "$S" --root "$R" stop "$active" >/dev/null
     if [ "$own_root" = 1 ]; then rm -rf "$R"; fi
