@@ -19,7 +19,12 @@
 # the reference rows, 5), HISTORIES ("1000 10000"; add 100000 for the big
 # row), ACTIVES ("10 100"), CAPACITY_SLOTS (1000), RACES (3), REF_RACES (1),
 # RACE_LOAD_SECONDS (60: the reference's claimants load their modules before
-# the start signal), PI_SUBAGENTS_DIR (reference rows only when set).
+# the start signal), PI_SUBAGENTS_DIR (reference rows only when set),
+# BIG_RUNS (3: timed runs of `list --all` at 100,000 runs), BIG_ROOT (a state
+# root already holding 100,000 finished runs, made by make-history.py, used
+# instead of cloning one; the reference rows are skipped at that size),
+# BASELINE_BIN (another build of subagents: `run --wait` and `list --all`
+# interleaved with it), BASELINE_ROUNDS (10).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${RUNS:-30}"
 WARMUP="${WARMUP:-3}"
@@ -29,13 +34,17 @@ ACTIVES="${ACTIVES:-10 100}"
 CAPACITY_SLOTS="${CAPACITY_SLOTS:-1000}"
 RACES="${RACES:-3}"
 REF_RACES="${REF_RACES:-1}"
+BIG_RUNS="${BIG_RUNS:-3}"
+BIG_ROOT="${BIG_ROOT:-}"
+BASELINE_BIN="${BASELINE_BIN:-}"
+BASELINE_ROUNDS="${BASELINE_ROUNDS:-10}"
 S="$SUBAGENTS_BIN"
 OUTDIR="$RESULTS_DIR/all"
 mkdir -p "$OUTDIR"
 OUT="$OUTDIR/summary.txt"
 : >"$OUT"
 note() { echo "$*" | tee -a "$OUT"; }
-hf() { hyperfine -N --style basic --runs "$RUNS" --warmup "$WARMUP" "$@" >/dev/null; }
+hf() { hyperfine -N --style basic --runs "${HF_RUNS:-$RUNS}" --warmup "${HF_WARMUP:-$WARMUP}" "$@" >/dev/null; }
 REF=""
 if [ -n "${PI_SUBAGENTS_DIR:-}" ]; then REF="node $BENCH_DIR/reference"; fi
 
@@ -62,7 +71,7 @@ trap all_cleanup EXIT
 
 note "$(machine_note)"
 note "# $(uname -srm); $(hyperfine --version); node $(node --version 2>/dev/null || echo none)"
-note "# knobs: RUNS=$RUNS WARMUP=$WARMUP ROUNDS=$ROUNDS HISTORIES='$HISTORIES' ACTIVES='$ACTIVES' CAPACITY_SLOTS=$CAPACITY_SLOTS RACES=$RACES REF_RACES=$REF_RACES"
+note "# knobs: RUNS=$RUNS WARMUP=$WARMUP ROUNDS=$ROUNDS HISTORIES='$HISTORIES' ACTIVES='$ACTIVES' CAPACITY_SLOTS=$CAPACITY_SLOTS RACES=$RACES REF_RACES=$REF_RACES BIG_RUNS=$BIG_RUNS BIG_ROOT=$BIG_ROOT BASELINE_BIN=$BASELINE_BIN"
 
 # --- floors and launch -------------------------------------------------------
 R="$(new_root)"
@@ -74,6 +83,32 @@ hf --prepare "$BENCH_DIR/wait-idle.sh $R" --export-json "$OUTDIR/launch.json" \
 "$BENCH_DIR/wait-idle.sh" "$R"
 note "## floors and launch"
 summarize "$OUTDIR/floors.json" "$OUTDIR/launch.json" | tee -a "$OUT"
+# Floor of any durable write here: a new file's write + fsync + rename +
+# directory fsync, as atomic-file does it (50 in a row, one python process).
+note "floor, one durable file write (write, fsync, rename, directory fsync): $(python3 - "$R" <<'PY'
+import os, statistics, sys, time
+d = sys.argv[1]; ts = []
+for i in range(50):
+    t0 = time.perf_counter()
+    tmp, dst = os.path.join(d, f".f{i}.tmp"), os.path.join(d, f"f{i}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"x" * 1024); os.fsync(fd); os.close(fd)
+    os.rename(tmp, dst)
+    dfd = os.open(d, os.O_RDONLY); os.fsync(dfd); os.close(dfd)
+    ts.append((time.perf_counter() - t0) * 1000)
+    os.unlink(dst)
+print(f"median {statistics.median(ts):.2f} ms (min {min(ts):.2f}, max {max(ts):.2f})")
+PY
+)"
+# Before/after: this binary against BASELINE_BIN (e.g. an older build),
+# interleaved, in the same root.
+if [ -n "$BASELINE_BIN" ]; then
+    wait_quiet "$OUT"
+    note "interleaved with the baseline $BASELINE_BIN ($BASELINE_ROUNDS rounds; whole processes):"
+    python3 "$BENCH_DIR/interleave.py" "$BASELINE_ROUNDS" \
+        "ours run --wait=$S --root $R run --wait -- true" \
+        "baseline run --wait=$BASELINE_BIN --root $R run --wait -- true" | tee -a "$OUT"
+fi
 # A revival: launch plus the file handshake (ready -> ack -> acknowledged ->
 # proceed) with the new runner.
 src="$("$S" --root "$R" run --wait -- true)"
@@ -109,23 +144,38 @@ done
 
 # --- history growth ------------------------------------------------------------
 for H in $HISTORIES; do
-    R="$(new_root)"
+    HF_RUNS="$RUNS"; HF_WARMUP="$WARMUP"
+    if [ "$H" -ge 100000 ] && [ -n "$BIG_ROOT" ]; then
+        # A history made earlier by make-history.py (1.3 million files take
+        # minutes to clone); runs added here stay in it.
+        R="$BIG_ROOT"; own_root=0; seed=""
+    else
+        R="$(new_root)"; own_root=1
+        seed="$("$S" --root "$R" run --wait -- true)"
+    fi
     D="$R/async-subagent-runs"
-    seed="$("$S" --root "$R" run --wait -- true)"
-    python3 "$BENCH_DIR/make-history.py" "$D" "$seed" "$H" >/dev/null
+    if [ "$own_root" = 1 ]; then
+        python3 "$BENCH_DIR/make-history.py" "$D" "$seed" "$H" >/dev/null
+    fi
     active="$("$S" --root "$R" run --timeout 2h -- sleep 3600)"
     finished="$(ls "$D" | grep -vx "$active" | grep -vx "$seed" | sed -n 1p)"
     note "## history $H finished + 1 active"
     wait_quiet "$OUT"
+    # At 100,000 runs `list --all` takes seconds: timed BIG_RUNS times by
+    # peak.py below (with its peak RSS), not by hyperfine.
+    all_rows=("$S --root $R list --all")
+    if [ "$H" -ge 100000 ]; then all_rows=(); fi
     hf --export-json "$OUTDIR/history-$H.json" \
-        "$S --root $R list" "$S --root $R list --all" \
+        "$S --root $R list" "${all_rows[@]}" \
         "$S --root $R status $finished" "$S --root $R status $active"
     wait_quiet "$OUT"
     hf --prepare "$BENCH_DIR/wait-idle.sh $R 1" --export-json "$OUTDIR/history-$H-run.json" \
         "$S --root $R run -- true"
     "$BENCH_DIR/wait-idle.sh" "$R" 1
     summarize "$OUTDIR/history-$H.json" "$OUTDIR/history-$H-run.json" | tee -a "$OUT"
-    note "peak of list --all: $(python3 "$BENCH_DIR/peak.py" "$S" --root "$R" list --all)"
+    for _ in $(seq "$([ "$H" -ge 100000 ] && echo "$BIG_RUNS" || echo 1)"); do
+        note "peak of list --all: $(python3 "$BENCH_DIR/peak.py" "$S" --root "$R" list --all)"
+    done
     # Floor of any listing that reads one file per run: open and read every
     # status.json, nothing else (one python process).
     note "floor, read every status.json: $(python3 - "$D" <<'PY'
@@ -140,7 +190,7 @@ for e in os.scandir(sys.argv[1]):
 print(f"{n} files in {(time.perf_counter() - t0) * 1000:.0f} ms")
 PY
 )"
-    if [ -n "$REF" ]; then
+    if [ -n "$REF" ] && [ "$H" -lt 100000 ]; then
         # The reference finds budgets only under its own temp root.
         mkdir -p "$R/ref-tmp/pi-subagents-uid-$(id -u)"
         ln -sfn "$R/run-fanout-budgets" "$R/ref-tmp/pi-subagents-uid-$(id -u)/run-fanout-budgets"
@@ -151,10 +201,12 @@ PY
             "reference list=$REF/list.mjs $D active" \
             "ours list --all=$S --root $R list --all" \
             "reference list --all=$REF/list.mjs $D all" \
-            "node floor=node -e 0" | tee -a "$OUT"
+            "node floor=node -e 0" \
+            ${BASELINE_BIN:+"baseline list --all=$BASELINE_BIN --root $R list --all"} | tee -a "$OUT"
     fi
     "$S" --root "$R" stop "$active" >/dev/null
-    rm -rf "$R"
+    if [ "$own_root" = 1 ]; then rm -rf "$R"; fi
+    unset HF_RUNS HF_WARMUP
 done
 
 # --- active runs in one session ----------------------------------------------------

@@ -11,6 +11,9 @@
 //!   a single directory fsync.
 //! * [`create_new_private`]: the same durability for files that must not exist
 //!   yet (claim slots, lock-free ownership records).
+//! * [`replace_private_with`] / [`create_new_private_transient_name`]: the
+//!   content fsynced, the directory not, for records whose loss in a crash
+//!   leaves a state the readers already handle (see each caller).
 //! * [`append_private`]: one `write` of a whole line to an `O_APPEND` file
 //!   (events.jsonl), created 0600.
 //! * [`ensure_private_dir`]: `mkdir -p` whose new components are 0700.
@@ -180,6 +183,35 @@ pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce(
         return Ok(());
     }
     sync_dir(dir)
+}
+
+/// [`write_private_with`] without the directory fsync: the new content is
+/// fsynced before the rename (a crash never leaves a torn or empty file in
+/// its place), but the rename itself may be lost in a crash, leaving the
+/// previous version. Only for records whose previous version (or absence)
+/// is still a correct state after a crash, when every process of the run is
+/// gone anyway; the next directory fsync in the same directory makes the
+/// rename durable too.
+pub fn replace_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce()) -> Result<()> {
+    let dir = parent_of(path);
+    ensure_private_dir(dir)?;
+    let tmp = temp_path(path);
+    let written = write_new_file(&tmp, bytes).and_then(|()| {
+        before_rename();
+        fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// [`create_new_private`] without the directory fsync: the file's content
+/// is durable before anyone can rely on it, its name is not. For transient
+/// records (a claim removed again moments later) whose loss in a crash is
+/// harmless.
+pub fn create_new_private_transient_name(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_new_file(path, bytes)
 }
 
 /// Writes `value` as [`write_json`] does (temp file, 0600, rename: a reader

@@ -14,6 +14,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,6 +220,146 @@ fn read_sized(mut file: File, path: &Path, limit: u64, size: u64) -> Result<Vec<
     Ok(bytes)
 }
 
+/// A directory opened once, so that the many files below it (a listing's
+/// run directories) are reached by short relative lookups instead of one
+/// whole-path walk each. Lookups below it never follow a symlink: `openat2`
+/// with `RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH` where the kernel has it,
+/// `O_NOFOLLOW` on the last component otherwise.
+#[derive(Debug)]
+pub struct DirHandle {
+    file: File,
+    path: PathBuf,
+}
+
+/// What `fstatat` says about an entry below a [`DirHandle`] (symlinks not
+/// followed).
+#[derive(Debug, Clone, Copy)]
+pub struct EntryStat {
+    /// `st_mode` (type and permission bits).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Modification time, ms since the epoch (0 before it).
+    pub modified_ms: u64,
+}
+
+impl EntryStat {
+    /// A directory (not a symlink to one).
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+}
+
+impl DirHandle {
+    /// Opens `path` (which must be a directory).
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(path)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The directory's path, as opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `fstat` of the directory itself.
+    pub fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        self.file.metadata()
+    }
+
+    /// [`read_file_capped`] of `rel` below this directory; errors name the
+    /// whole path.
+    pub fn read_file(&self, rel: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
+        let path = self.path.join(rel);
+        let file = self.open_below(rel).map_err(|e| open_error(&path, e))?;
+        read_opened(file, &path, limit)
+    }
+
+    /// `fstatat(rel, AT_SYMLINK_NOFOLLOW)` below this directory.
+    pub fn stat(&self, rel: &str) -> io::Result<EntryStat> {
+        let name = c_name(rel)?;
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: a valid directory descriptor, a NUL-terminated name and a
+        // buffer of the right type that fstatat fills on success.
+        let rc = unsafe {
+            libc::fstatat(
+                self.file.as_raw_fd(),
+                name.as_ptr(),
+                st.as_mut_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatat returned 0, so it filled the buffer.
+        let st = unsafe { st.assume_init() };
+        let ms = (st.st_mtime.max(0) as u64) * 1000 + (st.st_mtime_nsec.max(0) as u64) / 1_000_000;
+        Ok(EntryStat {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            modified_ms: ms,
+        })
+    }
+
+    fn open_below(&self, rel: &str) -> io::Result<File> {
+        let name = c_name(rel)?;
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+        // The kernel's `struct open_how` (libc's is non-exhaustive).
+        #[repr(C)]
+        struct OpenHow {
+            flags: u64,
+            mode: u64,
+            resolve: u64,
+        }
+        let how = OpenHow {
+            flags: flags as u64,
+            mode: 0,
+            resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH,
+        };
+        // SAFETY: openat2 with a valid descriptor, a NUL-terminated name and
+        // an `open_how` of the size passed.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                self.file.as_raw_fd(),
+                name.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        let fd = if fd >= 0 {
+            fd as i32
+        } else {
+            let e = io::Error::last_os_error();
+            // No openat2 (old kernel, or a seccomp filter that hides it):
+            // plain openat, which refuses a symlink as the last component.
+            if !matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) {
+                return Err(e);
+            }
+            // SAFETY: as above, with openat's arguments.
+            let fd = unsafe { libc::openat(self.file.as_raw_fd(), name.as_ptr(), flags) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            fd
+        };
+        // SAFETY: a descriptor the kernel just opened for us, owned from here.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+}
+
+fn c_name(rel: &str) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(rel)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a file name"))
+}
+
 /// Reads a file the user named on the command line (a spec, a descriptor, the
 /// input of `validate`): symlinks are followed and any owner is accepted, but
 /// a FIFO, device or directory is refused at once and the size is capped at
@@ -349,6 +490,11 @@ pub fn check_private_dir(dir: &Path) -> Result<(), ReadError> {
 
 /// [`check_private_dir`] with the directory's metadata already at hand.
 pub fn check_private_meta(dir: &Path, meta: &std::fs::Metadata) -> Result<(), ReadError> {
+    check_private_mode(dir, meta.mode(), meta.uid())
+}
+
+/// [`check_private_meta`] from a mode and an owner (e.g. an [`EntryStat`]).
+pub fn check_private_mode(dir: &Path, mode: u32, uid: u32) -> Result<(), ReadError> {
     if allow_foreign_owner() {
         return Ok(());
     }
@@ -358,18 +504,17 @@ pub fn check_private_meta(dir: &Path, meta: &std::fs::Metadata) -> Result<(), Re
             why,
         })
     };
-    let mode = meta.mode() & 0o7777;
+    let mode = mode & 0o7777;
     if mode & 0o022 != 0 {
         return refuse(format!(
             "it is writable by group or others (mode {mode:04o})"
         ));
     }
-    if !trusted_owner(meta.uid()) {
+    if !trusted_owner(uid) {
         // SAFETY: geteuid has no failure modes and no memory effects.
         let me = unsafe { libc::geteuid() };
         return refuse(format!(
-            "it is owned by uid {}, not by this user (uid {me})",
-            meta.uid()
+            "it is owned by uid {uid}, not by this user (uid {me})"
         ));
     }
     Ok(())
@@ -413,6 +558,50 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
     use std::process::Command;
+
+    #[test]
+    fn a_dir_handle_reads_below_without_following_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let runs = tmp.path().join("runs");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(runs.join("r1")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(runs.join("r1/status.json"), "{}").unwrap();
+        std::fs::write(outside.join("status.json"), "planted").unwrap();
+        symlink(&outside, runs.join("r2")).unwrap();
+        symlink(outside.join("status.json"), runs.join("r1/link.json")).unwrap();
+        mkfifo(&runs.join("r1/fifo.json"));
+        let handle = DirHandle::open(&runs).unwrap();
+        assert_eq!(handle.read_file("r1/status.json", 100).unwrap(), b"{}");
+        // A symlinked directory on the way, or as the file itself: refused.
+        for rel in ["r2/status.json", "r1/link.json"] {
+            let err = handle.read_file(rel, 100).unwrap_err();
+            assert!(matches!(err, ReadError::Symlink { .. }), "{rel}: {err}");
+            assert_eq!(err.path(), runs.join(rel));
+        }
+        let err = handle.read_file("r1/fifo.json", 100).unwrap_err();
+        assert!(
+            matches!(err, ReadError::NotRegular { kind: "FIFO", .. }),
+            "{err}"
+        );
+        assert!(
+            handle
+                .read_file("r1/none.json", 100)
+                .unwrap_err()
+                .is_not_found()
+        );
+        assert!(
+            handle.read_file("r1/status.json", 1).is_err(),
+            "the cap holds"
+        );
+        assert!(handle.stat("r1").unwrap().is_dir());
+        assert!(
+            !handle.stat("r2").unwrap().is_dir(),
+            "a symlink is not followed"
+        );
+        let stat = handle.stat("r1/status.json").unwrap();
+        assert!(stat.modified_ms > 0 && !stat.is_dir());
+    }
 
     fn mkfifo(path: &Path) {
         assert!(Command::new("mkfifo").arg(path).status().unwrap().success());

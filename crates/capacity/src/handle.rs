@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use crate::decision::CapacityAction;
 use crate::owner::{Kind, OwnerRecord};
-use crate::pool::{SlotDir, lock_pool, read_owner, release_slot, with_claim, write_owner};
+use crate::pool::{
+    SlotDir, lock_pool, read_owner, release_slot, with_claim, write_owner, write_started_owner,
+};
 use crate::{CapacityError, Snapshot};
 
 /// One slot reserved by [`crate::Capacity::acquire`] or [`crate::Capacity::transfer`].
@@ -140,7 +142,7 @@ impl SlotHandle {
                 return Ok(None);
             };
             change(&mut next);
-            write_owner(&self.slot_dir, &next)?;
+            write_started_owner(&self.slot_dir, &next)?;
             Ok(Some(next))
         })?;
         Ok(written.flatten())

@@ -36,7 +36,9 @@ pub(crate) struct PoolLock {
 pub(crate) fn lock_pool(pool: &Path) -> Result<PoolLock, CapacityError> {
     atomic_file::ensure_private_dir(pool)?;
     let path = pool.join(LOCK_FILE);
-    match atomic_file::create_new_private(&path, b"") {
+    // An empty lock file: nothing to make durable (lost in a crash, it is
+    // created again).
+    match atomic_file::create_new_private_transient_name(&path, b"") {
         Err(e) if !e.is_already_exists() => return Err(e.into()),
         _ => {}
     }
@@ -67,6 +69,22 @@ pub(crate) fn read_owner(slot_dir: &Path) -> Option<OwnerRecord> {
 
 pub(crate) fn write_owner(slot_dir: &Path, owner: &OwnerRecord) -> Result<(), CapacityError> {
     Ok(atomic_file::write_json(&slot_dir.join(OWNER_FILE), owner)?)
+}
+
+/// [`write_owner`] for a start binding: the content is fsynced, the slot
+/// directory not. Lost in a crash, the record goes back to the unbound
+/// reservation, whose reserving launcher is then dead; its run's release
+/// verdict takes the runner from the run's proof instead.
+pub(crate) fn write_started_owner(
+    slot_dir: &Path,
+    owner: &OwnerRecord,
+) -> Result<(), CapacityError> {
+    let bytes = atomic_file::to_pretty_json(owner);
+    Ok(atomic_file::replace_private_with(
+        &slot_dir.join(OWNER_FILE),
+        &bytes,
+        || {},
+    )?)
 }
 
 fn slot_index(name: &str) -> Option<u64> {
@@ -123,10 +141,11 @@ pub(crate) fn create_slot(pool: &Path, owner: &OwnerRecord) -> Result<bool, Capa
         RenameFlags::RENAME_NOREPLACE,
     );
     match renamed {
-        Ok(()) => {
-            atomic_file::sync_dir(pool)?;
-            Ok(true)
-        }
+        // The pool is not fsynced: a slot lost in a crash held a run that
+        // the crash ended, and a staging directory left behind is swept.
+        // `owner.json` and its name in the staging directory are durable,
+        // so a slot that survives is never owner-less.
+        Ok(()) => Ok(true),
         Err(errno) => {
             let _ = fs::remove_dir_all(&staging);
             if errno == nix::errno::Errno::EEXIST || errno == nix::errno::Errno::ENOTEMPTY {
@@ -165,7 +184,8 @@ pub(crate) fn release_slot(pool: &Path, slot: &SlotDir) -> Result<(), CapacityEr
         uuid::Uuid::new_v4()
     ));
     fs::rename(&slot.path, &hidden).map_err(|e| io_error("rename", &slot.path, e))?;
-    atomic_file::sync_dir(pool)?;
+    // Not fsynced: a release lost in a crash brings back the slot of a run
+    // that is over, and the next reconcile frees it again.
     fs::remove_dir_all(&hidden).map_err(|e| io_error("remove", &hidden, e))
 }
 
@@ -206,7 +226,10 @@ fn create_claim(path: &Path, token: &str) -> Result<bool, CapacityError> {
     };
     let bytes = atomic_file::to_pretty_json(&record);
     for attempt in 0..2 {
-        match atomic_file::create_new_private(path, &bytes) {
+        // Content durable (a claim that survives a crash names its dead
+        // holder and is taken over), name not: a claim lost in a crash was
+        // held by a process the crash ended.
+        match atomic_file::create_new_private_transient_name(path, &bytes) {
             Ok(()) => return Ok(true),
             Err(e) if e.is_not_found() => return Ok(false),
             Err(e) if e.is_already_exists() && attempt == 0 && claim_holder_is_dead(path) => {

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
+use atomic_file::read::DirHandle;
+
 use crate::layout::{Layout, files, is_safe_run_id};
 use crate::model::{RunStatus, read_status};
 use crate::proof::{Fallback, ProcessTerminal, read_proof, sanitize};
@@ -48,7 +50,7 @@ pub fn has_frozen_facts(status: &RunStatus) -> bool {
 /// hold, by a few `stat`s and no reads: the run's persisted descriptor not
 /// replaced since the freeze, the claims directory still there, and no
 /// claim slot file past the frozen count (or the budget full).
-fn frozen_fanout_is_current(status: &RunStatus, dir: &Path) -> bool {
+fn frozen_fanout_is_current(status: &RunStatus, dir: &Path, scan: Option<(&Scan, &str)>) -> bool {
     let facts = status.extra.get(LISTING_FACTS);
     let Some(frozen_at) = facts
         .and_then(|f| f.get("frozenAt"))
@@ -56,18 +58,17 @@ fn frozen_fanout_is_current(status: &RunStatus, dir: &Path) -> bool {
     else {
         return false;
     };
-    let descriptor = std::fs::symlink_metadata(dir.join(files::RUN_FANOUT_BUDGET));
+    let descriptor = match scan {
+        Some((scan, name)) => scan
+            .runs
+            .stat(&format!("{name}/{}", files::RUN_FANOUT_BUDGET)),
+        None => stat_path(&dir.join(files::RUN_FANOUT_BUDGET)),
+    };
     let Some(snapshot) = &status.run_fanout_budget else {
         // No budget at the end: still none.
         return matches!(descriptor, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     };
-    let unchanged = descriptor
-        .ok()
-        .and_then(|m| m.modified().ok())
-        .is_some_and(|t| {
-            t.duration_since(std::time::UNIX_EPOCH)
-                .is_ok_and(|d| d.as_millis() <= u128::from(frozen_at))
-        });
+    let unchanged = descriptor.is_ok_and(|m| m.modified_ms <= frozen_at);
     let count = |key: &str| snapshot.get(key).and_then(Value::as_u64);
     let (Some(used), Some(limit)) = (count("used"), count("limit")) else {
         return false;
@@ -79,11 +80,103 @@ fn frozen_fanout_is_current(status: &RunStatus, dir: &Path) -> bool {
     else {
         return false;
     };
-    let claims_there = std::fs::symlink_metadata(claims).is_ok_and(|m| m.is_dir());
-    let next = claims.join(format!("{used:06}.json"));
+    // Below the budgets directory (always, for our own runs): short
+    // lookups through its handle.
+    let budgets = scan.and_then(|(scan, _)| scan.budgets.as_ref());
+    let below = budgets.and_then(|b| {
+        let rel = claims.strip_prefix(b.path()).ok()?.to_str()?;
+        (!rel.is_empty()).then(|| (b, rel.to_owned()))
+    });
+    let stat = |child: Option<&str>| match &below {
+        Some((handle, rel)) => match child {
+            Some(child) => handle.stat(&format!("{rel}/{child}")),
+            None => handle.stat(rel),
+        },
+        None => stat_path(&child.map_or_else(|| claims.to_path_buf(), |c| claims.join(c))),
+    };
+    let claims_there = stat(None).is_ok_and(|m| m.is_dir());
+    let next = format!("{used:06}.json");
     let no_more = used >= limit
-        || matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        || matches!(stat(Some(&next)), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     unchanged && claims_there && no_more
+}
+
+/// `lstat` of a whole path, as an [`EntryStat`].
+fn stat_path(path: &Path) -> std::io::Result<atomic_file::read::EntryStat> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path)?;
+    let ms = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64);
+    Ok(atomic_file::read::EntryStat {
+        mode: meta.mode(),
+        uid: meta.uid(),
+        modified_ms: ms,
+    })
+}
+
+/// The directories a full scan opens once: every run's files are reached
+/// from them by short relative lookups (no whole-path walk per file, and
+/// no symlink followed below them).
+struct Scan {
+    runs: DirHandle,
+    budgets: Option<DirHandle>,
+}
+
+impl Scan {
+    fn open(layout: &Layout) -> Option<Self> {
+        Some(Self {
+            runs: DirHandle::open(&layout.runs_dir()).ok()?,
+            budgets: DirHandle::open(&layout.fanout_budgets_dir()).ok(),
+        })
+    }
+
+    /// A run met by a full scan: its directory checked with one `fstatat`,
+    /// its status read with one `openat2`. A finished run is summarised from
+    /// that one read (there is nothing to reconcile); an active one takes
+    /// the path that reconciles it.
+    fn load(
+        &self,
+        layout: &Layout,
+        name: &str,
+        options: &ListOptions<'_>,
+        skipped: &mut Vec<String>,
+    ) -> Result<Option<RunSummary>> {
+        if !is_safe_run_id(name) {
+            return Ok(None);
+        }
+        let Ok(meta) = self.runs.stat(name) else {
+            return Ok(None);
+        };
+        if !meta.is_dir() {
+            return Ok(None);
+        }
+        let dir = layout.run_dir(name);
+        atomic_file::read::check_private_mode(&dir, meta.mode, meta.uid)?;
+        let rel = format!("{name}/{}", files::STATUS);
+        let bytes = match self
+            .runs
+            .read_file(&rel, atomic_file::read::STATE_FILE_LIMIT)
+        {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let path = dir.join(files::STATUS);
+        let text = String::from_utf8(bytes).map_err(|e| {
+            crate::Error::from(atomic_file::read::ReadError::Io {
+                path: path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+            })
+        })?;
+        let status = crate::model::parse_status(&path, &text)?;
+        if options.reconcile && status.state.is_active() {
+            return load_dir(&dir, None, name, true, options.now, &options.hooks, skipped);
+        }
+        summarize(&dir, name, status, options.hooks.fanout, Some((self, name))).map(Some)
+    }
 }
 
 /// The live fan-out snapshot of a run directory, or why there is none.
@@ -324,7 +417,7 @@ fn load_dir(
         read_status(dir)?
     };
     status
-        .map(|s| summarize(dir, id, s, hooks.fanout))
+        .map(|s| summarize(dir, id, s, hooks.fanout, None))
         .transpose()
 }
 
@@ -333,6 +426,7 @@ fn summarize(
     id: &str,
     mut status: RunStatus,
     fanout: Option<FanoutSource<'_>>,
+    scan: Option<(&Scan, &str)>,
 ) -> Result<RunSummary> {
     // Our own record of the runner id first: a repaired status may carry the
     // placeholder id `observer-unavailable` in its proof projection.
@@ -353,7 +447,7 @@ fn summarize(
     }
     status.last_activity_at = crate::reference::listed_last_activity(dir, &status);
     if let Some(source) = fanout
-        && !(frozen && frozen_fanout_is_current(&status, dir))
+        && !(frozen && frozen_fanout_is_current(&status, dir, scan))
     {
         // One run's missing or corrupt budget must not fail the listing of
         // every other run (the reference throws here): its fan-out line says
@@ -426,26 +520,32 @@ pub fn list_rows<T>(
     let mut keyed: Vec<(u8, std::cmp::Reverse<u64>, T)> = Vec::new();
     let mut unreadable = Vec::new();
     let mut skipped = Vec::new();
-    let root_resolves = layout.runs_dir().canonicalize().is_ok();
+    let scan = Scan::open(layout);
     for name in names {
-        let Some((dir, meta)) = root_resolves
-            .then(|| run_dir_under(layout, &name))
-            .flatten()
-        else {
-            if !options.all {
-                release(&layout.run_dir(&name), &name, &mut skipped);
+        let loaded = match &scan {
+            // A full scan's names are directories (by the directory entry's type).
+            Some(scan) if options.all => {
+                let loaded = scan.load(layout, &name, options, &mut skipped);
+                (loaded, layout.run_dir(&name))
             }
-            continue;
+            Some(_) => match run_dir_under(layout, &name) {
+                Some((dir, meta)) => {
+                    let loaded = load_dir(
+                        &dir,
+                        Some(&meta),
+                        &name,
+                        options.reconcile,
+                        options.now,
+                        &options.hooks,
+                        &mut skipped,
+                    );
+                    (loaded, dir)
+                }
+                None => (Ok(None), layout.run_dir(&name)),
+            },
+            None => (Ok(None), layout.run_dir(&name)),
         };
-        let loaded = load_dir(
-            &dir,
-            Some(&meta),
-            &name,
-            options.reconcile,
-            options.now,
-            &options.hooks,
-            &mut skipped,
-        );
+        let (loaded, dir) = loaded;
         let summary = match loaded {
             Ok(Some(summary)) => summary,
             Ok(None) => {

@@ -8,6 +8,9 @@ use std::fs::File;
 use std::path::Path;
 
 use process_identity::ProcessIdentity;
+use std::borrow::Cow;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -91,7 +94,7 @@ pub struct ExternalProcess {
 }
 
 /// One flat step of a run (`steps[i]`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// Agent label.
@@ -134,7 +137,7 @@ pub struct Step {
 }
 
 /// The whole `status.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStatus {
     /// `3` once a runner wrote the file.
@@ -226,6 +229,147 @@ pub struct RunStatus {
     /// Every other key, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// A map key, borrowed from the input when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(
+                self,
+                v: &'de str,
+            ) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Straight from the map, field by field: `#[serde(flatten)]` would buffer
+/// the whole object first, and listings parse thousands of these.
+impl<'de> Deserialize<'de> for Step {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        deserializer.deserialize_map(StepVisitor)
+    }
+}
+
+struct StepVisitor;
+
+impl<'de> Visitor<'de> for StepVisitor {
+    type Value = Step;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("struct Step")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Step, A::Error> {
+        let mut out = Step::default();
+        let mut agent = None;
+        let mut status = None;
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match key.0.as_ref() {
+                "agent" => agent = Some(map.next_value()?),
+                "status" => status = Some(map.next_value()?),
+                "description" => out.description = map.next_value()?,
+                "startedAt" => out.started_at = map.next_value()?,
+                "endedAt" => out.ended_at = map.next_value()?,
+                "durationMs" => out.duration_ms = map.next_value()?,
+                "exitCode" => out.exit_code = map.next_value()?,
+                "error" => out.error = map.next_value()?,
+                "timedOut" => out.timed_out = map.next_value()?,
+                "stopped" => out.stopped = map.next_value()?,
+                "externalProcess" => out.external_process = map.next_value()?,
+                "processTerminal" => out.process_terminal = map.next_value()?,
+                _ => {
+                    let value: Value = map.next_value()?;
+                    out.extra.insert(key.0.into_owned(), value);
+                }
+            }
+        }
+        out.agent = agent.ok_or_else(|| de::Error::missing_field("agent"))?;
+        out.status = status.ok_or_else(|| de::Error::missing_field("status"))?;
+        Ok(out)
+    }
+}
+
+/// Straight from the map, field by field: `#[serde(flatten)]` would buffer
+/// the whole object first, and listings parse thousands of these.
+impl<'de> Deserialize<'de> for RunStatus {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        deserializer.deserialize_map(RunStatusVisitor)
+    }
+}
+
+struct RunStatusVisitor;
+
+impl<'de> Visitor<'de> for RunStatusVisitor {
+    type Value = RunStatus;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("struct RunStatus")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<RunStatus, A::Error> {
+        let mut out = RunStatus::new(String::new(), RunState::Queued);
+        let mut state = None;
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match key.0.as_ref() {
+                "lifecycleArtifactVersion" => out.lifecycle_artifact_version = map.next_value()?,
+                "runId" => out.run_id = map.next_value()?,
+                "sessionId" => out.session_id = map.next_value()?,
+                "mode" => out.mode = map.next_value()?,
+                "state" => state = Some(map.next_value()?),
+                "displayDismissedAt" => out.display_dismissed_at = map.next_value()?,
+                "error" => out.error = map.next_value()?,
+                "lastActivityAt" => out.last_activity_at = map.next_value()?,
+                "startedAt" => out.started_at = map.next_value()?,
+                "endedAt" => out.ended_at = map.next_value()?,
+                "lastUpdate" => out.last_update = map.next_value()?,
+                "timeoutMs" => out.timeout_ms = map.next_value()?,
+                "deadlineAt" => out.deadline_at = map.next_value()?,
+                "timedOut" => out.timed_out = map.next_value()?,
+                "stopped" => out.stopped = map.next_value()?,
+                "pid" => out.pid = map.next_value()?,
+                "cwd" => out.cwd = map.next_value()?,
+                "currentStep" => out.current_step = map.next_value()?,
+                "chainStepCount" => out.chain_step_count = map.next_value()?,
+                "processTerminal" => out.process_terminal = map.next_value()?,
+                "runFanoutBudget" => out.run_fanout_budget = map.next_value()?,
+                "steps" => out.steps = map.next_value()?,
+                "outputFile" => out.output_file = map.next_value()?,
+                "sessionFile" => out.session_file = map.next_value()?,
+                "runnerIdentity" => out.runner_identity = map.next_value()?,
+                "monitorIdentity" => out.monitor_identity = map.next_value()?,
+                "launcherIdentity" => out.launcher_identity = map.next_value()?,
+                "runnerProcessInstanceId" => out.runner_process_instance_id = map.next_value()?,
+                "stopReason" => out.stop_reason = map.next_value()?,
+                _ => {
+                    let value: Value = map.next_value()?;
+                    out.extra.insert(key.0.into_owned(), value);
+                }
+            }
+        }
+        out.state = state.ok_or_else(|| de::Error::missing_field("state"))?;
+        Ok(out)
+    }
 }
 
 impl RunStatus {
@@ -368,6 +512,31 @@ pub fn update_status(
     }
 }
 
+/// [`update_status`] whose write fsyncs the new status but not the run
+/// directory: a crash may bring back the previous (durable, complete)
+/// status. Only for a change whose loss in a crash leaves a state the
+/// observer handles, such as the monitor's registration in the queued
+/// status (lost, the queued run has a dead launcher and no monitor: it
+/// never started, which is true), or the runner's step records, which the
+/// run's final status write (a full one) makes durable along with itself.
+pub fn update_status_unsynced_dir(
+    run_dir: &Path,
+    change: impl FnOnce(Option<RunStatus>) -> Option<RunStatus>,
+) -> Result<Option<RunStatus>> {
+    let _lock = lock_status(run_dir)?;
+    let current = read_status(run_dir)?;
+    match change(current) {
+        Some(next) => {
+            let bytes = atomic_file::to_pretty_json(&next);
+            atomic_file::replace_private_with(&run_dir.join(files::STATUS), &bytes, || {
+                crate::fault_point("mid-status-write")
+            })?;
+            Ok(Some(next))
+        }
+        None => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +549,52 @@ mod tests {
         let back: Value = serde_json::to_value(&status).unwrap();
         assert_eq!(back["steering"]["requested"], 0);
         assert_eq!(back["steps"][0]["model"], "m");
+    }
+
+    #[test]
+    fn the_field_by_field_parse_matches_a_generic_one() {
+        // Escaped keys, nulls, unknown keys in their order, nested steps.
+        let text = r#"{"z":1,"run\u0049d":"r1","state":"failed","error":null,"a":[1],
+            "steps":[{"agent":"a","status":"failed","exitCode":2,"x":{"y":null},"error":null}],
+            "runFanoutBudget":{"used":1,"limit":2,"remaining":1}}"#;
+        let status = parse_status(Path::new("s.json"), text).unwrap();
+        assert_eq!(status.run_id, "r1");
+        assert_eq!(status.error, None);
+        assert_eq!(status.steps()[0].exit_code, Some(2));
+        let keys: Vec<&str> = status.extra.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["z", "a"]);
+        let generic: Value = serde_json::from_str(text).unwrap();
+        let mut back = serde_json::to_value(&status).unwrap();
+        back.as_object_mut()
+            .unwrap()
+            .insert("error".into(), Value::Null);
+        back["steps"][0]
+            .as_object_mut()
+            .unwrap()
+            .insert("error".into(), Value::Null);
+        assert_eq!(back, generic);
+    }
+
+    #[test]
+    fn required_fields_are_named_when_missing() {
+        for (text, field) in [
+            (r#"{"runId":"r1"}"#, "state"),
+            (
+                r#"{"state":"running","steps":[{"status":"pending"}]}"#,
+                "agent",
+            ),
+            (r#"{"state":"running","steps":[{"agent":"a"}]}"#, "status"),
+        ] {
+            let err = parse_status(Path::new("s.json"), text).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains(&format!("missing field `{field}`")),
+                "{err}"
+            );
+        }
+        let err =
+            parse_status(Path::new("s.json"), r#"{"state":"running","steps":[1]}"#).unwrap_err();
+        assert!(err.to_string().contains("steps[0]"), "{err}");
     }
 
     #[test]

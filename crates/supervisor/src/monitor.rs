@@ -17,7 +17,7 @@ use std::time::Duration;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::Pid;
 use process_identity::ProcessIdentity;
-use status::model::update_status;
+use status::model::{update_status, update_status_unsynced_dir};
 use status::now_ms;
 use status::proof::{self, ProcessTerminal, ProofState};
 
@@ -99,7 +99,10 @@ fn register(config: &LaunchConfig) -> bool {
         return true;
     };
     let mut given_up = false;
-    let registered = update_status(&config.run_dir, |s| {
+    // Its loss in a crash is harmless (the run then never started, which
+    // the observer concludes from the dead launcher), so only the status's
+    // content is fsynced, not the run directory.
+    let registered = update_status_unsynced_dir(&config.run_dir, |s| {
         let mut s = s?;
         if s.state != status::RunState::Queued {
             given_up = true;

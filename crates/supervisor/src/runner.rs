@@ -23,7 +23,7 @@ use nix::sys::signal::Signal;
 use process_identity::ProcessIdentity;
 use recovery::lease::{LeaseRequest, SessionLease, Writer, acquire_lease};
 use serde_json::json;
-use status::model::update_status;
+use status::model::{update_status, update_status_unsynced_dir};
 use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
 
@@ -497,8 +497,12 @@ impl<'a> Execution<'a> {
     fn write_step_started(&self, i: usize, pid: u32, now: u64) {
         let config = self.config;
         let identity = ProcessIdentity::of(pid).ok();
+        // Content fsynced, directory not (see `update_status_unsynced_dir`):
+        // lost in a crash, the status is back at `running`, which the
+        // observer repairs as it would this one; the run's final write
+        // syncs the directory, and with it this rename.
         let _ = durable::retry("status.json", || {
-            update_status(&config.run_dir, |s| {
+            update_status_unsynced_dir(&config.run_dir, |s| {
                 Some(transitions::step_started(
                     s?,
                     config,
@@ -522,7 +526,8 @@ impl<'a> Execution<'a> {
         crate::agent_output::after_step(self.config, i);
         if std::fs::metadata(&output).map_or(true, |m| m.len() == 0) {
             let stdout = std::fs::read(log_path(self.config, i, "stdout")).unwrap_or_default();
-            let _ = atomic_file::write_private(&output, &stdout);
+            // Made durable by the directory fsync of the run's final status.
+            let _ = atomic_file::replace_private_with(&output, &stdout, || {});
         }
         self.write_step_end(i);
     }
@@ -563,8 +568,10 @@ impl<'a> Execution<'a> {
             timed_out: run.interruption == Some(Interruption::TimedOut),
             process: run.ended.map(|e| (e.code(), e.signal())),
         };
+        // As the step's start: the run's final status write syncs the
+        // directory before the run counts as finished.
         let write = || {
-            update_status(&self.config.run_dir, |s| {
+            update_status_unsynced_dir(&self.config.run_dir, |s| {
                 Some(transitions::step_ended(s?, self.config, i, &end, now))
             })
         };
