@@ -168,17 +168,8 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 /// and synced, just before it is renamed onto `path`. Crash tests use it to
 /// die inside the write; a torn target must still be impossible.
 pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce()) -> Result<()> {
+    replace_private_with(path, bytes, before_rename)?;
     let dir = parent_of(path);
-    ensure_private_dir(dir)?;
-    let tmp = temp_path(path);
-    let written = write_new_file(&tmp, bytes).and_then(|()| {
-        before_rename();
-        fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
-    });
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written?;
     if is_deferred(dir) {
         return Ok(());
     }
