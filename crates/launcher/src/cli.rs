@@ -561,10 +561,10 @@ impl McpArgs {
 
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
-    let internal = std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == "__monitor" || a == "__runner");
-    if !internal && let Err(e) = crate::settings::apply() {
+    if let Some(code) = internal_process() {
+        return code;
+    }
+    if let Err(e) = crate::settings::apply() {
         eprintln!("subagents: {}", atomic_file::escape(&e.message));
         return e.exit.code();
     }
@@ -609,6 +609,26 @@ pub fn main() -> i32 {
             e.exit.code()
         }
     }
+}
+
+/// Runs a run's monitor or runner when this process is one (`__monitor` /
+/// `__runner` as the first argument); `None` for every user command.
+///
+/// They skip clap and the config file: building the parser for every
+/// subcommand touches pages of the binary that two processes per run would
+/// otherwise keep resident for the whole run.
+fn internal_process() -> Option<i32> {
+    let first = std::env::args_os().nth(1)?;
+    let main: fn() -> i32 = if first == "__monitor" {
+        supervisor::monitor::main
+    } else if first == "__runner" {
+        supervisor::runner::main
+    } else {
+        return None;
+    };
+    // The processes of a run were started by a launcher that checked the root.
+    atomic_file::read::set_allow_foreign_owner(crate::root::allow_shared_root(false));
+    Some(main())
 }
 
 /// A parser error: clap's own output, or with `--json` on the command line
