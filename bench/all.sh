@@ -13,6 +13,7 @@
 #             listAsyncRuns+formatAsyncRunList on the same root, interleaved
 #   active    run --max-active, list, status with ACTIVES runs active in one
 #             session; CAPACITY_SLOTS slots held (cloned slot records)
+#   handshake ready -> proceed, both sides in one process (divan)
 #   race      128 processes claiming one fan-out slot each from a budget of
 #             64 (ours: `budget claim`; the reference: claimRunFanoutBatch)
 # Knobs: RUNS (hyperfine runs, 30), WARMUP (3), ROUNDS (interleaved rounds of
@@ -251,6 +252,13 @@ PY
     stop_all "$R"
     rm -rf "$R"
 done
+
+# --- handshake ready -> proceed (in process, divan) ------------------------------
+note "## handshake ready -> proceed (crates/handshake/benches/ready_to_proceed.rs)"
+wait_quiet "$OUT"
+(cd "$REPO_DIR" && cargo bench -q -p handshake --bench ready_to_proceed 2>/dev/null) \
+    | grep -E 'fastest|ready_to_proceed ' | tee -a "$OUT" \
+    || note "handshake bench failed"
 
 # --- 128 processes racing for 64 fan-out slots -------------------------------------
 note "## 128 processes, one claim each, budget of 64"
