@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
 /// Slice when every wake-up source works: only a guard against lost events.
 const GUARD_SLICE: Duration = Duration::from_secs(1);
@@ -76,6 +76,11 @@ fn watch_dir(dir: &Path, names: &[&'static str], tx: Sender<()>) -> Option<Recom
     let names = names.to_vec();
     let handler = move |event: notify::Result<Event>| {
         let relevant = match &event {
+            // Opening and reading a file are access events (IN_OPEN, IN_ACCESS,
+            // IN_CLOSE_*): the wait's own reads would wake it again at once, a
+            // loop that takes a whole CPU. Writers that matter rename the file
+            // into place (or modify it), which are not access events.
+            Ok(ev) if matches!(ev.kind, EventKind::Access(_)) => ev.need_rescan(),
             Ok(ev) => {
                 ev.need_rescan()
                     || ev.paths.iter().any(|p| {

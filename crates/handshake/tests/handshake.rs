@@ -431,6 +431,55 @@ fn runner_that_never_acknowledges_and_ignores_sigterm_is_killed() {
     assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
 }
 
+/// The launcher's wait must not wake itself: its own reads of
+/// `runner-startup.json` are inotify events too (IN_OPEN), and a wait that
+/// took them for news re-read the file in a loop, using a whole CPU until the
+/// runner answered, and starving the runner on a loaded machine.
+#[test]
+fn waiting_for_acknowledged_reads_the_startup_file_a_bounded_number_of_times() {
+    use notify::{EventKind, RecursiveMode, Watcher, event::AccessKind};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let fx = Fixture::new();
+    let opens = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&opens);
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event
+            && matches!(event.kind, EventKind::Access(AccessKind::Open(_)))
+            && event.paths.iter().any(|p| p.ends_with(STARTUP_FILE))
+        {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+    .unwrap();
+    watcher.watch(&fx.dir, RecursiveMode::NonRecursive).unwrap();
+    let mut child = fx.spawn("ready-then-park");
+    let timeouts = LauncherTimeouts {
+        acknowledged: Duration::from_secs(2),
+        terminate_grace: Duration::from_millis(500),
+        ..patient()
+    };
+    let failure = fx.launch(&mut child, &timeouts);
+    assert!(
+        matches!(
+            failure.error,
+            HandshakeError::Timeout {
+                state: "acknowledged",
+                ..
+            }
+        ),
+        "{}",
+        failure.error
+    );
+    // A read at the start, one per guard slice (1 s), one at the deadline and
+    // the failure record's: a handful. The self-waking loop made thousands.
+    let opens = opens.load(Ordering::Relaxed);
+    assert!(
+        opens <= 20,
+        "runner-startup.json opened {opens} times in a 2 s wait"
+    );
+}
+
 #[test]
 fn runner_times_out_waiting_for_proceed_and_records_the_error() {
     let fx = Fixture::new();
