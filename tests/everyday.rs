@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::Stdio;
 
@@ -361,14 +361,25 @@ fn wait_prints_each_run_as_it_ends() {
     let mut waiter = env
         .command(&["wait", &slow, &quick])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(waiter.stdout.take().unwrap()).lines();
+    // An early end of `wait` says why: its exit status and its stderr.
+    let mut next_line = |waiter: &mut std::process::Child| match lines.next() {
+        Some(line) => line.unwrap(),
+        None => {
+            let status = waiter.wait().unwrap();
+            let mut stderr = String::new();
+            let _ = waiter.stderr.take().unwrap().read_to_string(&mut stderr);
+            panic!("wait ended early ({status}): {stderr}");
+        }
+    };
     // The quick run's line comes while the slow one is still running.
-    assert_eq!(lines.next().unwrap().unwrap(), format!("{quick} complete"));
+    assert_eq!(next_line(&mut waiter), format!("{quick} complete"));
     assert_eq!(env.status_json(&slow)["state"], "running");
     std::fs::write(&fifo, "go\n").unwrap();
-    assert_eq!(lines.next().unwrap().unwrap(), format!("{slow} complete"));
+    assert_eq!(next_line(&mut waiter), format!("{slow} complete"));
     assert!(waiter.wait().unwrap().success());
 }
 
