@@ -268,6 +268,11 @@ for i in $(seq "$RACES"); do
     wait_quiet "$OUT"
     note "ours: $(python3 "$BENCH_DIR/race.py" 128 -- "$S" --root "$R" budget claim --descriptor "$R/race$i.json" --path "p{i}")"
 done
+# The floor: starting the same 128 processes, each doing nothing (no lock, no file).
+for i in $(seq "$RACES"); do
+    wait_quiet "$OUT"
+    note "floor, 128 x subagents --version: $(python3 "$BENCH_DIR/race.py" 128 -- "$S" --version)"
+done
 if [ -n "$REF" ]; then
     mkdir -p "$R/ref-tmp"
     for i in $(seq "$REF_RACES"); do
