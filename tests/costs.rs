@@ -1,6 +1,6 @@
 //! Regression guards for the cost of the hot paths, counted rather than
 //! timed so they cannot flake on a busy machine: fsyncs per launch, files
-//! opened per listed run, no walk over `/proc`, and `wait` woken by the
+//! opened per listed run (none for a finished run with a warm listing index), no walk over `/proc`, and `wait` woken by the
 //! monitor's exit through a pidfd.
 //!
 //! Each test runs the real binary under `strace -f` and counts system calls.
@@ -203,6 +203,27 @@ fn run_file_opens(trace: &str, runs_dir: &Path) -> usize {
         .count()
 }
 
+/// Lists until the listing index holds a row for each of the `runs`
+/// finished runs (a status is indexed once it is a couple of seconds old;
+/// see `status::list_index::SETTLE_NS`), so what is traced next is the
+/// steady state.
+fn settle_index(env: &Env, runs: usize) {
+    let index = env.root().join("listing-index/finished-runs");
+    poll(std::time::Duration::from_secs(120), || {
+        env.ok(&["list", "--all"]);
+        let text = std::fs::read_to_string(&index).unwrap_or_default();
+        let header: Option<serde_json::Value> = text
+            .lines()
+            .nth(1)
+            .and_then(|l| serde_json::from_str(l).ok());
+        header.is_some_and(|h| h["rows"] == runs)
+    });
+}
+
+fn forget_index(env: &Env) {
+    std::fs::remove_file(env.root().join("listing-index/finished-runs")).unwrap();
+}
+
 #[test]
 fn list_all_reads_one_file_per_finished_run_and_list_none() {
     let env = Env::new();
@@ -213,14 +234,24 @@ fn list_all_reads_one_file_per_finished_run_and_list_none() {
     let runs_dir = env.root().join("async-subagent-runs");
     // The first listing after runs end also frees their capacity slots
     // (reading each one's status and proof once); the steady state is traced.
-    env.ok(&["list", "--all"]);
+    settle_index(&env, runs);
+    let Some(warm) = traced(&env, "openat,openat2", &["list", "--all"]) else {
+        return;
+    };
+    let opened = run_file_opens(&warm, &runs_dir);
+    assert_eq!(
+        opened, 0,
+        "list --all with a warm index opened {opened} files of {runs} finished runs:\n{warm}"
+    );
+    // Without the index: one file per run (and the index written again).
+    forget_index(&env);
     let Some(all) = traced(&env, "openat,openat2", &["list", "--all"]) else {
         return;
     };
     let opened = run_file_opens(&all, &runs_dir);
-    assert!(
-        (1..=runs).contains(&opened),
-        "list --all opened {opened} files for {runs} finished runs (one each):\n{all}"
+    assert_eq!(
+        opened, runs,
+        "list --all without an index opened {opened} files for {runs} finished runs (one each):\n{all}"
     );
     let Some(active) = traced(&env, "openat,openat2", &["list"]) else {
         return;
@@ -246,48 +277,66 @@ fn syscalls(trace: &str) -> usize {
 }
 
 /// System calls `list --all` may make per finished run whose listing facts
-/// are frozen: `fstatat` of its directory, `openat2` + `fstat` + `read` +
-/// `close` of its `status.json`, and three `fstatat`s that show the frozen
-/// fan-out counts still hold (its descriptor, the claims directory, the
-/// next claim slot).
+/// are frozen, without a listing index: `fstatat` of its directory,
+/// `openat2` + `fstat` + `read` + `close` of its `status.json`, and three
+/// `fstatat`s that show the frozen fan-out counts still hold (its
+/// descriptor, the claims directory, the next claim slot).
 const LIST_ALL_SYSCALLS_PER_RUN: usize = 8;
+/// The same with the run's row in the listing index: `fstatat` of its
+/// directory and of its `status.json` (unchanged since the row was
+/// rendered), and the three fan-out `fstatat`s. No open, no read.
+const LIST_ALL_INDEXED_SYSCALLS_PER_RUN: usize = 5;
 
 #[test]
 fn list_all_costs_a_fixed_number_of_relative_lookups_per_finished_run() {
     let env = Env::new();
     let runs_dir = env.root().join("async-subagent-runs");
     let whole = format!("\"{}/", runs_dir.display());
-    let measure = |env: &Env| {
-        env.ok(&["list", "--all"]);
-        let trace = traced(env, "all", &["list", "--all"])?;
-        let by_path = trace.lines().filter(|l| l.contains(&whole)).count();
-        Some((syscalls(&trace), by_path, trace))
+    // (warm index, no index): system calls, whole-path lookups, trace.
+    let measure = |env: &Env, runs: usize| {
+        settle_index(env, runs);
+        let warm = traced(env, "all", &["list", "--all"])?;
+        forget_index(env);
+        let cold = traced(env, "all", &["list", "--all"])?;
+        let by_path = |t: &str| t.lines().filter(|l| l.contains(&whole)).count();
+        Some([warm, cold].map(|t| (syscalls(&t), by_path(&t), t)))
     };
     let batch = 4;
     for _ in 0..batch {
         env.ok(&["run", "--wait", "--", "true"]);
     }
-    let Some((few, few_paths, _)) = measure(&env) else {
+    let Some(few) = measure(&env, batch) else {
         return;
     };
     for _ in 0..batch {
         env.ok(&["run", "--wait", "--", "true"]);
     }
-    let Some((more, more_paths, trace)) = measure(&env) else {
+    let Some(more) = measure(&env, 2 * batch) else {
         return;
     };
-    // A little slack for the allocator growing the heap once more.
-    let most = batch * LIST_ALL_SYSCALLS_PER_RUN + 2;
-    assert!(
-        more.saturating_sub(few) <= most,
-        "{batch} more finished runs cost {} more system calls (at most {most}):\n{trace}",
-        more - few
-    );
-    // Per-run files are reached relative to the runs directory's handle,
-    // never by a whole-path walk.
+    let per_run = [LIST_ALL_INDEXED_SYSCALLS_PER_RUN, LIST_ALL_SYSCALLS_PER_RUN];
+    for (i, what) in ["a warm index", "no index"].into_iter().enumerate() {
+        let ((few, few_paths, _), (more, more_paths, trace)) = (&few[i], &more[i]);
+        // A little slack for the allocator growing the heap once more.
+        let most = batch * per_run[i] + 2;
+        assert!(
+            more.saturating_sub(*few) <= most,
+            "with {what}, {batch} more finished runs cost {} more system calls (at most {most}):\n{trace}",
+            more - few
+        );
+        // Per-run files are reached relative to the runs directory's handle,
+        // never by a whole-path walk.
+        assert_eq!(
+            more_paths, few_paths,
+            "with {what}, whole-path lookups grew with the runs:\n{trace}"
+        );
+    }
+    let reads = |t: &str| calls(t, "read").len() + calls(t, "openat2").len();
     assert_eq!(
-        more_paths, few_paths,
-        "whole-path lookups grew with the runs:\n{trace}"
+        reads(&more[0].2),
+        reads(&few[0].2),
+        "with a warm index, opens and reads grew with the finished runs:\n{}",
+        more[0].2
     );
 }
 

@@ -98,11 +98,13 @@ pub enum Kind {
     ListHuman,
     /// `subagents list --json`.
     ListJson,
+    /// `listing-index/finished-runs` (stamps and checksum redacted).
+    ListIndex,
 }
 
 impl Kind {
     /// Every kind, in snapshot order.
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::Status,
         Kind::Events,
         Kind::Candidate,
@@ -123,6 +125,7 @@ impl Kind {
         Kind::RecoverySeal,
         Kind::ListHuman,
         Kind::ListJson,
+        Kind::ListIndex,
     ];
 
     /// The name recorded in a snapshot's `info.kind`.
@@ -148,6 +151,7 @@ impl Kind {
             Kind::RecoverySeal => "recovery-seal",
             Kind::ListHuman => "list-human",
             Kind::ListJson => "list-json",
+            Kind::ListIndex => "list-index",
         }
     }
 

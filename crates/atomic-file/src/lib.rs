@@ -197,6 +197,37 @@ pub fn replace_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnc
     written
 }
 
+/// [`write_private`] of content too large to hold twice: `fill` streams it
+/// into the temp file (buffered), which is then fsynced, renamed onto
+/// `path` and the directory fsynced. A failed `fill` leaves no file.
+pub fn write_private_streamed(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<()> {
+    let dir = parent_of(path);
+    ensure_private_dir(dir)?;
+    let tmp = temp_path(path);
+    let written = (|| {
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(&tmp)
+            .map_err(|e| Error::new("create", &tmp, e))?;
+        let mut out = io::BufWriter::with_capacity(1 << 16, file);
+        fill(&mut out)
+            .and_then(|()| out.into_inner().map_err(|e| e.into_error()))
+            .and_then(|file| file.sync_all())
+            .map_err(|e| Error::new("write", &tmp, e))?;
+        fs::rename(&tmp, path).map_err(|e| Error::new("rename temp file onto", path, e))
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+        return written;
+    }
+    sync_dir(dir)
+}
+
 /// [`create_new_private`] without the directory fsync: the file's content
 /// is durable before anyone can rely on it, its name is not. For transient
 /// records (a claim removed again moments later) whose loss in a crash is

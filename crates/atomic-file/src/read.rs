@@ -250,6 +250,49 @@ impl EntryStat {
     }
 }
 
+/// What identifies one version of a file to a cache: device, inode, size,
+/// owner, mode and the modification and change times to the nanosecond.
+/// Userspace can set the modification time but never the change time: any
+/// write, `chmod` or rename onto the name gives the (new) inode the
+/// kernel's current time as its change time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_size`.
+    pub size: u64,
+    /// `st_mode` (type and permission bits).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Modification time: seconds and nanoseconds since the epoch.
+    pub mtime: (i64, i64),
+    /// Change time: seconds and nanoseconds since the epoch.
+    pub ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// The stamp of a file's metadata.
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mode: meta.mode(),
+            uid: meta.uid(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// The change time in nanoseconds since the epoch (negative before it).
+    pub fn ctime_ns(&self) -> i128 {
+        i128::from(self.ctime.0) * 1_000_000_000 + i128::from(self.ctime.1)
+    }
+}
+
 impl DirHandle {
     /// Opens `path` (which must be a directory).
     pub fn open(path: &Path) -> io::Result<Self> {
@@ -281,8 +324,44 @@ impl DirHandle {
         read_opened(file, &path, limit)
     }
 
+    /// [`DirHandle::read_file`] that also returns the [`Stamp`] of the file
+    /// read, from the same `fstat` of its handle that checked it (taken
+    /// before the read: a change made while reading moves the change time on).
+    pub fn read_file_stamped(&self, rel: &str, limit: u64) -> Result<(Vec<u8>, Stamp), ReadError> {
+        let path = self.path.join(rel);
+        let file = self.open_below(rel).map_err(|e| open_error(&path, e))?;
+        let meta = check_regular(&file, &path)?;
+        let stamp = Stamp::of(&meta);
+        Ok((read_sized(file, &path, limit, meta.len())?, stamp))
+    }
+
+    /// The [`Stamp`] of `rel` below this directory: one
+    /// `fstatat(rel, AT_SYMLINK_NOFOLLOW)`.
+    pub fn stamp(&self, rel: &str) -> io::Result<Stamp> {
+        let st = self.fstatat(rel)?;
+        Ok(Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size.max(0) as u64,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        })
+    }
+
     /// `fstatat(rel, AT_SYMLINK_NOFOLLOW)` below this directory.
     pub fn stat(&self, rel: &str) -> io::Result<EntryStat> {
+        let st = self.fstatat(rel)?;
+        let ms = (st.st_mtime.max(0) as u64) * 1000 + (st.st_mtime_nsec.max(0) as u64) / 1_000_000;
+        Ok(EntryStat {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            modified_ms: ms,
+        })
+    }
+
+    fn fstatat(&self, rel: &str) -> io::Result<libc::stat> {
         let name = c_name(rel)?;
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: a valid directory descriptor, a NUL-terminated name and a
@@ -299,13 +378,7 @@ impl DirHandle {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fstatat returned 0, so it filled the buffer.
-        let st = unsafe { st.assume_init() };
-        let ms = (st.st_mtime.max(0) as u64) * 1000 + (st.st_mtime_nsec.max(0) as u64) / 1_000_000;
-        Ok(EntryStat {
-            mode: st.st_mode,
-            uid: st.st_uid,
-            modified_ms: ms,
-        })
+        Ok(unsafe { st.assume_init() })
     }
 
     fn open_below(&self, rel: &str) -> io::Result<File> {

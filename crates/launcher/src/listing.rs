@@ -1,7 +1,8 @@
 //! `subagents list`: one pass over the runs that keeps a small row per run
 //! (a rendered text block, or for JSON just the name of a run whose facts
 //! are frozen), then prints in listing order. Memory grows with the rows,
-//! never with whole statuses.
+//! never with whole statuses. `list --all` as text takes finished runs'
+//! blocks from the listing index (`status::list_index`) where they hold.
 
 use std::collections::BTreeSet;
 use std::io::{BufWriter, Write};
@@ -27,6 +28,7 @@ enum JsonRow {
 pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
     let budgets = layout.fanout_budgets_dir();
     let fanout = |dir: &std::path::Path| crate::fanout::live_snapshot(&budgets, dir);
+    let started = std::time::SystemTime::now();
     let now = status::now_ms();
     let options = ListOptions {
         all: args.all,
@@ -91,6 +93,19 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
             array.push(&mut out, &serde_json::to_value(run).unwrap_or_default())?;
         }
         array.finish(&mut out)?;
+    } else if args.all {
+        // Finished runs' rows from the listing index where they still hold.
+        let home = home();
+        let text = status::list_index::TextOptions {
+            home: home.as_deref(),
+            started,
+        };
+        let listing = status::list_index::list_text(layout, &options, &text)?;
+        report_skipped(&listing.skipped_repairs);
+        admission::release_finished(layout, listing.sessions.iter().map(String::as_str));
+        let blocks: Vec<&str> = listing.blocks().collect();
+        write_text(&mut out, "Async runs", &blocks)?;
+        write_unreadable(&mut out, &listing.unreadable)?;
     } else {
         let home = home();
         // Every row's text goes into one buffer (one allocation that grows,

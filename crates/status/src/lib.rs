@@ -14,7 +14,9 @@
 //! * [`reconcile`]: stale-run repair, safe against pid reuse;
 //! * [`reference`]: the reference's own rules for records it wrote
 //!   (bare-pid staleness, result-based repair, the failed result file);
-//! * [`list`] and [`format`]: run summaries and the reference's list text.
+//! * [`list`] and [`format`]: run summaries and the reference's list text;
+//! * [`list_index`]: the index of finished runs' rendered rows that spares
+//!   `list --all` a read of every finished run.
 //!
 //! The formats are those of pi-subagents 0.49.0 (see `docs/compat.md`),
 //! so the same reader serves runs written by either implementation.
@@ -25,6 +27,7 @@ pub mod format;
 pub mod index;
 pub mod layout;
 pub mod list;
+pub mod list_index;
 pub mod model;
 pub mod proof;
 pub mod reconcile;

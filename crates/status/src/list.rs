@@ -46,59 +46,95 @@ pub fn has_frozen_facts(status: &RunStatus) -> bool {
             == Some("observed")
 }
 
+/// The frozen fan-out facts of a status (see [`LISTING_FACTS`]) that a
+/// listing checks, by a few `stat`s and no reads, before trusting the
+/// frozen counts. `None` from [`FrozenFanout::of`] means the facts are
+/// incomplete and the counts are never trusted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FrozenFanout {
+    frozen_at: u64,
+    budget: Option<FrozenBudget>,
+}
+
+/// The frozen budget counts and where its claims live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FrozenBudget {
+    used: u64,
+    limit: u64,
+    claims_dir: PathBuf,
+}
+
+impl FrozenFanout {
+    pub(crate) fn of(status: &RunStatus) -> Option<Self> {
+        let facts = status.extra.get(LISTING_FACTS);
+        let frozen_at = facts
+            .and_then(|f| f.get("frozenAt"))
+            .and_then(Value::as_u64)?;
+        let Some(snapshot) = &status.run_fanout_budget else {
+            return Some(Self {
+                frozen_at,
+                budget: None,
+            });
+        };
+        let count = |key: &str| snapshot.get(key).and_then(Value::as_u64);
+        let claims_dir = facts
+            .and_then(|f| f.get("fanoutClaimsDir"))
+            .and_then(Value::as_str)
+            .map(PathBuf::from)?;
+        Some(Self {
+            frozen_at,
+            budget: Some(FrozenBudget {
+                used: count("used")?,
+                limit: count("limit")?,
+                claims_dir,
+            }),
+        })
+    }
+
+    /// Whether the frozen counts still hold: the run's persisted descriptor
+    /// not replaced since the freeze, the claims directory still there, and
+    /// no claim slot file past the frozen count (or the budget full).
+    pub(crate) fn is_current(&self, dir: &Path, scan: Option<(&Scan, &str)>) -> bool {
+        let descriptor = match scan {
+            Some((scan, name)) => scan
+                .runs
+                .stat(&format!("{name}/{}", files::RUN_FANOUT_BUDGET)),
+            None => stat_path(&dir.join(files::RUN_FANOUT_BUDGET)),
+        };
+        let Some(budget) = &self.budget else {
+            // No budget at the end: still none.
+            return matches!(descriptor, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        };
+        let unchanged = descriptor.is_ok_and(|m| m.modified_ms <= self.frozen_at);
+        let claims = budget.claims_dir.as_path();
+        // Below the budgets directory (always, for our own runs): short
+        // lookups through its handle.
+        let budgets = scan.and_then(|(scan, _)| scan.budgets.as_ref());
+        let below = budgets.and_then(|b| {
+            let rel = claims.strip_prefix(b.path()).ok()?.to_str()?;
+            (!rel.is_empty()).then(|| (b, rel.to_owned()))
+        });
+        let stat = |child: Option<&str>| match &below {
+            Some((handle, rel)) => match child {
+                Some(child) => handle.stat(&format!("{rel}/{child}")),
+                None => handle.stat(rel),
+            },
+            None => stat_path(&child.map_or_else(|| claims.to_path_buf(), |c| claims.join(c))),
+        };
+        let claims_there = stat(None).is_ok_and(|m| m.is_dir());
+        let next = format!("{:06}.json", budget.used);
+        let no_more = budget.used >= budget.limit
+            || matches!(stat(Some(&next)), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        unchanged && claims_there && no_more
+    }
+}
+
 /// Whether the frozen fan-out counts of a status with frozen facts still
-/// hold, by a few `stat`s and no reads: the run's persisted descriptor not
-/// replaced since the freeze, the claims directory still there, and no
-/// claim slot file past the frozen count (or the budget full).
+/// hold (see [`FrozenFanout::is_current`]).
 fn frozen_fanout_is_current(status: &RunStatus, dir: &Path, scan: Option<(&Scan, &str)>) -> bool {
-    let facts = status.extra.get(LISTING_FACTS);
-    let Some(frozen_at) = facts
-        .and_then(|f| f.get("frozenAt"))
-        .and_then(Value::as_u64)
-    else {
-        return false;
-    };
-    let descriptor = match scan {
-        Some((scan, name)) => scan
-            .runs
-            .stat(&format!("{name}/{}", files::RUN_FANOUT_BUDGET)),
-        None => stat_path(&dir.join(files::RUN_FANOUT_BUDGET)),
-    };
-    let Some(snapshot) = &status.run_fanout_budget else {
-        // No budget at the end: still none.
-        return matches!(descriptor, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-    };
-    let unchanged = descriptor.is_ok_and(|m| m.modified_ms <= frozen_at);
-    let count = |key: &str| snapshot.get(key).and_then(Value::as_u64);
-    let (Some(used), Some(limit)) = (count("used"), count("limit")) else {
-        return false;
-    };
-    let Some(claims) = facts
-        .and_then(|f| f.get("fanoutClaimsDir"))
-        .and_then(Value::as_str)
-        .map(Path::new)
-    else {
-        return false;
-    };
-    // Below the budgets directory (always, for our own runs): short
-    // lookups through its handle.
-    let budgets = scan.and_then(|(scan, _)| scan.budgets.as_ref());
-    let below = budgets.and_then(|b| {
-        let rel = claims.strip_prefix(b.path()).ok()?.to_str()?;
-        (!rel.is_empty()).then(|| (b, rel.to_owned()))
-    });
-    let stat = |child: Option<&str>| match &below {
-        Some((handle, rel)) => match child {
-            Some(child) => handle.stat(&format!("{rel}/{child}")),
-            None => handle.stat(rel),
-        },
-        None => stat_path(&child.map_or_else(|| claims.to_path_buf(), |c| claims.join(c))),
-    };
-    let claims_there = stat(None).is_ok_and(|m| m.is_dir());
-    let next = format!("{used:06}.json");
-    let no_more = used >= limit
-        || matches!(stat(Some(&next)), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-    unchanged && claims_there && no_more
+    FrozenFanout::of(status).is_some_and(|f| f.is_current(dir, scan))
 }
 
 /// `lstat` of a whole path, as an [`EntryStat`].
@@ -120,13 +156,21 @@ fn stat_path(path: &Path) -> std::io::Result<atomic_file::read::EntryStat> {
 /// The directories a full scan opens once: every run's files are reached
 /// from them by short relative lookups (no whole-path walk per file, and
 /// no symlink followed below them).
-struct Scan {
-    runs: DirHandle,
+pub(crate) struct Scan {
+    pub(crate) runs: DirHandle,
     budgets: Option<DirHandle>,
 }
 
+/// A run loaded by a full scan, and whether its summary came from the
+/// status alone (frozen facts that still hold: no proof sidecar, no live
+/// fan-out count), with the stamp of the `status.json` read.
+pub(crate) struct Scanned {
+    pub(crate) summary: RunSummary,
+    pub(crate) from_status_alone: Option<(atomic_file::read::Stamp, FrozenFanout)>,
+}
+
 impl Scan {
-    fn open(layout: &Layout) -> Option<Self> {
+    pub(crate) fn open(layout: &Layout) -> Option<Self> {
         Some(Self {
             runs: DirHandle::open(&layout.runs_dir()).ok()?,
             budgets: DirHandle::open(&layout.fanout_budgets_dir()).ok(),
@@ -144,23 +188,45 @@ impl Scan {
         options: &ListOptions<'_>,
         skipped: &mut Vec<String>,
     ) -> Result<Option<RunSummary>> {
-        if !is_safe_run_id(name) {
+        if !self.check_dir(layout, name)? {
             return Ok(None);
+        }
+        Ok(self
+            .load_checked(layout, name, options, skipped)?
+            .map(|s| s.summary))
+    }
+
+    /// Whether `name` is a run directory to load: a safe name and a real
+    /// directory (one `fstatat`), refused when another user could write it.
+    pub(crate) fn check_dir(&self, layout: &Layout, name: &str) -> Result<bool> {
+        if !is_safe_run_id(name) {
+            return Ok(false);
         }
         let Ok(meta) = self.runs.stat(name) else {
-            return Ok(None);
+            return Ok(false);
         };
         if !meta.is_dir() {
-            return Ok(None);
+            return Ok(false);
         }
+        atomic_file::read::check_private_mode(&layout.run_dir(name), meta.mode, meta.uid)?;
+        Ok(true)
+    }
+
+    /// [`Scan::load`] of a directory [`Scan::check_dir`] accepted.
+    pub(crate) fn load_checked(
+        &self,
+        layout: &Layout,
+        name: &str,
+        options: &ListOptions<'_>,
+        skipped: &mut Vec<String>,
+    ) -> Result<Option<Scanned>> {
         let dir = layout.run_dir(name);
-        atomic_file::read::check_private_mode(&dir, meta.mode, meta.uid)?;
         let rel = format!("{name}/{}", files::STATUS);
-        let bytes = match self
+        let (bytes, stamp) = match self
             .runs
-            .read_file(&rel, atomic_file::read::STATE_FILE_LIMIT)
+            .read_file_stamped(&rel, atomic_file::read::STATE_FILE_LIMIT)
         {
-            Ok(bytes) => bytes,
+            Ok(read) => read,
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
@@ -173,9 +239,19 @@ impl Scan {
         })?;
         let status = crate::model::parse_status(&path, &text)?;
         if options.reconcile && status.state.is_active() {
-            return load_dir(&dir, None, name, true, options.now, &options.hooks, skipped);
+            let summary = load_dir(&dir, None, name, true, options.now, &options.hooks, skipped)?;
+            return Ok(summary.map(|summary| Scanned {
+                summary,
+                from_status_alone: None,
+            }));
         }
-        summarize(&dir, name, status, options.hooks.fanout, Some((self, name))).map(Some)
+        let frozen = FrozenFanout::of(&status).filter(|_| has_frozen_facts(&status));
+        let (summary, alone) =
+            summarize_noting(&dir, name, status, options.hooks.fanout, Some((self, name)))?;
+        Ok(Some(Scanned {
+            summary,
+            from_status_alone: frozen.filter(|_| alone).map(|f| (stamp, f)),
+        }))
     }
 }
 
@@ -424,10 +500,23 @@ fn load_dir(
 fn summarize(
     dir: &Path,
     id: &str,
-    mut status: RunStatus,
+    status: RunStatus,
     fanout: Option<FanoutSource<'_>>,
     scan: Option<(&Scan, &str)>,
 ) -> Result<RunSummary> {
+    summarize_noting(dir, id, status, fanout, scan).map(|(summary, _)| summary)
+}
+
+/// [`summarize`], saying whether the summary came from the status alone:
+/// frozen facts whose fan-out counts still hold, so neither the proof
+/// sidecar nor a live fan-out count was read.
+fn summarize_noting(
+    dir: &Path,
+    id: &str,
+    mut status: RunStatus,
+    fanout: Option<FanoutSource<'_>>,
+    scan: Option<(&Scan, &str)>,
+) -> Result<(RunSummary, bool)> {
     // Our own record of the runner id first: a repaired status may carry the
     // placeholder id `observer-unavailable` in its proof projection.
     let runner = status.runner_process_instance_id.clone().or_else(|| {
@@ -446,9 +535,11 @@ fn summarize(
         status.process_terminal = Some(proof.to_value());
     }
     status.last_activity_at = crate::reference::listed_last_activity(dir, &status);
+    let mut alone = frozen;
     if let Some(source) = fanout
         && !(frozen && frozen_fanout_is_current(&status, dir, scan))
     {
+        alone = false;
         // One run's missing or corrupt budget must not fail the listing of
         // every other run (the reference throws here): its fan-out line says
         // "unavailable" and why, and the stale snapshot is not shown.
@@ -463,11 +554,12 @@ fn summarize(
             }
         }
     }
-    Ok(RunSummary {
+    let summary = RunSummary {
         id: run_id_of(&status, id),
         async_dir: dir.to_path_buf(),
         status,
-    })
+    };
+    Ok((summary, alone))
 }
 
 fn run_id_of(status: &RunStatus, dir_name: &str) -> String {
@@ -592,7 +684,7 @@ fn is_observed(summary: &RunSummary) -> bool {
 }
 
 /// Releases a marker, noting (not failing on) a release that cannot be written.
-fn release(dir: &Path, name: &str, skipped: &mut Vec<String>) {
+pub(crate) fn release(dir: &Path, name: &str, skipped: &mut Vec<String>) {
     if let Err(e) = index::release_marker(dir) {
         skipped.push(format!(
             "skipped releasing the active marker of '{}': {}",
@@ -602,7 +694,7 @@ fn release(dir: &Path, name: &str, skipped: &mut Vec<String>) {
     }
 }
 
-fn keep(summary: &RunSummary, options: &ListOptions<'_>) -> bool {
+pub(crate) fn keep(summary: &RunSummary, options: &ListOptions<'_>) -> bool {
     let status = &summary.status;
     if status.display_dismissed_at.is_some() || (!options.all && !status.state.is_active()) {
         return false;
@@ -613,7 +705,7 @@ fn keep(summary: &RunSummary, options: &ListOptions<'_>) -> bool {
         .is_none_or(|s| s.is_empty() || status.session_id.as_deref() == Some(s))
 }
 
-fn state_rank(status: &RunStatus) -> u8 {
+pub(crate) fn state_rank(status: &RunStatus) -> u8 {
     use crate::RunState::*;
     match status.state {
         Running => 0,

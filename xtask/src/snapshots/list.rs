@@ -4,6 +4,7 @@
 use serde_json::json;
 use status::Layout;
 use status::list::{Hooks, ListOptions, list};
+use status::list_index::{self, TextOptions, list_text};
 use status::model::{ExternalProcess, RunState, RunStatus, Step, write_status};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, index};
 
@@ -121,5 +122,99 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
                 &format!("{}\n", serde_json::to_string_pretty(&runs)?),
             )
             .note("`serde_json::to_string_pretty` of the `RunSummary` list, as the launcher prints it"),
+        index_artifact()?,
     ])
+}
+
+/// Three finished runs with frozen listing facts (one with a fan-out
+/// budget, one dismissed), two active ones and an unfrozen finished one,
+/// and the listing index a full listing writes for them.
+fn index_artifact() -> anyhow::Result<Artifact> {
+    let scratch = Scratch::new()?;
+    let layout = Layout::new(scratch.path());
+    let claims = layout.fanout_budgets_dir().join("run-0a1b-budget/claims");
+    atomic_file::ensure_private_dir(&claims)?;
+    let mut runs = fixtures(&layout.runs_dir());
+    let freeze = |status: &mut RunStatus, budget: bool| {
+        status.cwd = Some("/work/project".into());
+        status.session_id = Some("session-1".into());
+        status.process_terminal = Some(json!({"state": "observed", "runId": status.run_id}));
+        let mut facts = json!({"frozenAt": T0});
+        if budget {
+            status.run_fanout_budget = Some(json!({"used": 2, "limit": 4, "remaining": 2}));
+            facts["fanoutClaimsDir"] = json!(claims);
+        }
+        status
+            .extra
+            .insert(status::list::LISTING_FACTS.into(), facts);
+    };
+    freeze(&mut runs[2], false);
+    freeze(&mut runs[3], true);
+    let mut dismissed = runs[2].clone();
+    dismissed.run_id = "run-5c6d".into();
+    dismissed.display_dismissed_at = Some(T0);
+    let mut unfrozen = runs[2].clone();
+    unfrozen.run_id = "run-6e7f".into();
+    unfrozen.extra.remove(status::list::LISTING_FACTS);
+    runs.extend([dismissed, unfrozen]);
+    for status in &runs {
+        let dir = layout.run_dir(&status.run_id);
+        atomic_file::ensure_private_dir(&dir)?;
+        write_status(&dir, status)?;
+        if status.state.is_active() {
+            index::create_marker(&dir)?;
+        }
+    }
+    // The budgeted run's persisted descriptor, older than its freeze.
+    let descriptor = layout
+        .run_dir(&runs[3].run_id)
+        .join("run-fanout-budget.json");
+    atomic_file::write_private(&descriptor, b"{}")?;
+    let at_t0 = std::time::UNIX_EPOCH + std::time::Duration::from_millis(T0);
+    std::fs::File::options()
+        .write(true)
+        .open(&descriptor)?
+        .set_modified(at_t0)?;
+    let options = ListOptions {
+        all: true,
+        session: None,
+        limit: None,
+        reconcile: false,
+        now: NOW,
+        hooks: Hooks::default(),
+    };
+    // A listing long after the statuses were written, so every frozen run
+    // has settled (a real listing takes its own clock).
+    let text = TextOptions {
+        home: None,
+        started: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+    };
+    list_text(&layout, &options, &text)?;
+    let index = std::fs::read_to_string(list_index::index_path(&layout))?;
+    Ok(scratch
+        .text(FAMILY, "index", Kind::ListIndex, "listing-index/finished-runs", &redact(&index))
+        .note("the listing index after `list --all` over two frozen runs (one with a fan-out budget), a dismissed frozen run, two active runs and an unfrozen run; each row's `stamp` (device, inode, size, owner, times of its `status.json`), the `renderer` fingerprint and the `end` checksum vary by machine and source and are redacted"))
+}
+
+/// The index with what varies by machine and build replaced.
+fn redact(index: &str) -> String {
+    let mut out = String::new();
+    for line in index.split_inclusive('\n') {
+        let Ok(mut value) = serde_json::from_str::<serde_json::Value>(line) else {
+            out.push_str(if line.starts_with("end ") {
+                "end <checksum>\n"
+            } else {
+                line
+            });
+            continue;
+        };
+        for (key, placeholder) in [("stamp", "<stamp>"), ("renderer", "<renderer>")] {
+            if let Some(field) = value.get_mut(key) {
+                *field = json!(placeholder);
+            }
+        }
+        out.push_str(&value.to_string());
+        out.push('\n');
+    }
+    out
 }

@@ -83,6 +83,7 @@ pub fn validate(kind: Kind, text: &str) -> Result<(), String> {
             .map_err(|(field, detail)| format!("seal refused: {field} {detail}")),
         Kind::ListHuman => list_human(text),
         Kind::ListJson => list_json(text),
+        Kind::ListIndex => list_index(text),
     }
 }
 
@@ -149,6 +150,37 @@ fn list_human(text: &str) -> Result<(), String> {
     valid
         .then_some(())
         .ok_or_else(|| format!("unexpected heading '{first}'"))
+}
+
+/// The listing index's structure (its stamps and checksum are redacted in
+/// a snapshot): the version line, the header, each row's JSON line and
+/// block of the length it names, the trailer.
+fn list_index(text: &str) -> Result<(), String> {
+    let body = text
+        .strip_prefix(&format!(
+            "subagents-listing-index {}\n",
+            status::list_index::VERSION
+        ))
+        .ok_or("not a version-1 listing index")?;
+    let (header, mut rest) = body.split_once('\n').ok_or("no header line")?;
+    let rows = json(header)?["rows"]
+        .as_u64()
+        .ok_or("header without `rows`")?;
+    for i in 0..rows {
+        let (head, after) = rest.split_once('\n').ok_or(format!("row {i}: no line"))?;
+        let head = json(head)?;
+        string_field(&head, "name")?;
+        let len = head["text"].as_u64().ok_or(format!("row {i}: no `text`"))? as usize;
+        after.get(..len).ok_or(format!("row {i}: short block"))?;
+        if after.as_bytes().get(len) != Some(&b'\n') {
+            return Err(format!("row {i}: block not ended by one newline"));
+        }
+        rest = &after[len + 1..];
+    }
+    rest.strip_prefix("end ")
+        .filter(|r| r.ends_with('\n') && !r[..r.len() - 1].contains('\n'))
+        .map(drop)
+        .ok_or_else(|| "no `end` trailer after the rows".to_owned())
 }
 
 /// Every listed run must read back as a status.
