@@ -163,6 +163,11 @@ fn strict_reader_refuses_unknown_fields_and_wrong_types() {
             "env must map variable names (no '=') to strings.",
         ),
         ("version", json!(2), "version must be 1."),
+        (
+            "timeoutMs",
+            json!(0),
+            "timeoutMs must be a positive integer.",
+        ),
     ];
     for (key, value, detail) in cases {
         let mut bad = good.clone();
@@ -174,6 +179,10 @@ fn strict_reader_refuses_unknown_fields_and_wrong_types() {
             format!("Invalid launch contract '{}': {detail}", path.display())
         );
     }
+    let mut shortest = good;
+    shortest["timeoutMs"] = json!(1);
+    let read = parse_launch_contract(&serde_json::to_vec(&shortest).unwrap(), &path).unwrap();
+    assert_eq!(read.timeout_ms, Some(1));
 }
 
 #[test]
