@@ -371,5 +371,217 @@ mod tests {
             None
         );
         assert_eq!(strip_legacy(json!(false)), Some(json!(false)));
+        assert_eq!(strip_legacy(json!("checked")), Some(json!("checked")));
+        let plain = json!({"level": "checked", "evidence": ["tests-added"]});
+        assert_eq!(strip_legacy(plain.clone()), Some(plain));
+        assert_eq!(
+            strip_legacy(json!({"level": "none", "inferredReason": ["x"]})),
+            Some(json!({"level": "none"}))
+        );
+    }
+
+    /// One case per rule of `validateAcceptanceInput`, each with the exact
+    /// messages (and only those) the reference reports for it.
+    #[test]
+    fn each_rule_reports_its_own_message() {
+        let help = evidence_help();
+        assert!(help.starts_with("Supported evidence kinds: changed-files, tests-added, "));
+        assert!(help.ends_with(&format!("manual-notes. {OBJECT_EXAMPLE}")));
+        let cases: Vec<(Value, Vec<String>)> = vec![
+            (json!("attested"), vec![]),
+            (
+                json!({"level": "auto", "verify": [], "review": false}),
+                vec![],
+            ),
+            (json!("reviewed"), vec![format!("{L} {REVIEWED}")]),
+            (
+                json!("none"),
+                vec![format!(
+                    "{L} level \"none\" requires a reason; use {{ level: \"none\", reason: \"...\" }}."
+                )],
+            ),
+            (
+                json!("verified"),
+                vec![format!(
+                    "{L} level \"verified\" requires object form with at least one runtime verify command. Use level \"checked\" or provide a non-empty acceptance.verify array."
+                )],
+            ),
+            (
+                json!(null),
+                vec![format!(
+                    "{L} must be a string level, false, or an object. {OBJECT_EXAMPLE}"
+                )],
+            ),
+            (
+                json!({"level": "sometimes"}),
+                vec![format!(
+                    "{L}.level must be one of auto, none, attested, checked, verified."
+                )],
+            ),
+            (
+                json!({"level": 3}),
+                vec![format!(
+                    "{L}.level must be one of auto, none, attested, checked, verified."
+                )],
+            ),
+            (
+                json!({"level": "none", "reason": "  "}),
+                vec![format!("{L}.reason is required when level is none.")],
+            ),
+            (
+                json!({"level": "none", "reason": 5}),
+                vec![
+                    format!("{L}.reason is required when level is none."),
+                    format!("{L}.reason must be a string."),
+                ],
+            ),
+            (
+                json!({"level": "checked", "reason": 5}),
+                vec![format!("{L}.reason must be a string.")],
+            ),
+            (json!({"level": "checked", "reason": "why"}), vec![]),
+            (
+                json!({"criteria": "x"}),
+                vec![format!("{L}.criteria must be an array.")],
+            ),
+            (
+                json!({"criteria": ["a", 1]}),
+                vec![format!("{L}.criteria[1] must be a string or an object.")],
+            ),
+            (
+                json!({"criteria": [{"must": "m", "note": 1}, {"id": " ", "must": "m"}]}),
+                vec![
+                    format!("{L}.criteria[0].note is not supported."),
+                    format!("{L}.criteria[0].id is required."),
+                    format!("{L}.criteria[1].id is required."),
+                ],
+            ),
+            (
+                json!({"criteria": [{"id": "a", "must": "m", "evidence": "tests-added"}]}),
+                vec![format!("{L}.criteria[0].evidence must be an array. {help}")],
+            ),
+            (
+                json!({"criteria": [{"id": "a", "must": "m", "evidence": ["tests-added", "bad", 2]}]}),
+                vec![
+                    format!(
+                        "{L}.criteria[0].evidence[1] \"bad\" is not a supported evidence kind. {help}"
+                    ),
+                    format!("{L}.criteria[0].evidence[2] is not a supported evidence kind. {help}"),
+                ],
+            ),
+            (
+                json!({"criteria": [
+                    {"id": "a", "must": "m", "severity": "required"},
+                    {"id": "b", "must": "m", "severity": "recommended"},
+                    {"id": "c", "must": "m", "severity": "optional"}
+                ]}),
+                vec![format!(
+                    "{L}.criteria[2].severity must be required or recommended."
+                )],
+            ),
+            (
+                json!({"evidence": "tests-added"}),
+                vec![format!("{L}.evidence must be an array. {help}")],
+            ),
+            (
+                json!({"evidence": ["manual-notes", "nope"]}),
+                vec![format!(
+                    "{L}.evidence[1] \"nope\" is not a supported evidence kind. {help}"
+                )],
+            ),
+            (
+                json!({"level": "verified", "verify": []}),
+                vec![format!(
+                    "{L}.verify must contain at least one runtime command when level is verified. Use level \"checked\" or provide a non-empty acceptance.verify array."
+                )],
+            ),
+            (
+                json!({"level": "verified", "verify": {}}),
+                vec![format!(
+                    "{L}.verify must contain at least one runtime command when level is verified. Use level \"checked\" or provide a non-empty acceptance.verify array."
+                )],
+            ),
+            (
+                json!({"level": "checked", "verify": {}}),
+                vec![format!("{L}.verify must be an array.")],
+            ),
+            (
+                json!({"verify": [1]}),
+                vec![format!("{L}.verify[0] must be an object.")],
+            ),
+            (
+                json!({"verify": [{"id": " ", "command": "", "timeoutMs": 0, "cwd": 1, "env": {"A": "1", "B": 2}, "allowFailure": "no", "shell": "sh"}]}),
+                vec![
+                    format!("{L}.verify[0].shell is not supported."),
+                    format!("{L}.verify[0].id is required."),
+                    format!("{L}.verify[0].command is required."),
+                    format!("{L}.verify[0].timeoutMs must be an integer >= 1."),
+                    format!("{L}.verify[0].cwd must be a string."),
+                    format!("{L}.verify[0].env.B must be a string."),
+                    format!("{L}.verify[0].allowFailure must be a boolean."),
+                ],
+            ),
+            (
+                json!({"verify": [{"id": "t", "command": "c", "timeoutMs": 1, "cwd": "/w", "allowFailure": true}]}),
+                vec![],
+            ),
+            (
+                json!({"verify": [{"id": "t", "command": "c", "timeoutMs": 1.5, "env": ["A=1"]}]}),
+                vec![
+                    format!("{L}.verify[0].timeoutMs must be an integer >= 1."),
+                    format!("{L}.verify[0].env must be an object."),
+                ],
+            ),
+            (
+                json!({"review": true}),
+                vec![format!("{L}.review must be false or an object.")],
+            ),
+            (
+                json!({"review": {"agent": 1, "focus": 2, "required": "yes", "model": "m"}}),
+                vec![
+                    format!("{L}.review.model is not supported."),
+                    format!("{L}.review.agent must be a string."),
+                    format!("{L}.review.focus must be a string."),
+                    format!("{L}.review.required must be a boolean."),
+                ],
+            ),
+            (
+                json!({"review": {"agent": "r", "focus": "f", "required": false}}),
+                vec![],
+            ),
+            (
+                json!({"stopRules": "stop"}),
+                vec![format!("{L}.stopRules must be an array.")],
+            ),
+            (
+                json!({"stopRules": ["stop", 1]}),
+                vec![format!("{L}.stopRules[1] must be a string.")],
+            ),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(validate(&value, L), expected, "{value}");
+        }
+    }
+
+    #[test]
+    fn criterion_ids_compare_after_the_reference_normalisation() {
+        // Whitespace and underscores become dashes, runs of dashes collapse.
+        assert_eq!(normalized_token("  Fix_the  BUG "), "fix-the-bug");
+        assert_eq!(normalized_token("a - b"), "a-b");
+        assert_eq!(normalized_token("a-b"), "a-b");
+        let gates = json!({"criteria": [
+            {"id": "A_b", "must": "m"},
+            {"id": "a  b", "must": "m"},
+            {"id": "a--b", "must": "m"},
+            {"id": "ab", "must": "m"},
+            {"id": "a-c", "must": "m"}
+        ]});
+        assert_eq!(
+            validate(&gates, L),
+            vec![
+                format!("{L}.criteria[1].id duplicates normalized criterion id 'a-b'."),
+                format!("{L}.criteria[2].id duplicates normalized criterion id 'a-b'."),
+            ]
+        );
     }
 }

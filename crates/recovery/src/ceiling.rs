@@ -197,4 +197,20 @@ mod tests {
             assert_eq!(parse(&value, "f").unwrap_err(), message, "{value}");
         }
     }
+
+    #[test]
+    fn at_most_256_names_of_at_most_128_bytes() {
+        let names = |n: usize| (0..n).map(|i| format!("t{i}")).collect::<Vec<_>>();
+        let ceiling =
+            |tools: Vec<String>| json!({"version": 1, "allowedTools": tools, "sources": []});
+        let parsed = parse(&ceiling(names(256)), "f").unwrap();
+        assert_eq!(parsed["allowedTools"].as_array().unwrap().len(), 256);
+        assert_eq!(
+            parse(&ceiling(names(257)), "f").unwrap_err(),
+            "Invalid async recovery descriptor 'f': Invalid capability ceiling allowedTools; expected at most 256 names."
+        );
+        let longest = "x".repeat(128);
+        let parsed = parse(&ceiling(vec![longest.clone()]), "f").unwrap();
+        assert_eq!(parsed["allowedTools"], json!([longest]));
+    }
 }

@@ -320,6 +320,35 @@ mod tests {
     }
 
     #[test]
+    fn a_symlinked_key_is_refused_even_when_it_points_at_a_good_key() {
+        let root = tempfile::tempdir().unwrap();
+        let good = root.path().join("good-key");
+        write_new(&good, &[9; KEY_LEN]).unwrap();
+        assert_eq!(RootKey::load(&good).unwrap().bytes, [9; KEY_LEN]);
+        std::os::unix::fs::symlink(&good, RootKey::path(root.path())).unwrap();
+        let err = RootKey::load_or_create(root.path()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("failed to open recovery key"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_root_that_is_not_a_directory_fails_to_open_the_key_not_to_create_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        fs::write(&root, b"").unwrap();
+        let err = RootKey::load_or_create(&root).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "failed to open recovery key '{}': ",
+                RootKey::path(&root).display()
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn malformed_seals_are_refused_naming_the_field() {
         let bad = br#"{"version":1,"algorithm":"hmac-sha256","keyId":"x","mac":"zz"}"#;
         assert_eq!(parse_seal(bad).unwrap_err().0, "mac");

@@ -163,6 +163,11 @@ fn strict_reader_refuses_unknown_fields_and_wrong_types() {
             "env must map variable names (no '=') to strings.",
         ),
         ("version", json!(2), "version must be 1."),
+        (
+            "timeoutMs",
+            json!(0),
+            "timeoutMs must be a positive integer.",
+        ),
     ];
     for (key, value, detail) in cases {
         let mut bad = good.clone();
@@ -174,6 +179,10 @@ fn strict_reader_refuses_unknown_fields_and_wrong_types() {
             format!("Invalid launch contract '{}': {detail}", path.display())
         );
     }
+    let mut shortest = good;
+    shortest["timeoutMs"] = json!(1);
+    let read = parse_launch_contract(&serde_json::to_vec(&shortest).unwrap(), &path).unwrap();
+    assert_eq!(read.timeout_ms, Some(1));
 }
 
 #[test]
@@ -281,4 +290,70 @@ fn a_run_without_a_seal_is_refused_with_a_clear_message() {
     let err = load_recovery(&dir, None, &key()).unwrap_err();
     assert!(matches!(err, ContractError::SealMissing { .. }), "{err}");
     assert!(err.to_string().contains("no recovery seal"), "{err}");
+}
+
+const KEY_WORKER_ENV: &str = "RECOVERY_KEY_WORKER_GO";
+const KEY_MARKER: &str = "@@key-worker@@ ";
+
+/// Entry point of the processes `concurrent_first_uses_of_a_root_agree_on_one_key`
+/// starts; not a test of its own.
+#[test]
+#[ignore = "worker entry point, run by the key race test with --ignored --exact"]
+fn key_worker() {
+    let go = std::path::PathBuf::from(std::env::var(KEY_WORKER_ENV).expect("run only as a worker"));
+    let root = std::path::PathBuf::from(std::env::var("RECOVERY_KEY_ROOT").unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !go.exists() {
+        assert!(std::time::Instant::now() < deadline, "no go file");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    match RootKey::load_or_create(&root) {
+        Ok(key) => println!("{KEY_MARKER}ok {}", key.id()),
+        Err(e) => println!("{KEY_MARKER}error {e}"),
+    }
+}
+
+/// Several processes creating the same root's key at once: each gets the
+/// key that won, none fails, and no temp file is left.
+#[test]
+fn concurrent_first_uses_of_a_root_agree_on_one_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let go = tmp.path().join("go");
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "key_worker",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(KEY_WORKER_ENV, &go)
+                .env("RECOVERY_KEY_ROOT", &root)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    fs::write(&go, b"").unwrap();
+    let reports: Vec<String> = workers
+        .into_iter()
+        .map(|w| {
+            let out = w.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let (_, report) = text.split_once(KEY_MARKER).expect("a worker report");
+            report.lines().next().unwrap().to_owned()
+        })
+        .collect();
+    let key = RootKey::load(&RootKey::path(&root)).unwrap();
+    for report in &reports {
+        assert_eq!(report, &format!("ok {}", key.id()));
+    }
+    let names: Vec<_> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [".recovery-key"]);
 }

@@ -6,8 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use recovery::{
-    ALLOWED_FIELDS, DescriptorError, RecoveryDescriptor, RunFanoutBudget, check_fanout_budget,
-    read_descriptor, validate_descriptor_file, write_descriptor,
+    ALLOWED_FIELDS, DescriptorError, RecoveryDescriptor, RunFanoutBudget, ToolBlock,
+    check_fanout_budget, read_descriptor, validate_descriptor_file, write_descriptor,
 };
 use serde_json::{Value, json};
 
@@ -436,4 +436,133 @@ fn null_grace_turns_reads_as_the_default_one() {
             .contains("graceTurns must be an integer >= 0"),
         "{err}"
     );
+}
+
+#[test]
+fn the_edges_of_each_numeric_and_list_rule() {
+    let refused = [
+        (
+            "maxSubagentDepth",
+            json!(-1),
+            "maxSubagentDepth must be a non-negative integer.",
+        ),
+        (
+            "absoluteDeadlineAt",
+            json!(0),
+            "absoluteDeadlineAt must be a positive timestamp.",
+        ),
+        (
+            "absoluteDeadlineAt",
+            json!(-1.5),
+            "absoluteDeadlineAt must be a positive timestamp.",
+        ),
+        (
+            "runFanoutBudget",
+            json!({"version": 2, "rootRunId": "r1", "directory": "/b/r1", "limit": 64}),
+            "Run fan-out budget descriptor is invalid.",
+        ),
+        (
+            "runFanoutBudget",
+            json!({"version": 1, "rootRunId": "r1", "directory": "/b/r1", "limit": 64, "parentPath": 5}),
+            "Run fan-out budget descriptor is invalid.",
+        ),
+        (
+            "initialToolBudget",
+            json!({"hard": 3, "block": "read"}),
+            "recoveryDescriptor.initialToolBudget.block must be \"*\" or an array of tool names.",
+        ),
+        (
+            "initialToolBudget",
+            json!({"hard": 3, "block": ["read", " "]}),
+            "recoveryDescriptor.initialToolBudget.block must contain non-empty tool names.",
+        ),
+        ("maxOutput", json!(3), "maxOutput must be an object."),
+    ];
+    for (key, value, expected) in refused {
+        let (field, got) = detail(&with(minimal(), key, value));
+        assert_eq!((field.as_str(), got.as_str()), (key, expected), "{key}");
+    }
+
+    let accepted = [
+        ("maxSubagentDepth", json!(0)),
+        ("absoluteDeadlineAt", json!(0.5)),
+        (
+            "initialToolBudget",
+            json!({"hard": 3, "soft": 3, "block": "*"}),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value) in accepted {
+        let path = store(dir.path(), &with(minimal(), key, value.clone()));
+        let read = validate_descriptor_file(&path)
+            .unwrap_or_else(|e| panic!("{key} = {value} must be accepted: {e}"));
+        let stored = serde_json::to_value(&read).unwrap();
+        assert_eq!(stored[key], value, "{key} is kept as read");
+    }
+}
+
+#[test]
+fn an_unreadable_descriptor_is_an_error_not_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("recovery-descriptor.json");
+    fs::create_dir(&path).unwrap();
+    let err = read_descriptor(dir.path()).unwrap_err();
+    assert!(matches!(err, DescriptorError::Read { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "Failed to parse async recovery descriptor '{}': ",
+            path.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn integral_floats_are_read_and_stored_as_integers() {
+    let value = [
+        ("maxSubagentDepth", json!(2.0)),
+        ("initialToolBudget", json!({"hard": 3.0, "soft": 2.0})),
+        ("maxOutput", json!({"bytes": 10.0, "lines": 5.0})),
+        (
+            "artifactConfig",
+            json!({"enabled": true, "includeInput": true, "includeOutput": true, "includeJsonl": true, "includeMetadata": true, "cleanupDays": 7.0}),
+        ),
+        (
+            "controlConfig",
+            json!({"enabled": true, "needsAttentionAfterMs": 1000.0, "activeNoticeAfterMs": 2000.0, "failedToolAttemptsBeforeAttention": 3.0, "activeNoticeAfterTurns": 4.0, "notifyOn": [], "notifyChannels": []}),
+        ),
+    ]
+    .into_iter()
+    .fold(minimal(), |base, (key, value)| with(base, key, value));
+    let dir = tempfile::tempdir().unwrap();
+    let read = validate_descriptor_file(&store(dir.path(), &value)).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let written = fs::read(write_descriptor(out.path(), &read).unwrap()).unwrap();
+    let stored: Value = serde_json::from_slice(&written).unwrap();
+    for (key, inner) in [
+        ("maxSubagentDepth", None),
+        ("initialToolBudget", Some("hard")),
+        ("initialToolBudget", Some("soft")),
+        ("maxOutput", Some("bytes")),
+        ("maxOutput", Some("lines")),
+        ("artifactConfig", Some("cleanupDays")),
+        ("controlConfig", Some("needsAttentionAfterMs")),
+        ("controlConfig", Some("activeNoticeAfterTurns")),
+    ] {
+        let number = inner.map_or(&stored[key], |inner| &stored[key][inner]);
+        assert!(number.is_u64(), "{key}.{inner:?} = {number}");
+    }
+}
+
+#[test]
+fn only_the_star_string_blocks_every_tool() {
+    assert_eq!(
+        serde_json::from_value::<ToolBlock>(json!("*")).unwrap(),
+        ToolBlock::All
+    );
+    assert_eq!(
+        serde_json::from_value::<ToolBlock>(json!(["read"])).unwrap(),
+        ToolBlock::Tools(vec!["read".into()])
+    );
+    assert!(serde_json::from_value::<ToolBlock>(json!("read")).is_err());
 }
