@@ -297,3 +297,102 @@ fn observe_gives_up_a_queued_run_whose_launcher_died() {
     assert_eq!(proof["runnerProcessInstanceId"], "runner-1");
     assert!(!index::has_marker(&dir));
 }
+
+#[test]
+fn a_recorded_pid_of_0_or_1_never_names_a_group_or_session_to_signal() {
+    assert!(!signallable(0) && !signallable(1) && signallable(2));
+    let mut status = two_steps();
+    for (i, step) in status.steps.iter_mut().flatten().enumerate() {
+        step.external_process = Some(status::model::ExternalProcess {
+            pid: Some(i as u32),
+            ..Default::default()
+        });
+    }
+    assert_eq!(step_groups(&status), []);
+    // A monitor recorded as pid 0: in a pid namespace `/proc` lists pid 1
+    // as a member of session 0.
+    let facts = Facts {
+        monitor: Presence::Dead(ProcessIdentity {
+            pid: 0,
+            start_time: 1,
+            boot_id: None,
+        }),
+        session: Some(vec![1]),
+        ..facts()
+    };
+    let targets = Targets::of("r", &status, &facts);
+    assert_eq!(targets.groups, [] as [u32; 0]);
+    assert_eq!(targets.session, None);
+}
+
+/// `sh -c script` as the leader of a new session, stdin and stdout piped.
+fn session_leader(script: &str) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    // SAFETY: setsid(2) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.spawn().unwrap()
+}
+
+#[test]
+fn what_is_left_in_a_dead_monitors_session_is_ended() {
+    use std::io::BufRead;
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    // The "monitor" leaves a sleeper in its session, then exits when its
+    // stdin closes.
+    let mut monitor = session_leader("sleep 300 >/dev/null 2>&1 & echo $!; read _");
+    let mut line = String::new();
+    std::io::BufReader::new(monitor.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let orphan = ProcessIdentity::of(line.trim().parse().unwrap()).unwrap();
+    orphaned(&dir, ProcessIdentity::of(monitor.id()).unwrap());
+    drop(monitor.stdin.take());
+    monitor.wait().unwrap();
+    assert_eq!(orphan.liveness(), Liveness::Alive);
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let ended = orphan.liveness() != Liveness::Alive;
+    if !ended {
+        let _ = nix::sys::signal::kill(Pid::from_raw(orphan.pid as i32), Signal::SIGKILL);
+    }
+    assert!(
+        matches!(observation, Observation::Finalized { .. }),
+        "{observation:?}"
+    );
+    assert!(ended, "the orphan in the dead monitor's session was left alive");
+}
+
+#[test]
+fn a_dead_monitors_pid_in_use_again_names_no_session() {
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    // A stranger now leads a session under the recorded monitor's pid.
+    let mut stranger = session_leader("exec sleep 300");
+    let mut recorded = ProcessIdentity::of(stranger.id()).unwrap();
+    recorded.start_time += 1;
+    orphaned(&dir, recorded);
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let untouched = stranger.try_wait().unwrap().is_none();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    assert!(
+        matches!(observation, Observation::Finalized { .. }),
+        "{observation:?}"
+    );
+    assert!(untouched, "the observer signalled a stranger's session");
+}
