@@ -197,9 +197,15 @@ fn the_witnessed_candidate_proves_only_groups_seen_empty() {
 
 /// The identity of a process that certainly exited (and was reaped).
 fn dead() -> ProcessIdentity {
-    let mut child = std::process::Command::new("true").spawn().unwrap();
+    // Read while it surely runs: the `procs` tests reap any exited child
+    // (`waitpid(-1)`) at the same time, which may also leave our wait ECHILD.
+    let mut child = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
     let identity = ProcessIdentity::of(child.id()).unwrap();
-    child.wait().unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
     identity
 }
 
