@@ -203,7 +203,10 @@ fn fail_fast_siblings_show_as_skipped() {
     let status = env.settled(&id);
     // Recorded as such, not left pending for the display to interpret.
     assert_eq!(status["steps"][1]["status"], "failed", "{status}");
-    assert_eq!(status["steps"][1]["error"], "skipped: a sibling failed (failFast)");
+    assert_eq!(
+        status["steps"][1]["error"],
+        "skipped: a sibling failed (failFast)"
+    );
     let shown = env.ok(&["status", &id]);
     assert!(shown.contains("  2. later | skipped"), "{shown}");
     // A step that never ran has no exit code to show.

@@ -1213,10 +1213,7 @@ mod tests {
             count: 1,
             ..c.groups[0]
         };
-        assert_eq!(
-            execution.group_output(0, &single),
-            Some(output_path(&c, 1))
-        );
+        assert_eq!(execution.group_output(0, &single), Some(output_path(&c, 1)));
         let combined = execution.group_output(3, &c.groups[0]).unwrap();
         assert_eq!(combined, tmp.path().join("output-group-3.log"));
         assert_eq!(
@@ -1248,7 +1245,10 @@ mod tests {
             Some(BTreeMap::from([("0".into(), 1), ("1".into(), 0)]))
         );
         assert_eq!(candidate.writers["0"][0].process_tree, observed);
-        assert_eq!(candidate.writers["0"][0].process_instance_id, "rid-writer-0");
+        assert_eq!(
+            candidate.writers["0"][0].process_instance_id,
+            "rid-writer-0"
+        );
         assert!(!candidate.writers.contains_key("1"));
         execution.survivors = vec![4242];
         let candidate = execution.candidate();

@@ -236,7 +236,13 @@ mod tests {
         let steps: Vec<_> = s
             .steps()
             .iter()
-            .map(|st| (st.agent.as_str(), st.status.as_str(), st.description.clone()))
+            .map(|st| {
+                (
+                    st.agent.as_str(),
+                    st.status.as_str(),
+                    st.description.clone(),
+                )
+            })
             .collect();
         assert_eq!(
             steps,

@@ -379,7 +379,10 @@ fn what_is_left_in_a_dead_monitors_session_is_ended() {
         matches!(observation, Observation::Finalized { .. }),
         "{observation:?}"
     );
-    assert!(ended, "the orphan in the dead monitor's session was left alive");
+    assert!(
+        ended,
+        "the orphan in the dead monitor's session was left alive"
+    );
 }
 
 #[test]
