@@ -405,3 +405,39 @@ fn a_dead_monitors_pid_in_use_again_names_no_session() {
     );
     assert!(untouched, "the observer signalled a stranger's session");
 }
+
+#[test]
+fn only_observations_that_changed_or_retain_a_run_make_a_line() {
+    assert_eq!(
+        Observation::Unproven("why".into()).line().as_deref(),
+        Some("retained: why")
+    );
+    assert_eq!(
+        Observation::Abandoned("gone".into()).line().as_deref(),
+        Some("failed (never started): gone")
+    );
+    let proof = ProcessTerminal::new(ProofState::Observed, "r", "runner-1");
+    let finalized = Observation::Finalized {
+        proof: Box::new(proof),
+        repaired: None,
+        reason: "all gone".into(),
+    };
+    assert_eq!(
+        finalized.line().as_deref(),
+        Some("process terminal observed: all gone")
+    );
+    assert_eq!(Observation::Final.line(), None);
+    assert_eq!(Observation::MonitorAlive(3).line(), None);
+}
+
+#[test]
+fn every_run_of_the_active_index_is_observed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let me = ProcessIdentity::current().unwrap();
+    orphaned(&dir, me.clone());
+    let seen = observe_active(&Layout::new(tmp.path()), &Options::new(tmp.path()));
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].0, "r");
+    assert!(matches!(seen[0].1, Observation::MonitorAlive(pid) if pid == me.pid));
+}
