@@ -232,7 +232,8 @@ fn orphaned(dir: &Path, monitor: ProcessIdentity) {
 fn observe_restores_the_outcome_from_events_and_finalizes() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
-    orphaned(&dir, dead());
+    let monitor = dead();
+    orphaned(&dir, monitor.clone());
     for i in 0..2 {
         events::append(
             &dir,
@@ -245,11 +246,17 @@ fn observe_restores_the_outcome_from_events_and_finalizes() {
     }
     let observation = observe(&dir, &Options::new(tmp.path()));
     let Observation::Finalized {
-        proof, repaired, ..
+        proof,
+        repaired,
+        reason,
     } = observation
     else {
         panic!("not finalized: {observation:?}")
     };
+    assert!(
+        reason.starts_with(&format!("monitor {} exited; runner", monitor.pid)),
+        "{reason}"
+    );
     assert_eq!(proof.state, ProofState::Observed);
     assert!(repaired.unwrap().contains("so the run is complete"));
     let status = read_status(&dir).unwrap().unwrap();
@@ -288,12 +295,14 @@ fn observe_gives_up_a_queued_run_whose_launcher_died() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let mut status = RunStatus::new("r", RunState::Queued);
-    status.launcher_identity = Some(dead());
+    let launcher = dead();
+    status.launcher_identity = Some(launcher.clone());
     status.runner_process_instance_id = Some("runner-1".into());
     status::model::write_status(&dir, &status).unwrap();
     let observation = observe(&dir, &Options::new(tmp.path()));
+    let gone = format!("its launcher {} exited first", launcher.pid);
     assert!(
-        matches!(observation, Observation::Abandoned(_)),
+        matches!(&observation, Observation::Abandoned(m) if m.contains(&gone)),
         "{observation:?}"
     );
     let status = read_status(&dir).unwrap().unwrap();
