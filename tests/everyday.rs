@@ -172,6 +172,25 @@ fn a_running_chain_has_no_exit_code_and_a_timed_out_run_says_so() {
 }
 
 #[test]
+fn a_chain_stopped_in_its_first_step_ends_the_steps_it_never_started() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "slow", "command": ["sleep", "300"]},
+        {"agent": "never", "command": ["sh", "-c", "echo ran"]}
+    ]});
+    let file = write_spec(&env, "c.json", &spec);
+    let id = env.ok(&["run", "--spec", &file]).trim().to_owned();
+    poll(std::time::Duration::from_secs(20), || {
+        env.status_json(&id)["steps"][0]["status"] == "running"
+    });
+    env.ok(&["stop", &id]);
+    let status = env.settled(&id);
+    assert_eq!(status["state"], "stopped", "{status}");
+    assert_eq!(status["steps"][1]["status"], "stopped", "{status}");
+    assert!(status["steps"][1]["externalProcess"].is_null(), "{status}");
+}
+
+#[test]
 fn fail_fast_siblings_show_as_skipped() {
     let env = Env::new();
     let spec = json!({"mode": "parallel", "concurrency": 1, "failFast": true, "tasks": [
@@ -181,7 +200,13 @@ fn fail_fast_siblings_show_as_skipped() {
     let file = write_spec(&env, "ff.json", &spec);
     let out = env.run(&["run", "--spec", &file, "--wait"]);
     let id = first_line(&out);
-    env.settled(&id);
+    let status = env.settled(&id);
+    // Recorded as such, not left pending for the display to interpret.
+    assert_eq!(status["steps"][1]["status"], "failed", "{status}");
+    assert_eq!(
+        status["steps"][1]["error"],
+        "skipped: a sibling failed (failFast)"
+    );
     let shown = env.ok(&["status", &id]);
     assert!(shown.contains("  2. later | skipped"), "{shown}");
     // A step that never ran has no exit code to show.

@@ -146,3 +146,95 @@ pub fn child_fanout_env(config: &LaunchConfig, i: usize) -> Option<String> {
     };
     Some(child.to_env_value())
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Four flat steps in three groups: `a`, the parallel `b c`, `d`.
+    pub(crate) fn launch_config(run_dir: &std::path::Path) -> LaunchConfig {
+        let step = |agent: &str| StepConfig {
+            agent: agent.into(),
+            command: vec!["true".into()],
+            cwd: PathBuf::from("/"),
+            task_file: None,
+            timeout_ms: None,
+            fanout_label: None,
+        };
+        let group = |start, count, parallel| GroupConfig {
+            start,
+            count,
+            concurrency: 2,
+            fail_fast: false,
+            parallel,
+        };
+        LaunchConfig {
+            run_id: "r".into(),
+            root: run_dir.join("root"),
+            run_dir: run_dir.to_owned(),
+            runner_process_instance_id: "rid".into(),
+            mode: "chain".into(),
+            steps: vec![step("a"), step("b"), step("c"), step("d")],
+            groups: vec![group(0, 1, false), group(1, 2, true), group(3, 1, false)],
+            timeout_ms: None,
+            session_id: None,
+            fanout_descriptor: None,
+            env: BTreeMap::new(),
+            revival: None,
+            session_root: None,
+        }
+    }
+
+    #[test]
+    fn a_parallel_group_is_one_logical_step() {
+        let config = launch_config(std::path::Path::new("/nonexistent"));
+        assert_eq!(config.chain_step_count(), 3);
+        let logical: Vec<usize> = (0..4).map(|i| config.logical_index(i)).collect();
+        assert_eq!(logical, [0, 1, 1, 2]);
+        assert_eq!(config.logical_index(9), 0);
+    }
+
+    fn descriptor(directory: &std::path::Path) -> fanout_budget::Descriptor {
+        fanout_budget::Descriptor {
+            version: 1,
+            root_run_id: "r".into(),
+            directory: directory.to_owned(),
+            limit: 3,
+            parent_path: None,
+        }
+    }
+
+    #[test]
+    fn each_child_gets_the_descriptor_with_its_own_claim_label() {
+        let mut config = launch_config(std::path::Path::new("/nonexistent"));
+        assert_eq!(child_fanout_env(&config, 0), None);
+        let run = descriptor(std::path::Path::new("/budgets/b"));
+        config.fanout_descriptor = Some(serde_json::to_value(&run).unwrap());
+        config.steps[1].fanout_label = Some("tasks[0]".into());
+        assert_eq!(
+            child_fanout_env(&config, 1),
+            Some(run.child("tasks[0]").to_env_value())
+        );
+        assert_eq!(child_fanout_env(&config, 0), Some(run.to_env_value()));
+    }
+
+    #[test]
+    fn only_a_budget_under_the_childs_reference_root_is_handed_on_as_such() {
+        let tmp = tempfile::tempdir().unwrap();
+        let uid = nix::unistd::getuid().as_raw();
+        let root = tmp.path().join(format!("pi-subagents-uid-{uid}"));
+        let inside = root.join(fanout_budget::BUDGET_ROOT_DIR).join("b");
+        let outside = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let mut config = launch_config(tmp.path());
+        assert!(!child_gets_reference_env(&config));
+        config
+            .env
+            .insert("TMPDIR".into(), tmp.path().display().to_string());
+        config.fanout_descriptor = Some(serde_json::to_value(descriptor(&inside)).unwrap());
+        assert!(child_gets_reference_env(&config));
+        config.fanout_descriptor = Some(serde_json::to_value(descriptor(&outside)).unwrap());
+        assert!(!child_gets_reference_env(&config));
+    }
+}

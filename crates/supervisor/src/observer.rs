@@ -516,7 +516,17 @@ pub fn step_groups(status: &RunStatus) -> Vec<(usize, u32)> {
     let steps = status.steps().iter().enumerate();
     steps
         .filter_map(|(i, s)| Some((i, s.external_process.as_ref()?.pid?)))
+        .filter(|(_, pgid)| signallable(*pgid))
         .collect()
+}
+
+/// Whether a recorded pid may name a group or session we signal the
+/// members of. 0 and 1 never name a run's: group 1 and session 1 are
+/// init's, and in a pid namespace `/proc` shows 0 as the group and session
+/// of processes started from outside it, pid 1 among them. A status file
+/// recording either (corrupt, or hand-written) must not make us signal them.
+fn signallable(id: u32) -> bool {
+    id > 1
 }
 
 /// The variable that names the run in every COMMAND's environment.
@@ -538,13 +548,17 @@ impl Targets {
             .iter()
             .filter_map(|s| s.external_process.as_ref())
             .filter_map(|p| {
-                let pgid = p.pid?;
+                let pgid = p.pid.filter(|g| signallable(*g))?;
                 let leader = Presence::of(p.identity.as_ref());
                 group_is_ours(&leader, process_identity::read_stat(pgid).is_ok()).then_some(pgid)
             })
             .collect();
+        // An empty session means the monitor's pid may be in use again
+        // (`session_of_dead_leader`): by then it can name a stranger's session.
         let session = match (&facts.monitor, &facts.session) {
-            (Presence::Dead(m), Some(_)) => Some(m.pid),
+            (Presence::Dead(m), Some(live)) if !live.is_empty() && signallable(m.pid) => {
+                Some(m.pid)
+            }
             _ => None,
         };
         Self {

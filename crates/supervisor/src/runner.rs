@@ -1161,4 +1161,100 @@ mod tests {
             )
         );
     }
+
+    #[test]
+    fn a_lone_step_that_could_not_start_fails_the_run_with_its_own_error() {
+        let unstartable = || StepRun {
+            started_at: Some(1),
+            spawn_error: Some("failed to start command 'x': not found".into()),
+            ..StepRun::default()
+        };
+        let mut lone = config(None, None);
+        lone.steps.truncate(1);
+        lone.groups[0].count = 1;
+        assert_eq!(
+            verdict_of(&lone, vec![unstartable()], None),
+            (
+                RunState::Failed,
+                Some("failed to start command 'x': not found".into())
+            )
+        );
+        let ok = ended(Ended::Exited(0), None);
+        assert_eq!(
+            verdict_of(&config(None, None), vec![ok, unstartable()], None),
+            (RunState::Failed, Some("Step failed: second".into()))
+        );
+    }
+
+    #[test]
+    fn a_task_reaches_stdin_ending_with_a_newline() {
+        let tmp = tempfile::tempdir().unwrap();
+        let read = |text: &str| {
+            let path = tmp.path().join("task.md");
+            std::fs::write(&path, text).unwrap();
+            std::io::read_to_string(task_stdin(&path).unwrap()).unwrap()
+        };
+        assert_eq!(read("do it"), "do it\n");
+        assert_eq!(read("do it\n"), "do it\n");
+        assert_eq!(read(""), "");
+    }
+
+    #[test]
+    fn the_next_step_gets_the_output_of_the_group_before() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = config(None, None);
+        c.run_dir = tmp.path().to_owned();
+        std::fs::write(output_path(&c, 0), "one\n").unwrap();
+        std::fs::write(output_path(&c, 1), "two\n").unwrap();
+        let _serial = crate::procs::tests::serial();
+        let execution = Execution::new(&c, Signals::block().unwrap(), 0, None);
+        let single = GroupConfig {
+            start: 1,
+            count: 1,
+            ..c.groups[0]
+        };
+        assert_eq!(execution.group_output(0, &single), Some(output_path(&c, 1)));
+        let combined = execution.group_output(3, &c.groups[0]).unwrap();
+        assert_eq!(combined, tmp.path().join("output-group-3.log"));
+        assert_eq!(
+            std::fs::read_to_string(combined).unwrap(),
+            "=== first (step 1) ===\none\n=== second (step 2) ===\ntwo\n"
+        );
+    }
+
+    #[test]
+    fn the_candidate_claims_each_started_step_and_no_group_while_an_orphan_survives() {
+        let c = config(None, None);
+        let _serial = crate::procs::tests::serial();
+        let mut execution = Execution::new(&c, Signals::block().unwrap(), 0, None);
+        let observed = ProcessTree::Observed {
+            mechanism: "posix-process-group".into(),
+            process_group_id: 100,
+            verified_at: 5,
+        };
+        execution.steps = vec![
+            StepRun {
+                tree: Some(observed.clone()),
+                ..ended(Ended::Exited(0), None)
+            },
+            StepRun::default(),
+        ];
+        let candidate = execution.candidate();
+        assert_eq!(
+            candidate.expected_writers,
+            Some(BTreeMap::from([("0".into(), 1), ("1".into(), 0)]))
+        );
+        assert_eq!(candidate.writers["0"][0].process_tree, observed);
+        assert_eq!(
+            candidate.writers["0"][0].process_instance_id,
+            "rid-writer-0"
+        );
+        assert!(!candidate.writers.contains_key("1"));
+        execution.survivors = vec![4242];
+        let candidate = execution.candidate();
+        assert!(matches!(
+            &candidate.writers["0"][0].process_tree,
+            ProcessTree::Unknown { diagnostic: Some(d), .. } if d.contains("4242")
+        ));
+    }
 }

@@ -209,3 +209,150 @@ pub fn finished(
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::tests::launch_config;
+
+    fn identity(pid: u32) -> ProcessIdentity {
+        ProcessIdentity {
+            pid,
+            start_time: 7,
+            boot_id: None,
+        }
+    }
+
+    #[test]
+    fn a_run_is_queued_with_every_step_pending_and_no_task_text() {
+        let mut config = launch_config(Path::new("/runs/r"));
+        config.steps[1].task_file = Some("/runs/r/task-1.md".into());
+        let s = queued(&config, None, Some(identity(40)), 5);
+        assert_eq!(s.state, RunState::Queued);
+        assert_eq!(s.launcher_identity, Some(identity(40)));
+        assert_eq!(s.chain_step_count, Some(3));
+        let steps: Vec<_> = s
+            .steps()
+            .iter()
+            .map(|st| {
+                (
+                    st.agent.as_str(),
+                    st.status.as_str(),
+                    st.description.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("a", "pending", None),
+                ("b", "pending", Some(PROMPT_REDACTED.to_owned())),
+                ("c", "pending", None),
+                ("d", "pending", None),
+            ]
+        );
+    }
+
+    #[test]
+    fn running_records_the_runner_the_deadline_and_the_parallel_groups() {
+        let mut config = launch_config(Path::new("/runs/r"));
+        config.timeout_ms = Some(3);
+        let s = running(None, &config, &identity(50), Some(identity(49)), 10);
+        assert_eq!(s.pid, Some(50));
+        assert_eq!(s.monitor_identity, Some(identity(49)));
+        assert_eq!(s.deadline_at, Some(13));
+        assert_eq!(
+            s.extra["parallelGroups"],
+            json!([{"start": 1, "count": 2, "stepIndex": 1}])
+        );
+        assert_eq!(s.output_file.as_deref(), Some("/runs/r/output-0.log"));
+    }
+
+    #[test]
+    fn a_started_step_records_its_process() {
+        let config = launch_config(Path::new("/runs/r"));
+        let s = queued(&config, None, None, 1);
+        let s = step_started(s, &config, 2, 60, Some(identity(60)), 20);
+        assert_eq!(s.current_step, Some(2));
+        assert_eq!(s.output_file.as_deref(), Some("/runs/r/output-2.log"));
+        let step = &s.steps()[2];
+        assert_eq!(step.status, "running");
+        assert_eq!(
+            step.external_process,
+            Some(ExternalProcess {
+                pid: Some(60),
+                identity: Some(identity(60)),
+                started_at: 20,
+                stdout_path: "/runs/r/external-2.stdout.log".into(),
+                stderr_path: "/runs/r/external-2.stderr.log".into(),
+                ..ExternalProcess::default()
+            })
+        );
+    }
+
+    fn end(status: &'static str, process: Option<(Option<i32>, Option<String>)>) -> StepEnd {
+        StepEnd {
+            status,
+            error: None,
+            exit_code: 1,
+            started_at: Some(20),
+            closed_at: 25,
+            timed_out: false,
+            process,
+        }
+    }
+
+    #[test]
+    fn only_a_step_that_could_not_start_becomes_the_current_one_at_its_end() {
+        let config = launch_config(Path::new("/runs/r"));
+        let base = || {
+            let s = queued(&config, None, None, 1);
+            step_started(s, &config, 0, 60, None, 20)
+        };
+        // Step 3's command could not start: it is the current step now.
+        let s = step_ended(base(), &config, 3, &end("failed", None), 30);
+        assert_eq!(s.current_step, Some(3));
+        // Any other end leaves the current step alone.
+        for other in [
+            end("failed", Some((Some(1), None))),
+            end("stopped", None),
+            StepEnd {
+                started_at: None,
+                ..end("failed", None)
+            },
+        ] {
+            let s = step_ended(base(), &config, 3, &other, 30);
+            assert_eq!(s.current_step, Some(0), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn a_step_end_records_how_it_ended() {
+        let config = launch_config(Path::new("/runs/r"));
+        let s = step_started(queued(&config, None, None, 1), &config, 0, 60, None, 20);
+        let stopped = end("stopped", Some((None, Some("SIGTERM".into()))));
+        let s = step_ended(s, &config, 0, &stopped, 30);
+        let step = &s.steps()[0];
+        assert_eq!(step.stopped, Some(true));
+        let process = step.external_process.as_ref().unwrap();
+        assert_eq!(process.process_signal.as_deref(), Some("SIGTERM"));
+        assert_eq!(process.ended_at, Some(25));
+        let s = step_ended(s, &config, 1, &end("failed", Some((Some(2), None))), 30);
+        assert_eq!(s.steps()[1].stopped, None);
+    }
+
+    #[test]
+    fn only_a_stopped_run_is_flagged_stopped() {
+        let config = launch_config(Path::new("/runs/r"));
+        let base = || running(None, &config, &identity(50), None, 10);
+        let s = finished(base(), RunState::Stopped, None, false, true, 40);
+        assert_eq!(s.stopped, Some(true));
+        assert_eq!(s.error.as_deref(), Some("Subagent stopped by user."));
+        let s = finished(base(), RunState::Failed, Some("x".into()), true, false, 40);
+        assert_eq!(s.stopped, None);
+        assert_eq!(s.timed_out, Some(true));
+        assert_eq!(s.error.as_deref(), Some("x"));
+    }
+}

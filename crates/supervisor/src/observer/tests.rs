@@ -197,9 +197,15 @@ fn the_witnessed_candidate_proves_only_groups_seen_empty() {
 
 /// The identity of a process that certainly exited (and was reaped).
 fn dead() -> ProcessIdentity {
-    let mut child = std::process::Command::new("true").spawn().unwrap();
+    // Read while it surely runs: the `procs` tests reap any exited child
+    // (`waitpid(-1)`) at the same time, which may also leave our wait ECHILD.
+    let mut child = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
     let identity = ProcessIdentity::of(child.id()).unwrap();
-    child.wait().unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
     identity
 }
 
@@ -226,7 +232,8 @@ fn orphaned(dir: &Path, monitor: ProcessIdentity) {
 fn observe_restores_the_outcome_from_events_and_finalizes() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
-    orphaned(&dir, dead());
+    let monitor = dead();
+    orphaned(&dir, monitor.clone());
     for i in 0..2 {
         events::append(
             &dir,
@@ -239,11 +246,17 @@ fn observe_restores_the_outcome_from_events_and_finalizes() {
     }
     let observation = observe(&dir, &Options::new(tmp.path()));
     let Observation::Finalized {
-        proof, repaired, ..
+        proof,
+        repaired,
+        reason,
     } = observation
     else {
         panic!("not finalized: {observation:?}")
     };
+    assert!(
+        reason.starts_with(&format!("monitor {} exited; runner", monitor.pid)),
+        "{reason}"
+    );
     assert_eq!(proof.state, ProofState::Observed);
     assert!(repaired.unwrap().contains("so the run is complete"));
     let status = read_status(&dir).unwrap().unwrap();
@@ -282,12 +295,14 @@ fn observe_gives_up_a_queued_run_whose_launcher_died() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let mut status = RunStatus::new("r", RunState::Queued);
-    status.launcher_identity = Some(dead());
+    let launcher = dead();
+    status.launcher_identity = Some(launcher.clone());
     status.runner_process_instance_id = Some("runner-1".into());
     status::model::write_status(&dir, &status).unwrap();
     let observation = observe(&dir, &Options::new(tmp.path()));
+    let gone = format!("its launcher {} exited first", launcher.pid);
     assert!(
-        matches!(observation, Observation::Abandoned(_)),
+        matches!(&observation, Observation::Abandoned(m) if m.contains(&gone)),
         "{observation:?}"
     );
     let status = read_status(&dir).unwrap().unwrap();
@@ -296,4 +311,142 @@ fn observe_gives_up_a_queued_run_whose_launcher_died() {
     assert_eq!(proof["state"], "not-started");
     assert_eq!(proof["runnerProcessInstanceId"], "runner-1");
     assert!(!index::has_marker(&dir));
+}
+
+#[test]
+fn a_recorded_pid_of_0_or_1_never_names_a_group_or_session_to_signal() {
+    assert!(!signallable(0) && !signallable(1) && signallable(2));
+    let mut status = two_steps();
+    for (i, step) in status.steps.iter_mut().flatten().enumerate() {
+        step.external_process = Some(status::model::ExternalProcess {
+            pid: Some(i as u32),
+            ..Default::default()
+        });
+    }
+    assert_eq!(step_groups(&status), []);
+    // A monitor recorded as pid 0: in a pid namespace `/proc` lists pid 1
+    // as a member of session 0.
+    let facts = Facts {
+        monitor: Presence::Dead(ProcessIdentity {
+            pid: 0,
+            start_time: 1,
+            boot_id: None,
+        }),
+        session: Some(vec![1]),
+        ..facts()
+    };
+    let targets = Targets::of("r", &status, &facts);
+    assert_eq!(targets.groups, [] as [u32; 0]);
+    assert_eq!(targets.session, None);
+}
+
+/// `sh -c script` as the leader of a new session, stdin and stdout piped.
+fn session_leader(script: &str) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    // SAFETY: setsid(2) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.spawn().unwrap()
+}
+
+#[test]
+fn what_is_left_in_a_dead_monitors_session_is_ended() {
+    use std::io::BufRead;
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    // The "monitor" leaves a sleeper in its session, then exits when its
+    // stdin closes.
+    let mut monitor = session_leader("sleep 300 >/dev/null 2>&1 & echo $!; read _");
+    let mut line = String::new();
+    std::io::BufReader::new(monitor.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let orphan = ProcessIdentity::of(line.trim().parse().unwrap()).unwrap();
+    orphaned(&dir, ProcessIdentity::of(monitor.id()).unwrap());
+    drop(monitor.stdin.take());
+    monitor.wait().unwrap();
+    assert_eq!(orphan.liveness(), Liveness::Alive);
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let ended = orphan.liveness() != Liveness::Alive;
+    if !ended {
+        let _ = nix::sys::signal::kill(Pid::from_raw(orphan.pid as i32), Signal::SIGKILL);
+    }
+    assert!(
+        matches!(observation, Observation::Finalized { .. }),
+        "{observation:?}"
+    );
+    assert!(
+        ended,
+        "the orphan in the dead monitor's session was left alive"
+    );
+}
+
+#[test]
+fn a_dead_monitors_pid_in_use_again_names_no_session() {
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    // A stranger now leads a session under the recorded monitor's pid.
+    let mut stranger = session_leader("exec sleep 300");
+    let mut recorded = ProcessIdentity::of(stranger.id()).unwrap();
+    recorded.start_time += 1;
+    orphaned(&dir, recorded);
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let untouched = stranger.try_wait().unwrap().is_none();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    assert!(
+        matches!(observation, Observation::Finalized { .. }),
+        "{observation:?}"
+    );
+    assert!(untouched, "the observer signalled a stranger's session");
+}
+
+#[test]
+fn only_observations_that_changed_or_retain_a_run_make_a_line() {
+    assert_eq!(
+        Observation::Unproven("why".into()).line().as_deref(),
+        Some("retained: why")
+    );
+    assert_eq!(
+        Observation::Abandoned("gone".into()).line().as_deref(),
+        Some("failed (never started): gone")
+    );
+    let proof = ProcessTerminal::new(ProofState::Observed, "r", "runner-1");
+    let finalized = Observation::Finalized {
+        proof: Box::new(proof),
+        repaired: None,
+        reason: "all gone".into(),
+    };
+    assert_eq!(
+        finalized.line().as_deref(),
+        Some("process terminal observed: all gone")
+    );
+    assert_eq!(Observation::Final.line(), None);
+    assert_eq!(Observation::MonitorAlive(3).line(), None);
+}
+
+#[test]
+fn every_run_of_the_active_index_is_observed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let me = ProcessIdentity::current().unwrap();
+    orphaned(&dir, me.clone());
+    let seen = observe_active(&Layout::new(tmp.path()), &Options::new(tmp.path()));
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].0, "r");
+    assert!(matches!(seen[0].1, Observation::MonitorAlive(pid) if pid == me.pid));
 }
