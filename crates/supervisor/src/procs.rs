@@ -243,6 +243,11 @@ pub fn empty_group(
     term_wait: Duration,
     kill_wait: Duration,
 ) -> (Vec<u32>, BTreeMap<u32, Ended>) {
+    if pgid.is_some_and(|g| g <= 1) {
+        // As in `signal_group`: group 0 or 1 is never a step's. In a pid
+        // namespace group 0 holds pid 1, whose members must never be signalled.
+        return (Vec::new(), reap_all());
+    }
     let mut reaped = reap_all();
     let mut stop_seen = false;
     let mut alive = leftovers(pgid);
