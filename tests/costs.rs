@@ -170,12 +170,36 @@ fn taking_a_capacity_slot_costs_the_same_with_many_runs_active() {
         return;
     };
     let crowded = fsyncs_of(&busy, first_pid(&busy));
+    // Nor does it read the held slots' owners while a slot is free.
+    let opened = traced(&env, "openat,openat2", &launch(&session, &["true"]));
     for id in &held {
         env.ok(&["stop", id]);
     }
     assert!(
         crowded <= alone,
         "admission with 8 slots taken made {crowded} fsyncs, alone {alone}:\n{busy}"
+    );
+    let Some(opened) = opened else {
+        return;
+    };
+    let launcher = first_pid(&opened);
+    let mine: Vec<&str> = opened
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(launcher))
+        .collect();
+    // The slot it creates (`.slot-N.creating-…`) it reads back when binding.
+    let own = mine
+        .iter()
+        .find_map(|l| l.split("/.slot-").nth(1)?.split('.').next())
+        .map(|n| format!("/slot-{n}/owner.json\""))
+        .expect("the launcher creates a slot");
+    let others_read = mine
+        .iter()
+        .filter(|l| l.contains("/slot-") && l.contains("/owner.json\"") && !l.contains(&own))
+        .count();
+    assert_eq!(
+        others_read, 0,
+        "admission with 8 slots taken read their owners:\n{opened}"
     );
 }
 

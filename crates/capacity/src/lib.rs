@@ -501,6 +501,12 @@ impl Capacity {
         )
     }
 
+    /// How many slots the session holds, from one listing of its pool: no
+    /// slot's owner is read. Read-only.
+    pub fn used(&self, session_id: &str) -> Result<usize, CapacityError> {
+        Ok(list_slots(&self.pool_dir(session_id))?.len())
+    }
+
     /// Explains whether a run holds a slot and whether it could be freed.
     /// Read-only.
     pub fn inspect(

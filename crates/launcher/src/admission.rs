@@ -75,7 +75,13 @@ fn observe_holders_of_a_full_pool(layout: &Layout, session: &str, limit: Option<
     let Some(limit) = limit.filter(|l| *l > 0) else {
         return;
     };
-    let Ok(snapshot) = pools(layout).count(session, Some(limit)) else {
+    let pools = pools(layout);
+    // Only a full pool needs its holders: count the slots first, and read
+    // their owners (one file per slot) only when none is free.
+    if pools.used(session).is_ok_and(|used| used < limit as usize) {
+        return;
+    }
+    let Ok(snapshot) = pools.count(session, Some(limit)) else {
         return;
     };
     if snapshot.used < limit as usize {

@@ -539,6 +539,8 @@ fn only_slot_and_digits_name_a_slot() {
     let snapshot = fx.cap.count(SESSION, Some(3)).unwrap();
     let slots: Vec<u64> = snapshot.slots.iter().map(|s| s.slot).collect();
     assert_eq!(slots, [0, 1]);
+    // The count without owners agrees, and even an owner-less slot counts.
+    assert_eq!(fx.cap.used(SESSION).unwrap(), 2);
     drop(handle);
 }
 
@@ -549,6 +551,8 @@ fn a_pool_that_is_not_a_directory_is_an_error_not_empty() {
     fs::create_dir_all(fx.root()).unwrap();
     fs::write(&pool, "not a directory").unwrap();
     let err = fx.cap.count(SESSION, Some(1)).unwrap_err();
+    assert!(err.to_string().starts_with("failed to list "), "{err}");
+    let err = fx.cap.used(SESSION).unwrap_err();
     assert!(err.to_string().starts_with("failed to list "), "{err}");
 }
 
