@@ -216,5 +216,133 @@ mod tests {
         assert!(matches!(read_status(tmp.path()), StatusRead::Missing));
         std::fs::write(tmp.path().join("status.json"), "{oops").unwrap();
         assert!(matches!(read_status(tmp.path()), StatusRead::Unreadable(_)));
+        std::fs::write(tmp.path().join("status.json"), "[]").unwrap();
+        match read_status(tmp.path()) {
+            StatusRead::Unreadable(e) => assert!(e.ends_with("is not a JSON object"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_file(tmp.path().join("status.json")).unwrap();
+        std::fs::create_dir(tmp.path().join("status.json")).unwrap();
+        assert!(matches!(read_status(tmp.path()), StatusRead::Unreadable(_)));
+    }
+
+    fn status(value: serde_json::Value) -> RunStatus {
+        let tmp = tempfile::tempdir().unwrap();
+        atomic_file::write_json(&tmp.path().join("status.json"), &value).unwrap();
+        match read_status(tmp.path()) {
+            StatusRead::Present(status) => status,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_status_fields_the_verdicts_read() {
+        let s = status(serde_json::json!({
+            "sessionId": "s", "runId": "r", "state": "running", "mode": "chain",
+            "error": "", "pid": null, "runnerIdentity": null, "steps": [{}, {}],
+        }));
+        assert_eq!(
+            (s.session_id(), s.run_id(), s.state(), s.mode()),
+            (Some("s"), Some("r"), Some("running"), Some("chain"))
+        );
+        assert!(!s.has_error());
+        assert!(!s.has_runner_trace());
+        assert_eq!(s.process_terminal(), None);
+        assert_eq!(s.steps().len(), 2);
+        let empty = status(serde_json::json!({}));
+        assert_eq!(empty.steps().len(), 0);
+        assert!(!empty.has_error());
+        assert!(!empty.has_runner_trace());
+        assert!(status(serde_json::json!({"error": "boom"})).has_error());
+        assert!(status(serde_json::json!({"pid": 42})).has_runner_trace());
+        assert!(status(serde_json::json!({"runnerIdentity": {}})).has_runner_trace());
+        let proof =
+            status(serde_json::json!({"processTerminal": {"state": "observed", "runId": "r"}}));
+        assert_eq!(proof.process_terminal(), Some(("observed", "r", "")));
+    }
+
+    #[test]
+    fn only_queued_running_and_paused_are_not_terminal() {
+        for state in ["queued", "running", "paused"] {
+            assert!(
+                !status(serde_json::json!({"state": state})).is_terminal(),
+                "{state}"
+            );
+        }
+        for state in ["complete", "failed", "stopped", "detached"] {
+            assert!(
+                status(serde_json::json!({"state": state})).is_terminal(),
+                "{state}"
+            );
+        }
+        assert!(status(serde_json::json!({})).is_terminal());
+    }
+
+    #[test]
+    fn every_rule_of_a_proof_is_checked_on_its_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let state_of = |proof: serde_json::Value, run_id: &str, runner_id: &str| {
+            atomic_file::write_json(&dir.join("process-terminal.json"), &proof).unwrap();
+            proof_state(dir, run_id, runner_id)
+        };
+        let proof = |run_id: &str, runner_id: &str, state: &str| {
+            serde_json::json!({"version": 1, "state": state, "runId": run_id,
+                               "runnerProcessInstanceId": runner_id})
+        };
+        let unknown = Some("unknown".to_owned());
+        for state in ["pending", "unknown", "not-started"] {
+            assert_eq!(
+                state_of(proof("r", "p", state), "r", "p").as_deref(),
+                Some(state)
+            );
+        }
+        assert_eq!(state_of(proof("r", "p", "bogus"), "r", "p"), unknown);
+        assert_eq!(
+            state_of(
+                serde_json::json!({"version": 1, "runId": "r",
+            "runnerProcessInstanceId": "p"}),
+                "r",
+                "p"
+            ),
+            unknown
+        );
+        // Each rule alone refuses the proof.
+        let mut v2 = proof("r", "p", "pending");
+        v2["version"] = serde_json::json!(2);
+        assert_eq!(state_of(v2, "r", "p"), unknown);
+        assert_eq!(state_of(proof("x", "p", "pending"), "r", "p"), unknown);
+        assert_eq!(state_of(proof("r", "x", "pending"), "r", "p"), unknown);
+        assert_eq!(state_of(proof("", "p", "pending"), "", "p"), unknown);
+        assert_eq!(state_of(proof("r", "", "pending"), "r", ""), unknown);
+
+        // An observed proof needs its time and its runner's close.
+        let observed = || {
+            let mut p = proof("r", "p", "observed");
+            p["observedAt"] = serde_json::json!(1000);
+            p["instances"] = serde_json::json!([
+                {"kind": "writer", "processInstanceId": "w", "closeObservedAt": 1},
+                {"kind": "runner", "processInstanceId": "p", "closeObservedAt": 999},
+            ]);
+            p
+        };
+        assert_eq!(state_of(observed(), "r", "p").as_deref(), Some("observed"));
+        let mut no_time = observed();
+        no_time["observedAt"] = serde_json::json!("1000");
+        assert_eq!(state_of(no_time, "r", "p"), unknown);
+        let mut other_runner = observed();
+        other_runner["instances"][1]["processInstanceId"] = serde_json::json!("w");
+        assert_eq!(state_of(other_runner, "r", "p"), unknown);
+        let mut not_closed = observed();
+        not_closed["instances"][1]
+            .as_object_mut()
+            .unwrap()
+            .remove("closeObservedAt");
+        assert_eq!(state_of(not_closed, "r", "p"), unknown);
+
+        // A proof that exists but cannot be read is unknown, not missing.
+        std::fs::remove_file(dir.join("process-terminal.json")).unwrap();
+        std::fs::create_dir(dir.join("process-terminal.json")).unwrap();
+        assert_eq!(proof_state(dir, "r", "p"), unknown);
     }
 }

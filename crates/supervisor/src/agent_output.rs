@@ -133,3 +133,126 @@ fn record(config: &LaunchConfig, i: usize, kind: RunnerKind, id: &str, file: Opt
         fields,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RevivalConfig;
+    use crate::config::tests::launch_config;
+
+    /// A single-step run whose launch environment names `runner`.
+    fn preset(run_dir: &std::path::Path, runner: &str) -> LaunchConfig {
+        let mut config = launch_config(run_dir);
+        config.steps.truncate(1);
+        config.groups.truncate(1);
+        config.env.insert(agents::RUNNER_ENV.into(), runner.into());
+        config
+    }
+
+    #[test]
+    fn only_a_single_step_agent_cli_run_is_a_preset() {
+        let dir = std::path::Path::new("/nonexistent");
+        assert_eq!(
+            preset_kind(&preset(dir, "claude")),
+            Some(RunnerKind::Claude)
+        );
+        assert_eq!(preset_kind(&preset(dir, "command")), None);
+        assert_eq!(preset_kind(&preset(dir, "nonsense")), None);
+        assert_eq!(preset_kind(&launch_config(dir)), None);
+        let mut chain = launch_config(dir);
+        chain.env.insert(agents::RUNNER_ENV.into(), "claude".into());
+        assert_eq!(preset_kind(&chain), None);
+    }
+
+    #[test]
+    fn the_started_event_names_the_runner_and_what_is_known_of_the_session() {
+        let dir = std::path::Path::new("/nonexistent");
+        let mut fields = json!({"runId": "r"});
+        started_fields(&preset(dir, "command"), &mut fields);
+        assert_eq!(fields, json!({"runId": "r"}));
+
+        let mut config = preset(dir, "claude");
+        config
+            .env
+            .insert(agents::SESSION_ID_ENV.into(), "s-1".into());
+        config.revival = Some(RevivalConfig {
+            source_run_id: "r0".into(),
+            session_file: PathBuf::from("/sessions/s-1.jsonl"),
+            lease_root: PathBuf::from("/leases"),
+            token: "t".into(),
+            timeouts_ms: (1, 1),
+        });
+        started_fields(&config, &mut fields);
+        assert_eq!(
+            fields,
+            json!({"runId": "r", "agentRunner": "claude", "agentSessionId": "s-1",
+                   "sessionFile": "/sessions/s-1.jsonl"})
+        );
+    }
+
+    #[test]
+    fn the_answer_and_session_are_taken_from_the_end_of_a_long_stream() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run_dir = tmp.path().join("run");
+        std::fs::create_dir(&run_dir).unwrap();
+        let mut config = preset(&run_dir, "claude");
+        // Claude's session store, holding this session's file.
+        let store = tmp.path().join("claude");
+        let session = store.join("projects/p/sess-1.jsonl");
+        std::fs::create_dir_all(session.parent().unwrap()).unwrap();
+        std::fs::write(&session, "{}\n").unwrap();
+        config
+            .env
+            .insert("CLAUDE_CONFIG_DIR".into(), store.display().to_string());
+        let mut status = status::model::RunStatus::new("r", status::RunState::Running);
+        status.steps = Some(vec![status::model::Step::default()]);
+        status::model::write_status(&run_dir, &status).unwrap();
+        // 2 MiB of stream before the result: more than any cap below 64 MiB.
+        let mut stream = "{\"type\":\"noise\"}\n".repeat(2 * 1024 * 1024 / 17);
+        stream.push_str(r#"{"type":"result","result":"the answer","session_id":"sess-1"}"#);
+        stream.push('\n');
+        std::fs::write(log_path(&config, 0, "stdout"), stream).unwrap();
+
+        after_step(&config, 0);
+
+        let output = std::fs::read_to_string(output_path(&config, 0)).unwrap();
+        assert_eq!(output, "the answer\n");
+        let status = status::model::read_status(&run_dir).unwrap().unwrap();
+        let file = session.display().to_string();
+        assert_eq!(status.extra["agentRunner"], "claude");
+        assert_eq!(status.extra["agentSessionId"], "sess-1");
+        assert_eq!(status.session_file.as_deref(), Some(file.as_str()));
+        let step = &status.steps.as_ref().unwrap()[0];
+        assert_eq!(step.extra["agentSessionId"], "sess-1");
+        assert_eq!(step.extra["sessionFile"], file.as_str());
+        let captured: Vec<Value> = events::read_all(&run_dir)
+            .into_iter()
+            .filter(|e| e["type"] == "subagent.session.captured")
+            .collect();
+        assert_eq!(captured.len(), 1, "{captured:?}");
+        assert_eq!(captured[0]["agentSessionId"], "sess-1");
+        assert_eq!(captured[0]["sessionFile"], file.as_str());
+    }
+
+    #[test]
+    fn without_an_answer_the_last_words_on_stderr_are_the_output() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = preset(tmp.path(), "codex");
+        std::fs::write(log_path(&config, 0, "stdout"), "not json\n").unwrap();
+        let stderr: String = (1..=25).map(|i| format!("line {i}\n\n")).collect();
+        std::fs::write(log_path(&config, 0, "stderr"), stderr).unwrap();
+        after_step(&config, 0);
+        let expected: String = (6..=25).map(|i| format!("line {i}\n")).collect();
+        let output = std::fs::read_to_string(output_path(&config, 0)).unwrap();
+        assert_eq!(output, expected);
+        // No session id anywhere: nothing recorded.
+        assert!(status::model::read_status(tmp.path()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_blank_stderr_has_no_tail() {
+        assert_eq!(stderr_tail(""), None);
+        assert_eq!(stderr_tail("\n  \n\t\n"), None);
+        assert_eq!(stderr_tail(" \nerror: x\n\n"), Some("error: x".into()));
+    }
+}

@@ -219,4 +219,114 @@ mod tests {
             assert_eq!(parse(bad), None, "{bad}");
         }
     }
+
+    /// Names the case [`faulted_process`] plays in a copy of this test binary.
+    const CASE_ENV: &str = "SUBAGENTS_FAULT_TEST_CASE";
+
+    /// Not a test of its own: the body of the copy of this test binary that
+    /// [`an_armed_fault_kills_only_its_own_process_at_its_own_point`] starts
+    /// (a fault SIGKILLs the process it fires in, and `init` arms a process
+    /// once). Without the case variable it returns at once.
+    #[test]
+    fn faulted_process() {
+        let Ok(case) = std::env::var(CASE_ENV) else {
+            return;
+        };
+        let run_dir = std::path::PathBuf::from(std::env::var("RUN_DIR").unwrap());
+        let mut status = status::model::RunStatus::new("r", status::RunState::Running);
+        match case.as_str() {
+            "point" => {
+                init(Process::Runner);
+                point(Point::AfterReady);
+                println!("passed after-ready");
+                point(Point::DuringStep);
+            }
+            "other-process" => {
+                init(Process::Monitor);
+                point(Point::DuringStep);
+            }
+            "status-write" => {
+                init(Process::Monitor);
+                println!("passed init");
+                status::model::write_status(&run_dir, &status).unwrap();
+            }
+            "step-started" => {
+                init(Process::Monitor);
+                status.steps = Some(vec![status::model::Step {
+                    external_process: Some(status::model::ExternalProcess {
+                        pid: Some(4242),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]);
+                status::model::write_status(&run_dir, &status).unwrap();
+                println!("passed the status write");
+                when_step_started(&run_dir);
+            }
+            other => panic!("unknown case {other}"),
+        }
+        println!("survived");
+    }
+
+    /// Runs [`faulted_process`] as `case` with `SUBAGENTS_FAULT=fault`:
+    /// whether SIGKILL ended it, its stdout and its stderr.
+    fn run_case(case: &str, fault: &str) -> (bool, String, String) {
+        use std::os::unix::process::ExitStatusExt;
+        // The process tests reap any child; ours must not be taken.
+        let _serial = crate::procs::tests::serial();
+        let run_dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "fault::tests::faulted_process", "--nocapture"])
+            .env(CASE_ENV, case)
+            .env(FAULT_ENV, fault)
+            .env("RUN_DIR", run_dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.signal() == Some(libc::SIGKILL),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn an_armed_fault_kills_only_its_own_process_at_its_own_point() {
+        let (killed, stdout, stderr) = run_case("point", "runner:during-step");
+        assert!(killed, "{stdout}{stderr}");
+        assert!(stdout.contains("passed after-ready"), "{stdout}");
+        assert!(!stdout.contains("survived"), "{stdout}");
+        assert!(
+            stderr.contains("subagents: fault injected: runner:during-step"),
+            "{stderr}"
+        );
+
+        let (killed, stdout, stderr) = run_case("other-process", "runner:during-step");
+        assert!(!killed, "{stdout}{stderr}");
+        assert!(stdout.contains("survived"), "{stdout}");
+        assert!(!stderr.contains("fault injected"), "{stderr}");
+    }
+
+    #[test]
+    fn a_fault_inside_the_status_writer_fires_through_its_hook() {
+        let (killed, stdout, stderr) = run_case("status-write", "monitor:mid-status-write");
+        assert!(killed, "{stdout}{stderr}");
+        assert!(stdout.contains("passed init"), "{stdout}");
+        assert!(!stdout.contains("survived"), "{stdout}");
+        assert!(
+            stderr.contains("subagents: fault injected: monitor:mid-status-write"),
+            "{stderr}"
+        );
+    }
+
+    #[test]
+    fn the_monitors_during_step_fault_fires_once_the_status_shows_a_started_step() {
+        let (killed, stdout, stderr) = run_case("step-started", "monitor:during-step");
+        assert!(killed, "{stdout}{stderr}");
+        assert!(stdout.contains("passed the status write"), "{stdout}");
+        assert!(!stdout.contains("survived"), "{stdout}");
+        assert!(
+            stderr.contains("subagents: fault injected: monitor:during-step"),
+            "{stderr}"
+        );
+    }
 }
