@@ -183,18 +183,6 @@ pub enum Command {
     /// Serve the launcher's API to an agent as an MCP server on stdio
     /// (tools run, status, list, wait, stop, resume, logs, budget, capacity).
     Mcp(McpArgs),
-    /// Internal: the supervisor that waits on a runner and writes its proof.
-    #[command(name = "__monitor", hide = true)]
-    Monitor {
-        /// The run id, shown by `ps` only (the config comes on stdin).
-        run: Option<String>,
-    },
-    /// Internal: the runner of one run.
-    #[command(name = "__runner", hide = true)]
-    Runner {
-        /// The run id, shown by `ps` only (the config comes on stdin).
-        run: Option<String>,
-    },
 }
 
 /// `subagents run`.
@@ -572,16 +560,12 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
-    if !matches!(
-        cli.command,
-        Command::Monitor { .. } | Command::Runner { .. }
-    ) {
-        // `subagents list | head` should end quietly, like any Unix filter.
-        // (Runners keep ignoring SIGPIPE: a vanished launcher must not kill them.)
-        // SAFETY: restoring a default signal disposition has no memory effects.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
+    // `subagents list | head` should end quietly, like any Unix filter.
+    // (A run's monitor and runner, started by `internal_process`, keep
+    // ignoring SIGPIPE: a vanished launcher must not kill them.)
+    // SAFETY: restoring a default signal disposition has no memory effects.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     if matches!(
         cli.command,
@@ -716,10 +700,7 @@ fn dispatch(cli: Cli) -> Result {
     let layout = status::Layout::new(crate::root::state_root(cli.root));
     if !matches!(
         cli.command,
-        Command::Monitor { .. }
-            | Command::Runner { .. }
-            | Command::Completions { .. }
-            | Command::Agents { .. }
+        Command::Completions { .. } | Command::Agents { .. }
     ) {
         let shared = crate::root::allow_shared_root(cli.allow_shared_root);
         atomic_file::read::set_allow_foreign_owner(shared);
@@ -727,7 +708,7 @@ fn dispatch(cli: Cli) -> Result {
             crate::root::check_trusted(&layout).map_err(error::Error::failed)?;
         }
     } else {
-        // The processes of a run were started by a launcher that checked the root.
+        // These read no run state.
         atomic_file::read::set_allow_foreign_owner(crate::root::allow_shared_root(false));
     }
     let launcher = |settings: Settings| Launcher::new(layout.clone(), settings);
@@ -833,8 +814,6 @@ fn dispatch(cli: Cli) -> Result {
             clap_complete::generate(shell, &mut command, "subagents", &mut std::io::stdout());
             Ok(())
         }
-        Command::Monitor { .. } => std::process::exit(supervisor::monitor::main()),
-        Command::Runner { .. } => std::process::exit(supervisor::runner::main()),
     }
 }
 

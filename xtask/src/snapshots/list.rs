@@ -13,6 +13,18 @@ use super::{Artifact, Kind, PID, Scratch, T0};
 const FAMILY: &str = "list";
 const NOW: u64 = T0 + 90_000;
 
+/// `list --all` at the fixed clock, without reconciling.
+fn all_runs() -> ListOptions<'static> {
+    ListOptions {
+        all: true,
+        session: None,
+        limit: None,
+        reconcile: false,
+        now: NOW,
+        hooks: Hooks::default(),
+    }
+}
+
 fn step(agent: &str, status: &str) -> Step {
     Step {
         agent: agent.into(),
@@ -99,14 +111,7 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
             index::create_marker(&dir)?;
         }
     }
-    let options = ListOptions {
-        all: true,
-        session: None,
-        limit: None,
-        reconcile: false,
-        now: NOW,
-        hooks: Hooks::default(),
-    };
+    let options = all_runs();
     let runs = list(&layout, &options)?.runs;
     let human = status::format::format_run_list(&runs, "Async runs", NOW, None);
     Ok(vec![
@@ -175,14 +180,7 @@ fn index_artifact() -> anyhow::Result<Artifact> {
         .write(true)
         .open(&descriptor)?
         .set_modified(at_t0)?;
-    let options = ListOptions {
-        all: true,
-        session: None,
-        limit: None,
-        reconcile: false,
-        now: NOW,
-        hooks: Hooks::default(),
-    };
+    let options = all_runs();
     // A listing long after the statuses were written, so every frozen run
     // has settled (a real listing takes its own clock).
     let text = TextOptions {
