@@ -1,7 +1,8 @@
 //! Regression guards for the cost of the hot paths, counted rather than
 //! timed so they cannot flake on a busy machine: fsyncs per launch, files
-//! opened per listed run (none for a finished run with a warm listing index), no walk over `/proc`, and `wait` woken by the
-//! monitor's exit through a pidfd.
+//! opened per listed run (none for a finished run with a warm listing
+//! index), no walk over `/proc`, `wait` woken by the monitor's exit through
+//! a pidfd, and a binary whose relocations stay packed.
 //!
 //! Each test runs the real binary under `strace -f` and counts system calls.
 //! Without a usable strace (not installed, or ptrace not permitted) a test
@@ -425,5 +426,44 @@ fn wait_is_woken_by_the_monitors_exit_through_a_pidfd() {
     assert!(
         opened(),
         "wait never opened a pidfd for the monitor:\n{trace}"
+    );
+}
+
+/// The size of the section named `name` in the ELF64 little-endian file
+/// `elf`, or `None` when it has no such section.
+fn elf_section_size(elf: &[u8], name: &str) -> Option<u64> {
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not an ELF64 file");
+    let (shoff, shentsize) = (u64_at(0x28) as usize, u16_at(0x3a));
+    let (shnum, shstrndx) = (u16_at(0x3c), u16_at(0x3e));
+    let header = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(header(shstrndx) + 0x18) as usize;
+    (0..shnum).find_map(|i| {
+        let at =
+            strtab + u32::from_le_bytes(elf[header(i)..header(i) + 4].try_into().unwrap()) as usize;
+        let end = at + elf[at..].iter().position(|b| *b == 0)?;
+        (&elf[at..end] == name.as_bytes()).then(|| u64_at(header(i) + 0x20))
+    })
+}
+
+/// Every run keeps a monitor and a runner of this binary alive; the
+/// dynamic loader's relocation table is read in each (and stays resident),
+/// so it must stay packed (`build.rs`: DT_RELR) rather than ~20,000 RELA
+/// entries of 24 bytes.
+#[test]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn the_binary_packs_its_relative_relocations() {
+    let elf = std::fs::read(env!("CARGO_BIN_EXE_subagents")).unwrap();
+    let rela = elf_section_size(&elf, ".rela.dyn").unwrap_or(0);
+    let relr = elf_section_size(&elf, ".relr.dyn");
+    assert!(
+        relr.is_some(),
+        "no .relr.dyn section: relative relocations are not packed"
+    );
+    assert!(
+        rela / 24 <= 2_000,
+        "{} RELA relocations left unpacked",
+        rela / 24
     );
 }
