@@ -388,9 +388,15 @@ impl AdmissionLock {
         thread::Builder::new()
             .name("admission-lock".into())
             .spawn(move || {
+                let locked = loop {
+                    match waiter.lock() {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        other => break other,
+                    }
+                };
                 // After a timeout nobody receives: dropping `waiter` then
                 // closes the last handle and releases the lock at once.
-                let _ = tx.send(waiter.lock());
+                let _ = tx.send(locked);
             })
             .map_err(|e| Error::io("lock admission lock", path(), e))?;
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -495,7 +501,8 @@ mod tests {
     }
 
     /// Records prepared by a claimant that died before placing them are
-    /// removed by the next claimant; a live claimant's are left alone.
+    /// removed by the next claimant once stale; a live claimant's, and a
+    /// fresh one, are left alone.
     #[test]
     fn records_of_dead_claimants_are_swept_and_live_ones_kept() {
         let tmp = tempfile::tempdir().unwrap();
@@ -505,12 +512,19 @@ mod tests {
         child.wait().unwrap();
         let dead_name = format!("{TEMP_PREFIX}{dead}.x{TEMP_SUFFIX}");
         let live_name = format!("{TEMP_PREFIX}{}.y{TEMP_SUFFIX}", std::process::id());
-        for name in [&dead_name, &live_name] {
-            fs::write(budget.claims_path().join(name), "{}\n").unwrap();
+        let young_name = format!("{TEMP_PREFIX}{dead}.z{TEMP_SUFFIX}");
+        let old = std::time::SystemTime::now() - crate::STALE_AFTER * 2;
+        for name in [&dead_name, &live_name, &young_name] {
+            let file = fs::File::create(budget.claims_path().join(name)).unwrap();
+            if name != &young_name {
+                file.set_modified(old).unwrap();
+            }
         }
         assert_eq!(budget.claim(&["a"]).unwrap(), Snapshot::new(1, 3));
         assert!(!budget.claims_path().join(&dead_name).exists());
         assert!(budget.claims_path().join(&live_name).exists());
+        // A fresh one may belong to a claimant in another pid namespace.
+        assert!(budget.claims_path().join(&young_name).exists());
         assert_eq!(temp_owner(&live_name), Some(std::process::id() as i32));
         assert_eq!(temp_owner(".claim.0.x.tmp"), None);
         assert_eq!(temp_owner("000001.json"), None);

@@ -222,9 +222,21 @@ impl OpenBudget {
         self.read_claims(claims, |_| false).map(|l| l.slots)
     }
 
-    /// The slots, and the records prepared by claimants that no longer exist.
+    /// The slots, and the records prepared by claimants that no longer
+    /// exist. A record counts as abandoned only when its pid names no
+    /// process and it is older than [`crate::STALE_AFTER`] (a live claimant
+    /// keeps one for at most the lock timeout; a pid of another pid
+    /// namespace must not get a live claimant's record removed).
     pub(crate) fn list_claims(&self, claims: &OwnedFd) -> Result<Listing> {
-        let dead = |name: &str| temp_owner(name).is_some_and(|pid| !pid_alive(pid));
+        let dead = |name: &str| {
+            temp_owner(name).is_some_and(|pid| !pid_alive(pid))
+                && nix::sys::stat::fstatat(claims, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| {
+                        let now = now_ms() / 1000;
+                        let age = now.saturating_sub(st.st_mtime.max(0) as u64);
+                        age > crate::STALE_AFTER.as_secs()
+                    })
+        };
         self.read_claims(claims, dead)
     }
 
