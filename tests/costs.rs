@@ -21,6 +21,11 @@ const STRACE: &str = "/usr/bin/strace";
 /// returns the trace (one line per call, prefixed by the pid), or `None`
 /// when strace cannot be used here.
 fn traced(env: &Env, trace: &str, args: &[&str]) -> Option<String> {
+    traced_exit(env, trace, args, 0)
+}
+
+/// [`traced`] of a command expected to exit with `code`.
+fn traced_exit(env: &Env, trace: &str, args: &[&str], code: i32) -> Option<String> {
     if !Path::new(STRACE).exists() {
         eprintln!("skipped: {STRACE} is not installed");
         return None;
@@ -48,7 +53,11 @@ fn traced(env: &Env, trace: &str, args: &[&str]) -> Option<String> {
         );
         return None;
     }
-    assert!(out.status.success(), "subagents {args:?} failed: {out:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "subagents {args:?} exited otherwise: {out:?}"
+    );
     Some(text)
 }
 
@@ -201,6 +210,116 @@ fn taking_a_capacity_slot_costs_the_same_with_many_runs_active() {
     assert_eq!(
         others_read, 0,
         "admission with 8 slots taken read their owners:\n{opened}"
+    );
+}
+
+/// Copies the owner record of the pool's first slot into the free ones of
+/// `slot-1` .. `slot-<total-1>` (each naming the same live run), as bench/all.sh holds
+/// many slots without as many processes.
+fn clone_slots(env: &Env, total: usize) {
+    let root = env.root().join("session-active-async-capacity");
+    let pool = std::fs::read_dir(&root)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let owner = std::fs::read_to_string(pool.join("slot-0/owner.json")).unwrap();
+    let mut owner: serde_json::Value = serde_json::from_str(&owner).unwrap();
+    for n in 1..total {
+        let dir = pool.join(format!("slot-{n}"));
+        if dir.exists() {
+            continue;
+        }
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        owner["slot"] = n.into();
+        std::fs::write(dir.join("owner.json"), owner.to_string()).unwrap();
+    }
+}
+
+/// Calls of the launcher itself (the trace's first pid) that stat a path
+/// or a descriptor: the root's trust check once stat'ed every held slot.
+fn stats_of_launcher(trace: &str) -> usize {
+    let pid = first_pid(trace);
+    ["statx", "newfstatat", "fstat", "stat", "lstat"]
+        .into_iter()
+        .flat_map(|name| calls(trace, name))
+        .filter(|l| l.split_whitespace().next() == Some(pid))
+        .count()
+}
+
+#[test]
+fn a_launch_stats_no_more_with_many_capacity_slots_held() {
+    let env = Env::new();
+    let session = ["--session", "held", "--max-active", "100000"];
+    let launch = |command: &[&str]| {
+        let mut args = vec!["run"];
+        args.extend(session);
+        args.push("--");
+        args.extend(command);
+        env.ok(&args).trim().to_owned()
+    };
+    let held = launch(&["sleep", "600"]);
+    let trace = "statx,newfstatat,fstat,stat,lstat";
+    let run = [
+        "run", session[0], session[1], session[2], session[3], "--", "true",
+    ];
+    let one = traced(&env, trace, &run);
+    clone_slots(&env, 200);
+    let many = traced(&env, trace, &run);
+    env.ok(&["stop", &held]);
+    let (Some(one), Some(many)) = (one, many) else {
+        return;
+    };
+    let (alone, crowded) = (stats_of_launcher(&one), stats_of_launcher(&many));
+    // Its own new slot it may stat; none of the held ones.
+    let slot_paths = |trace: &str| {
+        calls(trace, "statx")
+            .into_iter()
+            .chain(calls(trace, "newfstatat"))
+            .filter(|l| l.contains("/slot-"))
+            .count()
+    };
+    assert_eq!(
+        slot_paths(&many),
+        slot_paths(&one),
+        "a launch stat'ed held slots:\n{many}"
+    );
+    assert!(
+        crowded <= alone,
+        "with 200 slots held a launch made {crowded} stat calls, with one {alone}:\n{many}"
+    );
+}
+
+#[test]
+fn a_claim_on_a_full_budget_is_refused_without_the_lock_or_a_write() {
+    let env = Env::new();
+    let descriptor = env.root().join("budget.json");
+    let created = env.ok(&["budget", "create", "--root-run-id", "full", "--limit", "1"]);
+    std::fs::write(&descriptor, created).unwrap();
+    let file = descriptor.to_str().unwrap();
+    env.ok(&["budget", "claim", "--descriptor", file, "--path", "a"]);
+    let trace = "flock,mkdir,openat,linkat,fsync,fdatasync";
+    let args = ["budget", "claim", "--descriptor", file, "--path", "b"];
+    let Some(trace) = traced_exit(&env, trace, &args, 3) else {
+        return;
+    };
+    let locks = calls(&trace, "flock").len();
+    let lock_dirs = calls(&trace, "mkdir")
+        .into_iter()
+        .filter(|l| l.contains("admission.lock"))
+        .count();
+    let writes = calls(&trace, "fsync").len() + calls(&trace, "linkat").len();
+    let created = calls(&trace, "openat")
+        .into_iter()
+        .filter(|l| l.contains("O_CREAT"))
+        .count();
+    assert_eq!(
+        (locks, lock_dirs, writes, created),
+        (0, 0, 0, 0),
+        "a refusal took the lock or wrote:\n{trace}"
     );
 }
 

@@ -528,3 +528,41 @@ fn control_characters_in_ids_stay_on_one_line() {
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(stderr(&out).lines().count(), 1, "{out:?}");
 }
+
+/// A capacity slot another user could write into is no longer found by a
+/// stat of every slot at start-up, but it is still refused, on one line
+/// naming it, by every command that reads it: a launch into the full pool
+/// and `capacity`. Fixed, the same launch is refused only by the limit.
+#[test]
+fn an_untrusted_capacity_slot_is_refused_when_it_is_read() {
+    let env = Env::new();
+    let session = ["--session", "trust", "--max-active", "1"];
+    let mut hold = vec!["run"];
+    hold.extend(session);
+    hold.extend(["--", "sleep", "600"]);
+    let held = env.ok(&hold).trim().to_owned();
+    let capacity = env.root().join("session-active-async-capacity");
+    let pool = std::fs::read_dir(&capacity)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let slot = pool.join("slot-0");
+    std::fs::set_permissions(&slot, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let why = format!(
+        "refusing state directory '{}': it is writable by group or others (mode 0770)",
+        slot.display()
+    );
+    let mut launch = vec!["run"];
+    launch.extend(session);
+    launch.extend(["--", "true"]);
+    let refused = sub(&env, &launch);
+    let shown = sub(&env, &["capacity", "--session", "trust"]);
+    std::fs::set_permissions(&slot, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let limited = sub(&env, &launch);
+    env.ok(&["stop", &held]);
+    one_line_failure(&refused, &why, "run into the full pool");
+    one_line_failure(&shown, &why, "capacity");
+    assert_eq!(limited.status.code(), Some(3), "{limited:?}");
+}

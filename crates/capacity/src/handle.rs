@@ -137,7 +137,7 @@ impl SlotHandle {
     ) -> Result<Option<OwnerRecord>, CapacityError> {
         let _lock = lock_pool(&self.pool)?;
         let written = with_claim(&self.slot_dir, || {
-            let disk = read_owner(&self.slot_dir).filter(|o| o.identity_matches(&self.owner));
+            let disk = read_owner(&self.slot_dir)?.filter(|o| o.identity_matches(&self.owner));
             let Some(mut next) = disk else {
                 return Ok(None);
             };
@@ -157,7 +157,7 @@ impl SlotHandle {
         }
         let _lock = lock_pool(&self.pool)?;
         let done = with_claim(&self.slot_dir, || {
-            let disk = read_owner(&self.slot_dir)
+            let disk = read_owner(&self.slot_dir)?
                 .filter(|o| o.identity_matches(&self.owner) && !o.is_started());
             if disk.is_none() {
                 return Ok(false);

@@ -90,6 +90,18 @@ pub enum CapacityError {
     /// A file operation on the pool failed.
     #[error(transparent)]
     File(#[from] atomic_file::Error),
+    /// A pool, slot directory or owner record another user could have
+    /// planted or changed (a symlink, foreign-owned, or writable by group or
+    /// others); checked when it is read.
+    #[error("refusing {what} '{}': {why}", atomic_file::escape_path(path))]
+    Untrusted {
+        /// "state directory", "state file" or "capacity slot entry".
+        what: &'static str,
+        /// The refused path.
+        path: PathBuf,
+        /// What is wrong with it, and what to do.
+        why: String,
+    },
 }
 
 /// Usage of one session's pool; serialises as `{used, limit, slots}`.
@@ -127,16 +139,16 @@ pub struct SlotSummary {
 }
 
 impl SlotSummary {
-    fn of(slot: &SlotDir) -> Self {
-        let owner = slot.owner();
-        Self {
+    fn of(slot: &SlotDir) -> Result<Self, CapacityError> {
+        let owner = slot.owner()?;
+        Ok(Self {
             slot: slot.index,
             readable: owner.is_some(),
             run_id: owner.as_ref().map(|o| o.run_id.clone()),
             kind: owner.as_ref().map(|o| o.kind),
             generation: owner.as_ref().map(|o| o.generation),
             runner_process_instance_id: owner.and_then(|o| o.runner_process_instance_id),
-        }
+        })
     }
 }
 
@@ -382,7 +394,7 @@ impl Capacity {
             _ => lock_pool(&pool)?,
         };
         for slot in list_slots(&pool)? {
-            let source = slot.owner().filter(|o| {
+            let source = slot.owner()?.filter(|o| {
                 o.owner_session_id == request.session_id && o.run_id == request.source_run_id
             });
             if let Some(source) = source {
@@ -412,7 +424,7 @@ impl Capacity {
     ) -> Result<SlotHandle, CapacityError> {
         let not_transferable = || CapacityError::NotTransferable(request.source_run_id.to_owned());
         let moved = with_claim(&slot.path, || {
-            let disk = read_owner(&slot.path).filter(|o| o.identity_matches(&source));
+            let disk = read_owner(&slot.path)?.filter(|o| o.identity_matches(&source));
             let disk = disk.ok_or_else(not_transferable)?;
             if !source_is_transferable(&disk, request.source_run_id) {
                 return Err(not_transferable());
@@ -475,13 +487,13 @@ impl Capacity {
     ) -> Result<Snapshot, CapacityError> {
         let key = session_key(session_id);
         for slot in list_slots(pool)? {
-            let Some(owner) = slot.owner() else { continue };
+            let Some(owner) = slot.owner()? else { continue };
             let ours = owner.owner_session_id == session_id
                 && owner.owner_session_key == key
                 && owner.slot == slot.index;
             if ours && release_verdict(&owner, live_workflows).state == ReleaseState::Releasable {
                 with_claim(&slot.path, || {
-                    let still = read_owner(&slot.path).is_some_and(|o| o.identity_matches(&owner));
+                    let still = read_owner(&slot.path)?.is_some_and(|o| o.identity_matches(&owner));
                     if still {
                         pool::release_slot(pool, &slot)?;
                     }
@@ -517,7 +529,7 @@ impl Capacity {
         let wanted_dir = query.async_dir.map(normalize);
         for pool in self.pools(query.session_id)? {
             for slot in list_slots(&pool)? {
-                let Some(owner) = slot.owner() else { continue };
+                let Some(owner) = slot.owner()? else { continue };
                 let same_dir = wanted_dir
                     .as_ref()
                     .is_some_and(|d| *d == normalize(Path::new(&owner.async_dir)));
@@ -581,7 +593,10 @@ fn source_is_transferable(owner: &OwnerRecord, source_run_id: &str) -> bool {
 }
 
 fn snapshot_of(pool: &Path, limit: u32) -> Result<Snapshot, CapacityError> {
-    let slots: Vec<SlotSummary> = list_slots(pool)?.iter().map(SlotSummary::of).collect();
+    let slots = list_slots(pool)?
+        .iter()
+        .map(SlotSummary::of)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Snapshot {
         used: slots.len(),
         limit,

@@ -3,9 +3,12 @@
 
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, OFlag, RenameFlags, open, openat, renameat2};
+use nix::sys::stat::Mode;
 use process_identity::{Liveness, ProcessIdentity};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +38,7 @@ pub(crate) struct PoolLock {
 /// Creates the pool directory if needed and takes its lock (blocking).
 pub(crate) fn lock_pool(pool: &Path) -> Result<PoolLock, CapacityError> {
     atomic_file::ensure_private_dir(pool)?;
+    check_pool(pool)?;
     let path = pool.join(LOCK_FILE);
     // An empty lock file: nothing to make durable (lost in a crash, it is
     // created again).
@@ -57,14 +61,87 @@ pub(crate) struct SlotDir {
 }
 
 impl SlotDir {
-    /// The owner record, or `None` when missing or broken (§4).
-    pub(crate) fn owner(&self) -> Option<OwnerRecord> {
+    /// The owner record, or `None` when missing or broken (§4); an
+    /// untrusted slot is an error ([`read_owner`]).
+    pub(crate) fn owner(&self) -> Result<Option<OwnerRecord>, CapacityError> {
         read_owner(&self.path)
     }
 }
 
-pub(crate) fn read_owner(slot_dir: &Path) -> Option<OwnerRecord> {
-    OwnerRecord::parse(&atomic_file::read::read_file(&slot_dir.join(OWNER_FILE)).ok()?)
+/// Reads a slot's owner record. `Ok(None)` when the slot or its record is
+/// gone, unreadable or broken (§4: such a slot still counts and is never
+/// freed automatically).
+///
+/// The trust checks of the state root happen here, when a slot is read,
+/// rather than for every slot at every command: the slot directory must be
+/// a real directory (not a symlink) that only this user (or root) can
+/// write, and `owner.json` a regular file, not a symlink, owned by this user
+/// (or root) and not writable by group or others. Anything else is an
+/// [`CapacityError::Untrusted`] error, since another user could have
+/// planted or changed it.
+pub(crate) fn read_owner(slot_dir: &Path) -> Result<Option<OwnerRecord>, CapacityError> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let dir = match open(slot_dir, flags, Mode::empty()) {
+        Ok(fd) => File::from(fd),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(symlink_refused(slot_dir)),
+        Err(_) => return Ok(None),
+    };
+    let meta = dir
+        .metadata()
+        .map_err(|e| io_error("inspect", slot_dir, e))?;
+    check_trusted("state directory", slot_dir, meta.mode(), meta.uid())?;
+    let path = slot_dir.join(OWNER_FILE);
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let file = match openat(&dir, OWNER_FILE, flags, Mode::empty()) {
+        Ok(fd) => File::from(fd),
+        Err(Errno::ELOOP) => return Err(symlink_refused(&path)),
+        Err(_) => return Ok(None),
+    };
+    let meta = file.metadata().map_err(|e| io_error("inspect", &path, e))?;
+    if meta.is_file() {
+        check_trusted("state file", &path, meta.mode(), meta.uid())?;
+    }
+    match atomic_file::read::read_opened(file, &path, atomic_file::read::STATE_FILE_LIMIT) {
+        Ok(bytes) => Ok(OwnerRecord::parse(&bytes)),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Refuses a pool directory that is a symlink or that another user could
+/// write into, before anything in it is read or created.
+pub(crate) fn check_pool(pool: &Path) -> Result<(), CapacityError> {
+    match fs::symlink_metadata(pool) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(symlink_refused(pool)),
+        Ok(meta) => check_trusted("state directory", pool, meta.mode(), meta.uid()),
+        Err(_) => Ok(()),
+    }
+}
+
+fn check_trusted(
+    what: &'static str,
+    path: &Path,
+    mode: u32,
+    uid: u32,
+) -> Result<(), CapacityError> {
+    match atomic_file::read::check_private_mode(path, mode, uid) {
+        Ok(()) => Ok(()),
+        Err(atomic_file::read::ReadError::SharedDir { why, .. }) => Err(CapacityError::Untrusted {
+            what,
+            path: path.to_path_buf(),
+            why: format!(
+                "{why}; fix it, or pass --allow-shared-root (or set SUBAGENTS_ALLOW_SHARED_ROOT=1) to trust it"
+            ),
+        }),
+        Err(e) => Err(io_error("inspect", path, e.into_io())),
+    }
+}
+
+fn symlink_refused(path: &Path) -> CapacityError {
+    CapacityError::Untrusted {
+        what: "capacity slot entry",
+        path: path.to_path_buf(),
+        why: "it is a symbolic link, which is never followed".to_owned(),
+    }
 }
 
 pub(crate) fn write_owner(slot_dir: &Path, owner: &OwnerRecord) -> Result<(), CapacityError> {
@@ -96,6 +173,7 @@ fn slot_index(name: &str) -> Option<u64> {
 /// The occupied slots (directories named `slot-<N>`), by index. A missing
 /// pool has none.
 pub(crate) fn list_slots(pool: &Path) -> Result<Vec<SlotDir>, CapacityError> {
+    check_pool(pool)?;
     let entries = match fs::read_dir(pool) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         other => other.map_err(|e| io_error("list", pool, e))?,
@@ -104,8 +182,11 @@ pub(crate) fn list_slots(pool: &Path) -> Result<Vec<SlotDir>, CapacityError> {
     for entry in entries {
         let entry = entry.map_err(|e| io_error("list", pool, e))?;
         let index = entry.file_name().to_str().and_then(slot_index);
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if let (Some(index), true) = (index, is_dir) {
+        let kind = entry.file_type().ok();
+        if index.is_some() && kind.is_some_and(|t| t.is_symlink()) {
+            return Err(symlink_refused(&entry.path()));
+        }
+        if let (Some(index), true) = (index, kind.is_some_and(|t| t.is_dir())) {
             slots.push(SlotDir {
                 index,
                 path: entry.path(),

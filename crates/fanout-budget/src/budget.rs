@@ -16,6 +16,7 @@ use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::admission::{Listing, pid_alive, temp_owner};
 use crate::descriptor::json_limit;
 use crate::{CLAIMS_DIR, Descriptor, Error, MANIFEST_FILE, MAX_LIMIT, Result, Sources};
 
@@ -218,18 +219,45 @@ impl OpenBudget {
 
     /// Slot numbers of the entries named like a slot file.
     pub(crate) fn taken_slots(&self, claims: &OwnedFd) -> Result<BTreeSet<u32>> {
+        self.read_claims(claims, |_| false).map(|l| l.slots)
+    }
+
+    /// The slots, and the records prepared by claimants that no longer
+    /// exist. A record counts as abandoned only when its pid names no
+    /// process and it is older than [`crate::STALE_AFTER`] (a live claimant
+    /// keeps one for at most the lock timeout; a pid of another pid
+    /// namespace must not get a live claimant's record removed).
+    pub(crate) fn list_claims(&self, claims: &OwnedFd) -> Result<Listing> {
+        let dead = |name: &str| {
+            temp_owner(name).is_some_and(|pid| !pid_alive(pid))
+                && nix::sys::stat::fstatat(claims, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| {
+                        let now = now_ms() / 1000;
+                        let age = now.saturating_sub(st.st_mtime.max(0) as u64);
+                        age > crate::STALE_AFTER.as_secs()
+                    })
+        };
+        self.read_claims(claims, dead)
+    }
+
+    fn read_claims(&self, claims: &OwnedFd, dead: impl Fn(&str) -> bool) -> Result<Listing> {
         let unreadable = |source: io::Error| Error::ClaimsUnreadable {
             path: self.claims_path(),
             source,
         };
-        let mut taken = BTreeSet::new();
+        let mut listing = Listing {
+            slots: BTreeSet::new(),
+            dead_temps: Vec::new(),
+        };
         for entry in fs::read_dir(fd_path(claims)).map_err(unreadable)? {
             let name = entry.map_err(unreadable)?.file_name();
-            if let Some(slot) = name.to_str().and_then(parse_slot_name) {
-                taken.insert(slot);
+            match name.to_str() {
+                Some(text) if dead(text) => listing.dead_temps.push(name),
+                Some(text) => listing.slots.extend(parse_slot_name(text)),
+                None => {}
             }
         }
-        Ok(taken)
+        Ok(listing)
     }
 }
 

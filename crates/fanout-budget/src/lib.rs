@@ -14,8 +14,11 @@
 //! an exclusive `flock` on `admission.flock`, which the kernel releases when a
 //! holder dies, and, while holding it, the reference's directory lock
 //! `admission.lock/` ([`ReferenceLock`]) so that pi-subagents 0.49 claimers
-//! on the same budget are excluded too. The behaviour, error texts
-//! included, is pi-subagents 0.49.0's.
+//! on the same budget are excluded too. A batch that does not fit in what
+//! `claims/` already shows is refused without either lock (claims are never
+//! released), and nothing durable happens under the locks (see
+//! `admission.rs`). The behaviour, error texts included, is pi-subagents
+//! 0.49.0's.
 #![warn(missing_docs)]
 
 mod admission;

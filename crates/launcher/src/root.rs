@@ -31,11 +31,12 @@ pub fn allow_shared_root(flag: bool) -> bool {
 
 /// Refuses a state root that another user could plant files in: the root and
 /// the state directories inside it (the runs directory, the active index,
-/// the fan-out budgets directory, capacity pools and slots, session leases)
+/// the fan-out budgets directory, the capacity directory, session leases)
 /// must be owned by this user (or root) and not writable by group or
 /// others. Run directories are checked when a run is read (listings show an
-/// untrusted one as unreadable) and a fan-out budget with its claims when
-/// it is opened, so this stays cheap for large roots. Missing
+/// untrusted one as unreadable), a fan-out budget with its claims when it
+/// is opened, and a capacity pool and slot when it is read, so this stays
+/// cheap for large roots (a launch does not stat every held slot). Missing
 /// directories are fine; they are created 0700. The parent of the root is not
 /// checked, so a root under a sticky `/tmp` is fine.
 pub fn check_trusted(layout: &Layout) -> Result<(), String> {
@@ -46,10 +47,11 @@ pub fn check_trusted(layout: &Layout) -> Result<(), String> {
     // One fan-out budget per root run: each is checked when it is opened,
     // so a command's cost does not grow with the history.
     check(&layout.fanout_budgets_dir())?;
-    for dir in [layout.capacity_dir(), layout.session_leases_dir()] {
-        check(&dir)?;
-        check_children(&dir, 2)?;
-    }
+    // Capacity pools and slots are checked by the capacity crate when read.
+    check(&layout.capacity_dir())?;
+    let leases = layout.session_leases_dir();
+    check(&leases)?;
+    check_children(&leases, 2)?;
     Ok(())
 }
 

@@ -638,3 +638,89 @@ fn a_started_workflow_slot_is_not_rolled_back() {
     assert!(!handle.rollback().unwrap());
     assert!(handle.slot_dir().exists());
 }
+
+/// What another user could have planted or changed in a pool is refused,
+/// with the path and the reason, when a slot is read (the state root's
+/// trust check no longer stats every slot at every command): a slot
+/// directory or `owner.json` that is a symlink out of the root, owned by
+/// another user, or writable by group or others; and so is such a pool.
+#[test]
+fn untrusted_slots_and_owner_records_are_refused_when_read() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let chmod = |path: &std::path::Path, mode: u32| {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let refused = |fx: &Fixture, path: &std::path::Path, why: &str| {
+        let err = fx.cap.count(SESSION, Some(2)).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, CapacityError::Untrusted { .. }), "{text}");
+        assert!(
+            text.starts_with("refusing ") && text.contains(&format!("'{}'", path.display())),
+            "{text}"
+        );
+        assert!(text.contains(why), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        // Admission reads the slots only when none is free: the full pool
+        // is refused the same way rather than counted as exhausted.
+        let err = fx.acquire_kind("run-next", 1, Kind::Runner).unwrap_err();
+        assert!(matches!(err, CapacityError::Untrusted { .. }), "{err}");
+    };
+    let outside = tempfile::tempdir().unwrap();
+    let planted = outside.path().join("slot");
+    fs::create_dir(&planted).unwrap();
+    fs::write(planted.join("owner.json"), "{}").unwrap();
+    let chown_works = {
+        let probe = outside.path().join("probe");
+        fs::write(&probe, "").unwrap();
+        std::os::unix::fs::chown(&probe, Some(4242), Some(4242)).is_ok()
+    };
+
+    // The slot directory.
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 2);
+    let slot = handle.slot_dir().to_path_buf();
+    chmod(&slot, 0o770);
+    refused(&fx, &slot, "writable by group or others (mode 0770)");
+    chmod(&slot, 0o700);
+    if chown_works {
+        std::os::unix::fs::chown(&slot, Some(4242), Some(4242)).unwrap();
+        refused(&fx, &slot, "owned by uid 4242");
+        std::os::unix::fs::chown(&slot, Some(0), Some(0)).unwrap();
+    }
+    let moved = slot.with_file_name("slot-1");
+    symlink(&planted, &moved).unwrap();
+    refused(&fx, &moved, "symbolic link");
+    fs::remove_file(&moved).unwrap();
+
+    // Its owner record.
+    let owner = slot.join("owner.json");
+    chmod(&owner, 0o620);
+    refused(&fx, &owner, "writable by group or others (mode 0620)");
+    chmod(&owner, 0o600);
+    if chown_works {
+        std::os::unix::fs::chown(&owner, Some(4242), Some(4242)).unwrap();
+        refused(&fx, &owner, "owned by uid 4242");
+        std::os::unix::fs::chown(&owner, Some(0), Some(0)).unwrap();
+    }
+    let kept = slot.join("owner.kept");
+    fs::rename(&owner, &kept).unwrap();
+    symlink(planted.join("owner.json"), &owner).unwrap();
+    refused(&fx, &owner, "symbolic link");
+    fs::remove_file(&owner).unwrap();
+    fs::rename(&kept, &owner).unwrap();
+
+    // The pool itself.
+    let pool = fx.cap.pool_dir(SESSION);
+    chmod(&pool, 0o777);
+    refused(&fx, &pool, "writable by group or others (mode 0777)");
+    chmod(&pool, 0o700);
+
+    // Fixed, the slot reads again.
+    assert_eq!(
+        fx.cap.count(SESSION, Some(2)).unwrap().slots[0]
+            .run_id
+            .as_deref(),
+        Some("run-a")
+    );
+    drop(handle);
+}
