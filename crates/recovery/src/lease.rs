@@ -747,8 +747,26 @@ mod tests {
         assert!(valid_owner(&bad));
         bad["pid"] = 0.into();
         assert!(!valid_owner(&bad), "non-positive pid");
-        let mut bad = good;
+        let mut bad = good.clone();
         bad["writerState"] = "running".into();
         assert!(!valid_owner(&bad), "running without a writer pid");
+        // Each rule on its own: one broken field makes the record unreadable
+        // whatever the others say.
+        let breaks: [(&str, serde_json::Value); 9] = [
+            ("version", 2.into()),
+            ("token", 1.into()),
+            ("hostname", serde_json::Value::Null),
+            ("bootId", 1.into()),
+            ("pid", (i64::from(u32::MAX) + 1).into()),
+            ("pid", 1.5.into()),
+            ("acquiredAtMs", (-1).into()),
+            ("updatedAtMs", "1".into()),
+            ("writerState", "stopped".into()),
+        ];
+        for (key, value) in breaks {
+            let mut bad = good.clone();
+            bad[key] = value;
+            assert!(!valid_owner(&bad), "{key}: {}", bad[key]);
+        }
     }
 }
