@@ -610,3 +610,79 @@ fn a_sigkilled_holder_is_reclaimed_by_the_next_acquirer() {
     assert!(stale_tombstone(&f, &token).exists());
     assert!(lease.release().unwrap());
 }
+
+const CONTENDER_ENV: &str = "RECOVERY_LEASE_CONTENDER_DIR";
+
+/// Entry point of the contender `a_process_of_another_user_does_not_block_a_reclaim`
+/// starts; not a test of its own.
+#[test]
+#[ignore = "worker entry point, run by that test with --ignored --exact"]
+fn lease_contender_worker() {
+    let dir = PathBuf::from(std::env::var(CONTENDER_ENV).expect("run only as a worker"));
+    let session = dir.join("child.jsonl");
+    fs::write(&session, "{}\n").unwrap();
+    let root = dir.join("session-leases");
+    // Precondition: a live process whose environment this contender may
+    // not read (the test that started us, as another user).
+    if let Ok(pid) = std::env::var("RECOVERY_LEASE_FOREIGN_PID") {
+        let err = fs::read(format!("/proc/{pid}/environ")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+    }
+    // A holder that died while spawning its writer, with no writer left.
+    let lease = acquire_lease(&root, &request(&session, "planted")).unwrap();
+    let mut owner = lease.owner().clone();
+    owner.pid = dead_pid();
+    owner.writer_state = WriterState::Spawning;
+    fs::write(
+        lease.lease_dir().join(OWNER_FILE),
+        serde_json::to_vec_pretty(&owner).unwrap(),
+    )
+    .unwrap();
+    match acquire_lease(&root, &request(&session, "run-2")) {
+        Ok(lease) => println!("{MARKER}acquired {}", lease.owner().run_id),
+        Err(e) => println!("{MARKER}conflict {e}"),
+    }
+}
+
+#[test]
+fn a_process_of_another_user_does_not_block_a_reclaim() {
+    use std::os::unix::process::CommandExt;
+    // The writer scan counts an unreadable environment as a possible writer
+    // only for processes of the contender's own user. Run the contender as
+    // `nobody` when we are root, so that this test process is such a
+    // process of another user.
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let work = tmp.path().join("work");
+    fs::create_dir(&work).unwrap();
+    let exe = tmp.path().join("lease-test");
+    fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    let mut cmd = Command::new(&exe);
+    cmd.args([
+        "--exact",
+        "lease_contender_worker",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CONTENDER_ENV, &work);
+    if nix::unistd::geteuid().is_root() {
+        const NOBODY: u32 = 65534;
+        std::os::unix::fs::chown(&work, Some(NOBODY), Some(NOBODY)).unwrap();
+        cmd.uid(NOBODY)
+            .gid(NOBODY)
+            .env("RECOVERY_LEASE_FOREIGN_PID", std::process::id().to_string());
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "contender failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = stdout
+        .lines()
+        .find_map(|l| l.split_once(MARKER).map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| panic!("no report: {stdout}"));
+    assert_eq!(report, "acquired run-2");
+}
