@@ -612,24 +612,12 @@ fn a_sigkilled_holder_is_reclaimed_by_the_next_acquirer() {
 }
 
 const CONTENDER_ENV: &str = "RECOVERY_LEASE_CONTENDER_DIR";
+const CASE_ENV: &str = "RECOVERY_LEASE_CONTENDER_CASE";
 
-/// Entry point of the contender `a_process_of_another_user_does_not_block_a_reclaim`
-/// starts; not a test of its own.
-#[test]
-#[ignore = "worker entry point, run by that test with --ignored --exact"]
-fn lease_contender_worker() {
-    let dir = PathBuf::from(std::env::var(CONTENDER_ENV).expect("run only as a worker"));
-    let session = dir.join("child.jsonl");
-    fs::write(&session, "{}\n").unwrap();
-    let root = dir.join("session-leases");
-    // Precondition: a live process whose environment this contender may
-    // not read (the test that started us, as another user).
-    if let Ok(pid) = std::env::var("RECOVERY_LEASE_FOREIGN_PID") {
-        let err = fs::read(format!("/proc/{pid}/environ")).unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
-    }
-    // A holder that died while spawning its writer, with no writer left.
-    let lease = acquire_lease(&root, &request(&session, "planted")).unwrap();
+/// Plants, under `root`, a holder of `session` that died while spawning its
+/// writer; returns its token.
+fn plant_dead_spawning_holder(root: &Path, session: &Path) -> String {
+    let lease = acquire_lease(root, &request(session, "planted")).unwrap();
     let mut owner = lease.owner().clone();
     owner.pid = dead_pid();
     owner.writer_state = WriterState::Spawning;
@@ -638,19 +626,91 @@ fn lease_contender_worker() {
         serde_json::to_vec_pretty(&owner).unwrap(),
     )
     .unwrap();
-    match acquire_lease(&root, &request(&session, "run-2")) {
-        Ok(lease) => println!("{MARKER}acquired {}", lease.owner().run_id),
-        Err(e) => println!("{MARKER}conflict {e}"),
+    owner.token
+}
+
+fn attempt(root: &Path, session: &Path, run: &str) -> String {
+    match acquire_lease(root, &request(session, run)) {
+        Ok(lease) => format!("acquired {}", lease.owner().run_id),
+        Err(e) => format!("conflict {e}"),
     }
 }
 
+/// Entry point of the contender the two tests below start (as `nobody`
+/// when they run as root); not a test of its own.
 #[test]
-fn a_process_of_another_user_does_not_block_a_reclaim() {
+#[ignore = "worker entry point, run by contend() with --ignored --exact"]
+fn lease_contender_worker() {
+    let dir = PathBuf::from(std::env::var(CONTENDER_ENV).expect("run only as a worker"));
+    let session = dir.join("child.jsonl");
+    fs::write(&session, "{}\n").unwrap();
+    let root = dir.join("session-leases");
+    let token = plant_dead_spawning_holder(&root, &session);
+    let mut reports = Vec::new();
+    match std::env::var(CASE_ENV).unwrap().as_str() {
+        "foreign" => {
+            // Precondition: a live process whose environment we may not read
+            // (the test that started us, as another user).
+            let pid = std::env::var("RECOVERY_LEASE_FOREIGN_PID").unwrap();
+            let err = fs::read(format!("/proc/{pid}/environ")).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+            reports.push(attempt(&root, &session, "run-2"));
+        }
+        "unreadable-writer" => {
+            let mut carrier = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "lease_carrier_worker",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env(WRITER_TOKEN_ENV, &token)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = carrier.stdout.take().unwrap();
+            let mut carrier = Worker {
+                child: carrier,
+                lines: BufReader::new(stdout),
+            };
+            assert_eq!(carrier.report(), "ready");
+            // Precondition: our own writer, whose environment we may not read.
+            let pid = carrier.child.id();
+            let err = fs::read(format!("/proc/{pid}/environ")).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+            reports.push(attempt(&root, &session, "run-2"));
+            drop(carrier.child.stdin.take());
+            assert!(carrier.child.wait().unwrap().success());
+            reports.push(attempt(&root, &session, "run-3"));
+        }
+        other => panic!("unknown case {other}"),
+    }
+    for report in reports {
+        println!("{MARKER}{report}");
+    }
+}
+
+/// A writer that carries the lease token and forbids reading its
+/// environment (not dumpable), until its stdin closes; not a test of its own.
+#[test]
+#[ignore = "worker entry point, run by lease_contender_worker with --ignored --exact"]
+fn lease_carrier_worker() {
+    std::env::var(WRITER_TOKEN_ENV).expect("run only as a carrier");
+    // SAFETY: PR_SET_DUMPABLE takes plain integers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    assert_eq!(rc, 0, "prctl failed");
+    println!("{MARKER}ready");
+    std::io::stdout().flush().unwrap();
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+/// Runs `lease_contender_worker` for `case` and returns its reports. As
+/// root, the contender runs as `nobody` (from a copy of this test binary it
+/// can execute), so that root's processes belong to another user and its
+/// own processes get no privilege over each other.
+fn contend(case: &str) -> Vec<String> {
     use std::os::unix::process::CommandExt;
-    // The writer scan counts an unreadable environment as a possible writer
-    // only for processes of the contender's own user. Run the contender as
-    // `nobody` when we are root, so that this test process is such a
-    // process of another user.
     let tmp = tempfile::tempdir().unwrap();
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let work = tmp.path().join("work");
@@ -665,13 +725,19 @@ fn a_process_of_another_user_does_not_block_a_reclaim() {
         "--nocapture",
         "--test-threads=1",
     ])
-    .env(CONTENDER_ENV, &work);
+    .env(CONTENDER_ENV, &work)
+    .env(CASE_ENV, case);
     if nix::unistd::geteuid().is_root() {
         const NOBODY: u32 = 65534;
         std::os::unix::fs::chown(&work, Some(NOBODY), Some(NOBODY)).unwrap();
         cmd.uid(NOBODY)
             .gid(NOBODY)
             .env("RECOVERY_LEASE_FOREIGN_PID", std::process::id().to_string());
+    } else {
+        assert_ne!(
+            case, "foreign",
+            "needs root to start a process of another user"
+        );
     }
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -680,9 +746,38 @@ fn a_process_of_another_user_does_not_block_a_reclaim() {
         "contender failed: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = stdout
+    stdout
         .lines()
-        .find_map(|l| l.split_once(MARKER).map(|(_, r)| r.to_owned()))
-        .unwrap_or_else(|| panic!("no report: {stdout}"));
-    assert_eq!(report, "acquired run-2");
+        .filter_map(|l| l.split_once(MARKER).map(|(_, r)| r.to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_process_of_another_user_does_not_block_a_reclaim() {
+    // The writer scan counts an unreadable environment as a possible writer
+    // only for processes of the contender's own user.
+    if !nix::unistd::geteuid().is_root() {
+        // Without root there is no process of another user to start; the
+        // contender then runs as ourselves, and root's processes are the
+        // other user's.
+        let tmp = tempfile::tempdir().unwrap();
+        let session = tmp.path().join("child.jsonl");
+        fs::write(&session, "{}\n").unwrap();
+        let root = tmp.path().join("session-leases");
+        plant_dead_spawning_holder(&root, &session);
+        assert_eq!(attempt(&root, &session, "run-2"), "acquired run-2");
+        return;
+    }
+    assert_eq!(contend("foreign"), ["acquired run-2"]);
+}
+
+#[test]
+fn an_own_writer_whose_environment_cannot_be_read_blocks_a_reclaim() {
+    let reports = contend("unreadable-writer");
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    assert!(
+        reports[0].starts_with("conflict Direct revival of session"),
+        "{reports:?}"
+    );
+    assert_eq!(reports[1], "acquired run-3");
 }
