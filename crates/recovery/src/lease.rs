@@ -725,6 +725,13 @@ mod tests {
         assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso_utc(1_764_460_800_123), "2025-11-30T00:00:00.123Z");
         assert_eq!(iso_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        // The first days of a (March-based) year, where the century term
+        // of the day count decides which year it is.
+        assert_eq!(iso_utc(5_097_600_000), "1970-03-01T00:00:00.000Z");
+        assert_eq!(iso_utc(920_246_400_000), "1999-03-01T00:00:00.000Z");
+        assert_eq!(iso_utc(4_107_542_400_000), "2100-03-01T00:00:00.000Z");
+        assert_eq!(iso_utc(1_735_689_599_999), "2024-12-31T23:59:59.999Z");
+        assert_eq!(iso_utc(13_574_608_496_789), "2400-02-29T12:34:56.789Z");
     }
 
     #[test]
