@@ -725,6 +725,13 @@ mod tests {
         assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso_utc(1_764_460_800_123), "2025-11-30T00:00:00.123Z");
         assert_eq!(iso_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        // The first days of a (March-based) year, where the century term
+        // of the day count decides which year it is.
+        assert_eq!(iso_utc(5_097_600_000), "1970-03-01T00:00:00.000Z");
+        assert_eq!(iso_utc(920_246_400_000), "1999-03-01T00:00:00.000Z");
+        assert_eq!(iso_utc(4_107_542_400_000), "2100-03-01T00:00:00.000Z");
+        assert_eq!(iso_utc(1_735_689_599_999), "2024-12-31T23:59:59.999Z");
+        assert_eq!(iso_utc(13_574_608_496_789), "2400-02-29T12:34:56.789Z");
     }
 
     #[test]
@@ -747,8 +754,26 @@ mod tests {
         assert!(valid_owner(&bad));
         bad["pid"] = 0.into();
         assert!(!valid_owner(&bad), "non-positive pid");
-        let mut bad = good;
+        let mut bad = good.clone();
         bad["writerState"] = "running".into();
         assert!(!valid_owner(&bad), "running without a writer pid");
+        // Each rule on its own: one broken field makes the record unreadable
+        // whatever the others say.
+        let breaks: [(&str, serde_json::Value); 9] = [
+            ("version", 2.into()),
+            ("token", 1.into()),
+            ("hostname", serde_json::Value::Null),
+            ("bootId", 1.into()),
+            ("pid", (i64::from(u32::MAX) + 1).into()),
+            ("pid", 1.5.into()),
+            ("acquiredAtMs", (-1).into()),
+            ("updatedAtMs", "1".into()),
+            ("writerState", "stopped".into()),
+        ];
+        for (key, value) in breaks {
+            let mut bad = good.clone();
+            bad[key] = value;
+            assert!(!valid_owner(&bad), "{key}: {}", bad[key]);
+        }
     }
 }

@@ -5,11 +5,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use recovery::lease::{
     LeaseRequest, LeaseState, OWNER_FILE, OwnerRecord, WRITER_TOKEN_ENV, Writer, WriterState,
-    acquire_lease, canonical_session, inspect_lease, release_lease,
+    acquire_lease, canonical_session, inspect_lease, lease_root, release_lease,
 };
 
 const WORKER_ENV: &str = "RECOVERY_LEASE_WORKER";
@@ -69,6 +69,40 @@ fn stale_tombstone(f: &Fixture, token: &str) -> PathBuf {
     f.root.join(format!("{id}.stale-{token}"))
 }
 
+/// The pid of a process that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut dead = Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    dead.id()
+}
+
+/// The names in the lease root, sorted.
+fn root_entries(f: &Fixture) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(&f.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// This machine's name as `gethostname(2)` reports it.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for writes of its whole length.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!(rc, 0, "gethostname failed");
+    let end = buf.iter().position(|b| *b == 0).unwrap();
+    String::from_utf8(buf[..end].to_vec()).unwrap()
+}
+
 #[test]
 fn one_owner_at_a_time_with_private_files() {
     let f = fixture();
@@ -98,6 +132,159 @@ fn one_owner_at_a_time_with_private_files() {
     assert!(!dir.exists());
     let again = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap();
     assert_eq!(again.owner().run_id, "run-2");
+}
+
+#[test]
+fn the_owner_record_names_this_host_this_process_and_the_time_of_acquisition() {
+    let f = fixture();
+    assert_eq!(f.root, lease_root(f.root.parent().unwrap()));
+    let before = epoch_ms();
+    let mut lease = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    let after = epoch_ms();
+    let owner = lease.owner().clone();
+    assert_eq!(owner.hostname, host_name());
+    let me = process_identity::read_stat(std::process::id()).unwrap();
+    assert_eq!(
+        owner.process_start_identity,
+        Some(format!("linux:{}", me.start_time))
+    );
+    assert_eq!(owner.boot_id, process_identity::boot_id());
+    assert!(
+        (before..=after).contains(&owner.acquired_at_ms),
+        "acquiredAtMs {} not read between {before} and {after}",
+        owner.acquired_at_ms
+    );
+    assert_eq!(owner.updated_at_ms, owner.acquired_at_ms);
+    // `acquiredAt` is the same instant in ISO form: its seconds and
+    // milliseconds agree with `acquiredAtMs`.
+    let ms = owner.acquired_at_ms;
+    let tail = format!(":{:02}.{:03}Z", ms / 1000 % 60, ms % 1000);
+    assert!(owner.acquired_at.ends_with(&tail), "{}", owner.acquired_at);
+
+    let before = epoch_ms();
+    lease.update_writer(Writer::Spawning).unwrap();
+    let after = epoch_ms();
+    assert!((before..=after).contains(&lease.owner().updated_at_ms));
+    assert_eq!(lease.owner().acquired_at_ms, owner.acquired_at_ms);
+}
+
+#[test]
+fn a_refused_acquisition_and_a_release_leave_nothing_behind() {
+    let f = fixture();
+    let id = canonical_session(&f.session).unwrap().id;
+    let held = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    for run in ["run-2", "run-3"] {
+        let err = acquire_lease(&f.root, &request(&f.session, run)).unwrap_err();
+        assert!(err.conflict().is_some(), "{err}");
+    }
+    // No candidate directory of the refused attempts is left over.
+    assert_eq!(root_entries(&f), [id]);
+    assert!(held.release().unwrap());
+    assert_eq!(root_entries(&f), Vec::<String>::new());
+}
+
+#[test]
+fn a_release_clears_a_leftover_of_an_earlier_release_and_names_what_it_cannot() {
+    let f = fixture();
+    let id = canonical_session(&f.session).unwrap().id;
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    // A release that crashed after its rename leaves a directory under the
+    // name the next release moves the lease to.
+    let released = f.root.join(format!("{id}.released-{}", lease.token()));
+    fs::create_dir(&released).unwrap();
+    fs::write(released.join(OWNER_FILE), "{}").unwrap();
+    assert!(release_lease(&f.root, &f.session, lease.token()).unwrap());
+    assert_eq!(root_entries(&f), Vec::<String>::new());
+
+    // A file there cannot be cleared as a leftover directory: the release
+    // fails naming it and leaves the lease held.
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap();
+    let released = f.root.join(format!("{id}.released-{}", lease.token()));
+    fs::write(&released, "").unwrap();
+    let err = release_lease(&f.root, &f.session, lease.token()).unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "failed to remove leftover lease directory '{}': ",
+            released.display()
+        )),
+        "{err}"
+    );
+    match inspect_lease(&f.root, &f.session).unwrap().state {
+        LeaseState::Owned(owner) => assert_eq!(owner.token, lease.token()),
+        other => panic!("expected the lease still held, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_lease_directory_without_its_owner_file_is_unreadable_not_free() {
+    let f = fixture();
+    let lease = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap();
+    fs::remove_file(lease.lease_dir().join(OWNER_FILE)).unwrap();
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Unreadable
+    );
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    assert!(err.conflict().is_some_and(|c| c.holder.is_none()), "{err}");
+    assert!(lease.lease_dir().is_dir());
+}
+
+#[test]
+fn a_dangling_symlink_in_place_of_the_lease_is_refused_not_an_io_error() {
+    let f = fixture();
+    let id = canonical_session(&f.session).unwrap().id;
+    fs::create_dir_all(&f.root).unwrap();
+    std::os::unix::fs::symlink(f.root.join("nowhere"), f.root.join(&id)).unwrap();
+    let err = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap_err();
+    assert!(err.conflict().is_some_and(|c| c.holder.is_none()), "{err}");
+    assert!(f.root.join(&id).is_symlink());
+    assert_eq!(root_entries(&f), [id]);
+}
+
+#[test]
+fn a_stale_lease_whose_tombstone_name_is_taken_stays_in_place_as_a_conflict() {
+    let f = fixture();
+    let holder = plant(&f, |o| o.pid = dead_pid());
+    // What a contender that reclaimed the same holder first left behind:
+    // moving the lease there must not replace it.
+    let tombstone = stale_tombstone(&f, &holder.token);
+    fs::create_dir(&tombstone).unwrap();
+    fs::write(tombstone.join(OWNER_FILE), "earlier").unwrap();
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    assert_eq!(
+        err.conflict().expect("a conflict").holder.as_ref(),
+        Some(&holder),
+        "{err}"
+    );
+    assert_eq!(fs::read(tombstone.join(OWNER_FILE)).unwrap(), b"earlier");
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Owned(Box::new(holder))
+    );
+}
+
+#[test]
+fn a_stale_lease_that_cannot_be_moved_aside_is_an_error_naming_it() {
+    let f = fixture();
+    // A token too long for a tombstone name (ENAMETOOLONG).
+    let holder = plant(&f, |o| {
+        o.pid = dead_pid();
+        o.token = "t".repeat(250);
+    });
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    assert!(err.conflict().is_none(), "{err}");
+    let lease_dir = f.root.join(canonical_session(&f.session).unwrap().id);
+    assert!(
+        err.to_string().starts_with(&format!(
+            "failed to reclaim stale lease '{}': ",
+            lease_dir.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Owned(Box::new(holder))
+    );
 }
 
 #[test]
@@ -422,4 +609,175 @@ fn a_sigkilled_holder_is_reclaimed_by_the_next_acquirer() {
     assert_eq!(lease.owner().run_id, "run-2");
     assert!(stale_tombstone(&f, &token).exists());
     assert!(lease.release().unwrap());
+}
+
+const CONTENDER_ENV: &str = "RECOVERY_LEASE_CONTENDER_DIR";
+const CASE_ENV: &str = "RECOVERY_LEASE_CONTENDER_CASE";
+
+/// Plants, under `root`, a holder of `session` that died while spawning its
+/// writer; returns its token.
+fn plant_dead_spawning_holder(root: &Path, session: &Path) -> String {
+    let lease = acquire_lease(root, &request(session, "planted")).unwrap();
+    let mut owner = lease.owner().clone();
+    owner.pid = dead_pid();
+    owner.writer_state = WriterState::Spawning;
+    fs::write(
+        lease.lease_dir().join(OWNER_FILE),
+        serde_json::to_vec_pretty(&owner).unwrap(),
+    )
+    .unwrap();
+    owner.token
+}
+
+fn attempt(root: &Path, session: &Path, run: &str) -> String {
+    match acquire_lease(root, &request(session, run)) {
+        Ok(lease) => format!("acquired {}", lease.owner().run_id),
+        Err(e) => format!("conflict {e}"),
+    }
+}
+
+/// Entry point of the contender the two tests below start (as `nobody`
+/// when they run as root); not a test of its own.
+#[test]
+#[ignore = "worker entry point, run by contend() with --ignored --exact"]
+fn lease_contender_worker() {
+    let dir = PathBuf::from(std::env::var(CONTENDER_ENV).expect("run only as a worker"));
+    let session = dir.join("child.jsonl");
+    fs::write(&session, "{}\n").unwrap();
+    let root = dir.join("session-leases");
+    let token = plant_dead_spawning_holder(&root, &session);
+    let mut reports = Vec::new();
+    match std::env::var(CASE_ENV).unwrap().as_str() {
+        "foreign" => {
+            // Precondition: a live process whose environment we may not read
+            // (the test that started us, as another user).
+            let pid = std::env::var("RECOVERY_LEASE_FOREIGN_PID").unwrap();
+            let err = fs::read(format!("/proc/{pid}/environ")).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+            reports.push(attempt(&root, &session, "run-2"));
+        }
+        "unreadable-writer" => {
+            let mut carrier = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "lease_carrier_worker",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env(WRITER_TOKEN_ENV, &token)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = carrier.stdout.take().unwrap();
+            let mut carrier = Worker {
+                child: carrier,
+                lines: BufReader::new(stdout),
+            };
+            assert_eq!(carrier.report(), "ready");
+            // Precondition: our own writer, whose environment we may not read.
+            let pid = carrier.child.id();
+            let err = fs::read(format!("/proc/{pid}/environ")).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+            reports.push(attempt(&root, &session, "run-2"));
+            drop(carrier.child.stdin.take());
+            assert!(carrier.child.wait().unwrap().success());
+            reports.push(attempt(&root, &session, "run-3"));
+        }
+        other => panic!("unknown case {other}"),
+    }
+    for report in reports {
+        println!("{MARKER}{report}");
+    }
+}
+
+/// A writer that carries the lease token and forbids reading its
+/// environment (not dumpable), until its stdin closes; not a test of its own.
+#[test]
+#[ignore = "worker entry point, run by lease_contender_worker with --ignored --exact"]
+fn lease_carrier_worker() {
+    std::env::var(WRITER_TOKEN_ENV).expect("run only as a carrier");
+    // SAFETY: PR_SET_DUMPABLE takes plain integers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    assert_eq!(rc, 0, "prctl failed");
+    println!("{MARKER}ready");
+    std::io::stdout().flush().unwrap();
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+/// Runs `lease_contender_worker` for `case` and returns its reports. As
+/// root, the contender runs as `nobody` (from a copy of this test binary it
+/// can execute), so that root's processes belong to another user and its
+/// own processes get no privilege over each other.
+fn contend(case: &str) -> Vec<String> {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let work = tmp.path().join("work");
+    fs::create_dir(&work).unwrap();
+    let exe = tmp.path().join("lease-test");
+    fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    let mut cmd = Command::new(&exe);
+    cmd.args([
+        "--exact",
+        "lease_contender_worker",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CONTENDER_ENV, &work)
+    .env(CASE_ENV, case);
+    if nix::unistd::geteuid().is_root() {
+        const NOBODY: u32 = 65534;
+        std::os::unix::fs::chown(&work, Some(NOBODY), Some(NOBODY)).unwrap();
+        cmd.uid(NOBODY)
+            .gid(NOBODY)
+            .env("RECOVERY_LEASE_FOREIGN_PID", std::process::id().to_string());
+    } else {
+        assert_ne!(
+            case, "foreign",
+            "needs root to start a process of another user"
+        );
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "contender failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once(MARKER).map(|(_, r)| r.to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_process_of_another_user_does_not_block_a_reclaim() {
+    // The writer scan counts an unreadable environment as a possible writer
+    // only for processes of the contender's own user.
+    if !nix::unistd::geteuid().is_root() {
+        // Without root there is no process of another user to start; the
+        // contender then runs as ourselves, and root's processes are the
+        // other user's.
+        let tmp = tempfile::tempdir().unwrap();
+        let session = tmp.path().join("child.jsonl");
+        fs::write(&session, "{}\n").unwrap();
+        let root = tmp.path().join("session-leases");
+        plant_dead_spawning_holder(&root, &session);
+        assert_eq!(attempt(&root, &session, "run-2"), "acquired run-2");
+        return;
+    }
+    assert_eq!(contend("foreign"), ["acquired run-2"]);
+}
+
+#[test]
+fn an_own_writer_whose_environment_cannot_be_read_blocks_a_reclaim() {
+    let reports = contend("unreadable-writer");
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    assert!(
+        reports[0].starts_with("conflict Direct revival of session"),
+        "{reports:?}"
+    );
+    assert_eq!(reports[1], "acquired run-3");
 }
