@@ -232,7 +232,7 @@ fn run_file_opens(trace: &str, runs_dir: &Path) -> usize {
 /// see `status::list_index::SETTLE_NS`), so what is traced next is the
 /// steady state.
 fn settle_index(env: &Env, runs: usize) {
-    let index = env.root().join("listing-index/finished-runs");
+    let index = env.root().join("listing-index/finished-runs-v2");
     poll(std::time::Duration::from_secs(120), || {
         env.ok(&["list", "--all"]);
         let text = std::fs::read_to_string(&index).unwrap_or_default();
@@ -245,7 +245,7 @@ fn settle_index(env: &Env, runs: usize) {
 }
 
 fn forget_index(env: &Env) {
-    std::fs::remove_file(env.root().join("listing-index/finished-runs")).unwrap();
+    std::fs::remove_file(env.root().join("listing-index/finished-runs-v2")).unwrap();
 }
 
 #[test]
