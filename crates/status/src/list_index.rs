@@ -577,10 +577,11 @@ impl Checked {
         }
         self.covered[i] = true;
         let shown = !head.hidden && session_kept(head.session.as_deref(), cx.session);
-        if shown && let Some(session) = &head.session {
-            if !self.sessions.contains(session.as_ref()) {
-                self.sessions.insert(session.to_string());
-            }
+        if shown
+            && let Some(session) = &head.session
+            && !self.sessions.contains(session.as_ref())
+        {
+            self.sessions.insert(session.to_string());
         }
         self.kept.push(Kept {
             rank: head.rank,
@@ -745,10 +746,11 @@ fn read_live(
         }
         _ => 0..0,
     };
-    if shown && let Some(session) = &summary.status.session_id {
-        if !out.sessions.contains(session) {
-            out.sessions.insert(session.clone());
-        }
+    if shown
+        && let Some(session) = &summary.status.session_id
+        && !out.sessions.contains(session)
+    {
+        out.sessions.insert(session.clone());
     }
     if shown || made {
         out.live.push(Live {
