@@ -554,7 +554,7 @@ impl Checked {
             }
             (head.text <= BLOCK_LIMIT).then_some(())?;
             reader.block(head.text)?;
-            checked.take(&head, at, line.len(), cx);
+            checked.take(&head, at, line.len(), cx)?;
             last = Some((head.rank, Reverse(head.sort_time)));
             last_name.clear();
             last_name.push_str(&head.name);
@@ -565,15 +565,19 @@ impl Checked {
         reader.inner.fill_buf().ok()?.is_empty().then_some(checked)
     }
 
-    /// Keeps a row whose run is still as the row says.
-    fn take(&mut self, head: &RowHead<'_>, at: u64, line: usize, cx: &Context<'_>) {
+    /// Keeps a row whose run is still as the row says. `None` for a second
+    /// row of one run (under another rank or time): the file is not ours.
+    fn take(&mut self, head: &RowHead<'_>, at: u64, line: usize, cx: &Context<'_>) -> Option<()> {
         let Some(&i) = cx.places.get(head.name.as_ref()) else {
-            return;
+            return Some(());
         };
         let i = i as usize;
+        if self.covered[i] {
+            return None;
+        }
         let name = &cx.names[i];
         if !holds(head, name, cx) {
-            return;
+            return Some(());
         }
         self.covered[i] = true;
         let shown = !head.hidden && session_kept(head.session.as_deref(), cx.session);
@@ -592,6 +596,7 @@ impl Checked {
             block: head.text as u32,
             shown,
         });
+        Some(())
     }
 }
 

@@ -432,3 +432,26 @@ fn a_version_1_index_is_neither_read_nor_touched() {
     assert_eq!(listed(&layout, &later()), (live, 0));
     assert_eq!(std::fs::read(index_path(&layout)).unwrap(), ours);
 }
+
+#[test]
+fn an_index_naming_a_run_twice_is_ignored() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    let good = std::fs::read_to_string(index_path(&layout)).unwrap();
+    // The first row (b-failed, rank 2) again as a rank-4 row at the end,
+    // with a checksum that matches: both rows would hold.
+    let lines: Vec<&str> = good.split_inclusive('\n').collect();
+    let first = &lines[2..6];
+    let again = first[0].replacen("\"rank\":2", "\"rank\":4", 1);
+    let mut rows: Vec<&str> = lines[..lines.len() - 1].to_vec();
+    rows.push(&again);
+    rows.extend_from_slice(&first[1..]);
+    let body = rows.concat().replacen("\"rows\":3", "\"rows\":4", 1);
+    let mut sum = Sum::new();
+    sum.update(body.as_bytes());
+    let forged = format!("{body}end {:016x}\n", sum.finish());
+    atomic_file::write_private(&index_path(&layout), forged.as_bytes()).unwrap();
+    let (blocks, indexed) = listed(&layout, &later());
+    assert_eq!((indexed, &blocks), (0, &live));
+    assert_eq!(std::fs::read_to_string(index_path(&layout)).unwrap(), good);
+}
