@@ -201,7 +201,7 @@ PY
             "ours list=$S --root $R list" \
             "reference list=$REF/list.mjs $D active" \
             "ours list --all=$S --root $R list --all" \
-            "ours list --all, no index=rm -f $R/listing-index/finished-runs && $S --root $R list --all" \
+            "ours list --all, no index=rm -f $R/listing-index/finished-runs-v2 && $S --root $R list --all" \
             "reference list --all=$REF/list.mjs $D all" \
             "node floor=node -e 0" \
             ${BASELINE_BIN:+"baseline list --all=$BASELINE_BIN --root $R list --all"} | tee -a "$OUT"

@@ -10,7 +10,7 @@ use common::*;
 use serde_json::{Value, json};
 
 fn index(env: &Env) -> PathBuf {
-    env.root().join("listing-index/finished-runs")
+    env.root().join("listing-index/finished-runs-v2")
 }
 
 fn index_rows(env: &Env) -> Option<u64> {

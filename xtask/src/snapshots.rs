@@ -98,7 +98,7 @@ pub enum Kind {
     ListHuman,
     /// `subagents list --json`.
     ListJson,
-    /// `listing-index/finished-runs` (stamps and checksum redacted).
+    /// `listing-index/finished-runs-v2` (stamps and checksum redacted).
     ListIndex,
 }
 

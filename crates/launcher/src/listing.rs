@@ -103,8 +103,9 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
         let listing = status::list_index::list_text(layout, &options, &text)?;
         report_skipped(&listing.skipped_repairs);
         admission::release_finished(layout, listing.sessions.iter().map(String::as_str));
-        let blocks: Vec<&str> = listing.blocks().collect();
-        write_text(&mut out, "Async runs", &blocks)?;
+        // Streamed: the index's rows are copied out in chunks, never held.
+        let mut text = TextOut::start(&mut out, "Async runs", listing.len())?;
+        listing.for_each_block(|block| text.block(block))?;
         write_unreadable(&mut out, &listing.unreadable)?;
     } else {
         let home = home();
@@ -145,20 +146,41 @@ fn write_error(e: std::io::Error) -> Error {
 
 /// The text of `format_run_list`, written one run at a time.
 fn write_text(out: &mut impl Write, heading: &str, blocks: &[&str]) -> Result {
-    if blocks.is_empty() {
-        return writeln!(out, "No {}.", heading.to_lowercase()).map_err(write_error);
+    let mut text = TextOut::start(out, heading, blocks.len())?;
+    for block in blocks {
+        text.block(block)?;
     }
-    writeln!(out, "{heading}: {}", blocks.len()).map_err(write_error)?;
-    for (i, block) in blocks.iter().enumerate() {
+    Ok(())
+}
+
+/// The text of `format_run_list` for a known number of blocks, written as
+/// they come.
+struct TextOut<'a, W: Write> {
+    out: &'a mut W,
+    left: usize,
+}
+
+impl<'a, W: Write> TextOut<'a, W> {
+    /// Writes the heading (or the line that says there is nothing).
+    fn start(out: &'a mut W, heading: &str, blocks: usize) -> Result<Self> {
+        if blocks == 0 {
+            writeln!(out, "No {}.", heading.to_lowercase()).map_err(write_error)?;
+        } else {
+            writeln!(out, "{heading}: {blocks}").map_err(write_error)?;
+        }
+        Ok(Self { out, left: blocks })
+    }
+
+    fn block(&mut self, block: &str) -> Result {
+        self.left = self.left.saturating_sub(1);
         // The whole listing is trimmed at its end, as the reference's is.
-        let block = if i + 1 == blocks.len() {
+        let block = if self.left == 0 {
             block.trim_end()
         } else {
             block
         };
-        write!(out, "\n{block}\n").map_err(write_error)?;
+        write!(self.out, "\n{block}\n").map_err(write_error)
     }
-    Ok(())
 }
 
 fn write_unreadable(out: &mut impl Write, unreadable: &[UnreadableRun]) -> Result {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use atomic_file::read::DirHandle;
+use atomic_file::read::{DirHandle, Stamp};
 
 use crate::layout::{Layout, files, is_safe_run_id};
 use crate::model::{RunStatus, read_status};
@@ -93,48 +93,104 @@ impl FrozenFanout {
         })
     }
 
-    /// Whether the frozen counts still hold: the run's persisted descriptor
+    /// Whether the frozen counts still hold — the run's persisted descriptor
     /// not replaced since the freeze, the claims directory still there, and
-    /// no claim slot file past the frozen count (or the budget full).
-    pub(crate) fn is_current(&self, dir: &Path, scan: Option<(&Scan, &str)>) -> bool {
+    /// no claim slot file past the frozen count (or the budget full) — and
+    /// if so, what was seen of the claims directory: its [`Stamp`] (taken
+    /// before the next slot is looked up, so a claim made after the look
+    /// changes the directory's times after the stamp), or `None` without a
+    /// budget.
+    pub(crate) fn check(&self, dir: &Path, scan: Option<(&Scan, &str)>) -> Option<Option<Stamp>> {
+        if !self.descriptor_unchanged(dir, scan) {
+            return None;
+        }
+        let Some(budget) = &self.budget else {
+            return Some(None);
+        };
+        let claims = ClaimsLookup::new(budget, scan);
+        let stamp = claims.stamp(None).ok().filter(|s| is_dir_mode(s.mode))?;
+        let next = format!("{:06}.json", budget.used);
+        let no_more = budget.used >= budget.limit
+            || matches!(claims.stamp(Some(&next)), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        no_more.then_some(Some(stamp))
+    }
+
+    /// Whether the frozen counts still hold, given the claims directory's
+    /// [`Stamp`] recorded by [`FrozenFanout::check`] when they last did: the
+    /// descriptor checked as there, and the claims directory's stamp
+    /// unchanged. A settled stamp (see `list_index::settled`) that is
+    /// unchanged means no entry was added to or removed from the directory
+    /// since, so the next slot is still free: one lookup instead of two.
+    pub(crate) fn holds_with(
+        &self,
+        dir: &Path,
+        scan: Option<(&Scan, &str)>,
+        claims_stamp: Option<&Stamp>,
+    ) -> bool {
+        if !self.descriptor_unchanged(dir, scan) {
+            return false;
+        }
+        match (&self.budget, claims_stamp) {
+            (None, None) => true,
+            (Some(budget), Some(recorded)) => ClaimsLookup::new(budget, scan)
+                .stamp(None)
+                .is_ok_and(|s| s == *recorded),
+            _ => false,
+        }
+    }
+
+    /// The run's persisted descriptor: not replaced since the freeze, or
+    /// still absent when the run had no budget at its end.
+    fn descriptor_unchanged(&self, dir: &Path, scan: Option<(&Scan, &str)>) -> bool {
         let descriptor = match scan {
             Some((scan, name)) => scan
                 .runs
                 .stat(&format!("{name}/{}", files::RUN_FANOUT_BUDGET)),
             None => stat_path(&dir.join(files::RUN_FANOUT_BUDGET)),
         };
-        let Some(budget) = &self.budget else {
-            // No budget at the end: still none.
-            return matches!(descriptor, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-        };
-        let unchanged = descriptor.is_ok_and(|m| m.modified_ms <= self.frozen_at);
+        match &self.budget {
+            None => matches!(descriptor, Err(e) if e.kind() == std::io::ErrorKind::NotFound),
+            Some(_) => descriptor.is_ok_and(|m| m.modified_ms <= self.frozen_at),
+        }
+    }
+}
+
+/// A directory's `st_mode` (`S_IFDIR` under `S_IFMT`).
+fn is_dir_mode(mode: u32) -> bool {
+    mode & 0o170_000 == 0o040_000
+}
+
+/// How a budget's claims directory is reached: below the budgets
+/// directory (always, for our own runs) by short lookups through its
+/// handle, else by its whole path.
+struct ClaimsLookup<'a> {
+    claims: &'a Path,
+    below: Option<(&'a DirHandle, String)>,
+}
+
+impl<'a> ClaimsLookup<'a> {
+    fn new(budget: &'a FrozenBudget, scan: Option<(&'a Scan, &str)>) -> Self {
         let claims = budget.claims_dir.as_path();
-        // Below the budgets directory (always, for our own runs): short
-        // lookups through its handle.
         let budgets = scan.and_then(|(scan, _)| scan.budgets.as_ref());
         let below = budgets.and_then(|b| {
             let rel = claims.strip_prefix(b.path()).ok()?.to_str()?;
             (!rel.is_empty()).then(|| (b, rel.to_owned()))
         });
-        let stat = |child: Option<&str>| match &below {
-            Some((handle, rel)) => match child {
-                Some(child) => handle.stat(&format!("{rel}/{child}")),
-                None => handle.stat(rel),
-            },
-            None => stat_path(&child.map_or_else(|| claims.to_path_buf(), |c| claims.join(c))),
-        };
-        let claims_there = stat(None).is_ok_and(|m| m.is_dir());
-        let next = format!("{:06}.json", budget.used);
-        let no_more = budget.used >= budget.limit
-            || matches!(stat(Some(&next)), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-        unchanged && claims_there && no_more
+        Self { claims, below }
     }
-}
 
-/// Whether the frozen fan-out counts of a status with frozen facts still
-/// hold (see [`FrozenFanout::is_current`]).
-fn frozen_fanout_is_current(status: &RunStatus, dir: &Path, scan: Option<(&Scan, &str)>) -> bool {
-    FrozenFanout::of(status).is_some_and(|f| f.is_current(dir, scan))
+    /// The stamp of the claims directory, or of `child` in it (symlinks
+    /// not followed).
+    fn stamp(&self, child: Option<&str>) -> std::io::Result<Stamp> {
+        match (&self.below, child) {
+            (Some((handle, rel)), Some(child)) => handle.stamp(&format!("{rel}/{child}")),
+            (Some((handle, rel)), None) => handle.stamp(rel),
+            (None, child) => {
+                let path = child.map_or_else(|| self.claims.to_path_buf(), |c| self.claims.join(c));
+                std::fs::symlink_metadata(path).map(|m| Stamp::of(&m))
+            }
+        }
+    }
 }
 
 /// `lstat` of a whole path, as an [`EntryStat`].
@@ -163,10 +219,21 @@ pub(crate) struct Scan {
 
 /// A run loaded by a full scan, and whether its summary came from the
 /// status alone (frozen facts that still hold: no proof sidecar, no live
-/// fan-out count), with the stamp of the `status.json` read.
+/// fan-out count).
 pub(crate) struct Scanned {
     pub(crate) summary: RunSummary,
-    pub(crate) from_status_alone: Option<(atomic_file::read::Stamp, FrozenFanout)>,
+    pub(crate) from_status_alone: Option<Alone>,
+}
+
+/// What a summary made from the status alone rests on.
+pub(crate) struct Alone {
+    /// The stamp of the `status.json` read.
+    pub(crate) stamp: Stamp,
+    /// Its frozen fan-out facts.
+    pub(crate) fanout: FrozenFanout,
+    /// The claims directory's stamp when the run has a budget (see
+    /// [`FrozenFanout::check`]).
+    pub(crate) claims: Option<Stamp>,
 }
 
 impl Scan {
@@ -246,11 +313,21 @@ impl Scan {
             }));
         }
         let frozen = FrozenFanout::of(&status).filter(|_| has_frozen_facts(&status));
-        let (summary, alone) =
-            summarize_noting(&dir, name, status, options.hooks.fanout, Some((self, name)))?;
+        let scan = Some((self, name));
+        let (summary, alone, seen) =
+            summarize_noting(&dir, name, status, options.hooks.fanout, scan)?;
+        // Without a live source nothing was checked: check now.
+        let from_status_alone = frozen.filter(|_| alone).and_then(|fanout| {
+            let claims = seen.or_else(|| fanout.check(&dir, scan))?;
+            Some(Alone {
+                stamp,
+                fanout,
+                claims,
+            })
+        });
         Ok(Some(Scanned {
             summary,
-            from_status_alone: frozen.filter(|_| alone).map(|f| (stamp, f)),
+            from_status_alone,
         }))
     }
 }
@@ -504,19 +581,20 @@ fn summarize(
     fanout: Option<FanoutSource<'_>>,
     scan: Option<(&Scan, &str)>,
 ) -> Result<RunSummary> {
-    summarize_noting(dir, id, status, fanout, scan).map(|(summary, _)| summary)
+    summarize_noting(dir, id, status, fanout, scan).map(|(summary, _, _)| summary)
 }
 
 /// [`summarize`], saying whether the summary came from the status alone:
 /// frozen facts whose fan-out counts still hold, so neither the proof
-/// sidecar nor a live fan-out count was read.
+/// sidecar nor a live fan-out count was read; and, when the fan-out check
+/// ran and held, what [`FrozenFanout::check`] saw.
 fn summarize_noting(
     dir: &Path,
     id: &str,
     mut status: RunStatus,
     fanout: Option<FanoutSource<'_>>,
     scan: Option<(&Scan, &str)>,
-) -> Result<(RunSummary, bool)> {
+) -> Result<(RunSummary, bool, Option<Option<Stamp>>)> {
     // Our own record of the runner id first: a repaired status may carry the
     // placeholder id `observer-unavailable` in its proof projection.
     let runner = status.runner_process_instance_id.clone().or_else(|| {
@@ -536,8 +614,14 @@ fn summarize_noting(
     }
     status.last_activity_at = crate::reference::listed_last_activity(dir, &status);
     let mut alone = frozen;
+    let mut seen = None;
+    if fanout.is_some() {
+        seen = FrozenFanout::of(&status)
+            .filter(|_| frozen)
+            .and_then(|f| f.check(dir, scan));
+    }
     if let Some(source) = fanout
-        && !(frozen && frozen_fanout_is_current(&status, dir, scan))
+        && seen.is_none()
     {
         alone = false;
         // One run's missing or corrupt budget must not fail the listing of
@@ -559,7 +643,7 @@ fn summarize_noting(
         async_dir: dir.to_path_buf(),
         status,
     };
-    Ok((summary, alone))
+    Ok((summary, alone, seen))
 }
 
 fn run_id_of(status: &RunStatus, dir_name: &str) -> String {

@@ -1,35 +1,51 @@
-//! The listing index: `<root>/listing-index/finished-runs`, the rendered
+//! The listing index: `<root>/listing-index/finished-runs-v2`, the rendered
 //! `list --all` rows of finished runs whose listing facts are frozen, so a
 //! full listing reads one file instead of every run's `status.json`.
 //!
 //! A row is used only while its run still looks exactly as when the row
 //! was rendered: the run directory passes the same checks as a live read,
 //! one `fstatat` of `status.json` matches the [`Stamp`] recorded when the
-//! status was read, and the frozen fan-out counts still hold (the same
-//! `stat`s a live listing makes). Anything else — a new, changed, missing,
-//! active or unfrozen run — is read live as before, and the index is
-//! rewritten (atomically, 0600 in a 0700 directory) when rows were added,
-//! dropped or replaced. The index is a cache: a missing, truncated, corrupt
-//! or foreign-version file, or one rendered for another runs directory,
-//! `$HOME` or renderer, is ignored and rebuilt, never an error.
+//! status was read, the persisted fan-out descriptor was not replaced since
+//! the freeze, and one `fstatat` of the budget's claims directory matches
+//! the stamp recorded when the frozen counts were last seen to hold (an
+//! added claim changes the directory's times). Anything else — a new,
+//! changed, missing, active or unfrozen run — is read live as before, and
+//! the index is rewritten (atomically, 0600 in a 0700 directory) when rows
+//! were added, dropped or replaced. The index is a cache: a missing,
+//! truncated, corrupt, misordered or foreign-version file, or one rendered
+//! for another runs directory, `$HOME` or renderer, is ignored and rebuilt,
+//! never an error.
+//!
+//! Memory does not grow with the index: its rows are kept in listing order,
+//! so a listing reads the file twice in blocks — once to check every row
+//! (keeping a few numbers per row that holds), once to copy the rows to
+//! the output, merged with the few rows read live — and a rewrite streams
+//! it a third time into the new file.
 //!
 //! The file lives beside `async-subagent-runs/`, not in it, so the
 //! reference (which takes every directory there for a run) never meets it.
 //! It holds what `list --all` prints for those runs and nothing more: no
 //! task text (a status never holds any).
 //!
-//! Format (version 1, UTF-8): the line `subagents-listing-index 1`; a JSON
-//! header line `{"runsDir", "home", "renderer", "rows"}`; per row, sorted
-//! by run directory name, a JSON line (name, stamp, frozen fan-out facts,
+//! Format (version 2, UTF-8): the line `subagents-listing-index 2`; a JSON
+//! header line `{"runsDir", "home", "renderer", "rows"}`; per row, in
+//! listing order (state rank, then newest first, then run directory name),
+//! a JSON line (name, stamp, frozen fan-out facts, claims directory stamp,
 //! sort rank and time, hidden, session, `text`: the byte length of the
-//! block) followed by the block and a newline; then `end <fnv-1a 64 of
-//! everything before, 16 hex digits>`. A reader that does not know the
-//! version on the first line ignores the file; a writer of another version
-//! replaces it.
+//! block) followed by the block and a newline; then `end <checksum of
+//! everything before, 16 hex digits>` (see [`Sum`]). Version 1 (rows in
+//! name order, no claims stamp) lived in `finished-runs`; each version has
+//! its own file name, so builds of either version never read the other's
+//! rows, and a reader that does not know the version on the first line
+//! ignores the file.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -39,25 +55,29 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::layout::{Layout, files};
 use crate::list::{
-    FrozenFanout, ListOptions, RunSummary, Scan, UnreadableRun, keep, run_names, state_rank,
+    Alone, FrozenFanout, ListOptions, RunSummary, Scan, UnreadableRun, keep, run_names, state_rank,
 };
 
 /// The index directory under the root.
 pub const INDEX_DIR: &str = "listing-index";
-/// The index file in [`INDEX_DIR`].
-pub const INDEX_FILE: &str = "finished-runs";
+/// The index file in [`INDEX_DIR`] (one name per format version).
+pub const INDEX_FILE: &str = "finished-runs-v2";
 /// The format version this build reads and writes.
-pub const VERSION: u32 = 1;
-/// The first line of a version-1 index.
-const MAGIC: &str = "subagents-listing-index 1\n";
-/// The largest index read (100,000 rows take ~40 MiB).
-const INDEX_LIMIT: u64 = 256 * 1024 * 1024;
+pub const VERSION: u32 = 2;
+/// The first line of a version-2 index.
+const MAGIC: &str = "subagents-listing-index 2\n";
+/// The longest header or row line read; a longer row is never written.
+const LINE_LIMIT: usize = 1 << 20;
+/// The longest block read; a longer one is never written.
+const BLOCK_LIMIT: usize = 16 << 20;
+/// How much of the index is read at once.
+const CHUNK: usize = 256 << 10;
 
 /// A status changed within this long before a listing started is read live
 /// and not indexed (see [`settled`]).
 pub const SETTLE_NS: i128 = 2_000_000_000;
 
-/// `<root>/listing-index/finished-runs`.
+/// `<root>/listing-index/finished-runs-v2`.
 pub fn index_path(layout: &Layout) -> PathBuf {
     layout.root().join(INDEX_DIR).join(INDEX_FILE)
 }
@@ -70,13 +90,10 @@ pub struct TextOptions<'a> {
     pub started: SystemTime,
 }
 
-/// A full listing as text blocks (one per run, lines joined by `\n`), in
-/// listing order.
+/// A full listing as text blocks (one per run, lines joined by `\n`),
+/// streamed in listing order by [`TextListing::for_each_block`].
 #[derive(Debug, Default)]
 pub struct TextListing {
-    index: String,
-    fresh: String,
-    blocks: Vec<Block>,
     /// Sessions of the listed runs.
     pub sessions: BTreeSet<String>,
     /// Runs that could not be read, by name.
@@ -85,21 +102,187 @@ pub struct TextListing {
     pub skipped_repairs: Vec<String>,
     /// Rows taken from the index (the rest were read live).
     pub indexed: usize,
+    names: Vec<String>,
+    /// The index as checked (the same file even if replaced since).
+    index: Option<(File, PathBuf)>,
+    kept: Vec<Kept>,
+    live: Vec<Live>,
+    arena: String,
+    len: usize,
 }
 
+/// A row of the index that still holds: where it lies in the file and its
+/// place in the listing.
 #[derive(Debug)]
-enum Block {
-    Index(Range<usize>),
-    Fresh(Range<usize>),
+struct Kept {
+    rank: u8,
+    time: u64,
+    /// Index into the sorted run names.
+    name: u32,
+    /// Where its record (head line, block, newline) starts.
+    at: u64,
+    head: u32,
+    block: u32,
+    shown: bool,
+}
+
+impl Kept {
+    fn record(&self) -> Range<u64> {
+        self.at..self.block().end + 1
+    }
+
+    fn block(&self) -> Range<u64> {
+        let start = self.at + u64::from(self.head);
+        start..start + u64::from(self.block)
+    }
+}
+
+/// A run read live: its block in the arena and, when it is indexed, its
+/// new record there too.
+#[derive(Debug)]
+struct Live {
+    rank: u8,
+    time: u64,
+    name: u32,
+    block: Range<usize>,
+    record: Option<Range<usize>>,
+    shown: bool,
+}
+
+/// Listing order: state rank, newest first, then name (names are indices
+/// into the sorted names, so their order is the names' order).
+type Key = (u8, Reverse<u64>, u32);
+
+impl Kept {
+    fn key(&self) -> Key {
+        (self.rank, Reverse(self.time), self.name)
+    }
+}
+
+impl Live {
+    fn key(&self) -> Key {
+        (self.rank, Reverse(self.time), self.name)
+    }
+}
+
+/// A row to emit, from the old index or from the arena.
+enum Item<'a> {
+    Kept(&'a Kept),
+    Live(&'a Live),
+}
+
+/// `a` and `b` (each in listing order) merged into listing order.
+fn merged<'a>(
+    a: impl Iterator<Item = &'a Kept>,
+    b: impl Iterator<Item = &'a Live>,
+) -> impl Iterator<Item = Item<'a>> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(k), Some(l)) if k.key() < l.key() => a.next().map(Item::Kept),
+        (Some(_), Some(_)) | (None, Some(_)) => b.next().map(Item::Live),
+        (Some(_), None) => a.next().map(Item::Kept),
+        (None, None) => None,
+    })
 }
 
 impl TextListing {
-    /// The blocks, in listing order.
-    pub fn blocks(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.blocks.iter().map(|b| match b {
-            Block::Index(r) => &self.index[r.clone()],
-            Block::Fresh(r) => &self.fresh[r.clone()],
-        })
+    /// How many blocks the listing shows.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it shows none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Calls `f` with every block, in listing order: rows of the index are
+    /// read from it in chunks, so memory does not grow with the rows. The
+    /// index is only ever replaced by a rename, so the file checked is the
+    /// file read here; one that fails to read back as checked (changed in
+    /// place by another program) ends the listing with an error.
+    pub fn for_each_block<E: From<crate::Error>>(
+        &self,
+        mut f: impl FnMut(&str) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let mut chunks = self.index.as_ref().map(|(file, _)| Chunks::new(file));
+        let shown_kept = self.kept.iter().filter(|k| k.shown);
+        let shown_live = self.live.iter().filter(|l| l.shown);
+        for item in merged(shown_kept, shown_live).take(self.len) {
+            match item {
+                Item::Live(l) => f(&self.arena[l.block.clone()])?,
+                Item::Kept(k) => {
+                    let (read, path) = (chunks.as_mut(), self.index.as_ref().map(|i| &i.1));
+                    let (Some(chunks), Some(path)) = (read, path) else {
+                        continue;
+                    };
+                    let bytes = chunks
+                        .get(k.block())
+                        .map_err(|e| crate::io_err("read the listing index", path, e))?;
+                    let text = std::str::from_utf8(bytes).map_err(|e| {
+                        let e = io::Error::new(io::ErrorKind::InvalidData, e);
+                        crate::io_err("read the listing index", path, e)
+                    })?;
+                    f(text)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every block, collected (tests and snapshots; a listing streams them).
+    pub fn blocks(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.for_each_block(|b| {
+            out.push(b.to_owned());
+            Ok::<(), crate::Error>(())
+        })?;
+        Ok(out)
+    }
+}
+
+/// Ranges of a file read in increasing order, [`CHUNK`] bytes at a time.
+struct Chunks<'a> {
+    file: &'a File,
+    buf: Vec<u8>,
+    start: u64,
+    len: usize,
+}
+
+impl<'a> Chunks<'a> {
+    fn new(file: &'a File) -> Self {
+        Self {
+            file,
+            buf: Vec::new(),
+            start: 0,
+            len: 0,
+        }
+    }
+
+    fn get(&mut self, range: Range<u64>) -> io::Result<&[u8]> {
+        let end = self.start + self.len as u64;
+        if range.start < self.start || range.end > end {
+            let want = CHUNK.max((range.end - range.start) as usize);
+            self.buf.resize(want, 0);
+            let mut filled = 0;
+            while filled < want {
+                match self
+                    .file
+                    .read_at(&mut self.buf[filled..], range.start + filled as u64)
+                {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            (self.start, self.len) = (range.start, filled);
+            if (filled as u64) < range.end - range.start {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        let from = (range.start - self.start) as usize;
+        Ok(&self.buf[from..from + (range.end - range.start) as usize])
     }
 }
 
@@ -137,6 +320,8 @@ struct RowHead<'a> {
     name: Cow<'a, str>,
     stamp: StampRow,
     fanout: FrozenFanout,
+    /// The claims directory's stamp (a run with a budget only).
+    claims: Option<StampRow>,
     rank: u8,
     sort_time: u64,
     hidden: bool,
@@ -157,19 +342,62 @@ struct Header<'a> {
     rows: usize,
 }
 
-/// FNV-1a, 64 bits: the index's checksum and the renderer's fingerprint.
+/// The index's checksum: FNV-1a's multiply over 8-byte little-endian words
+/// (the last zero-padded) with the high half folded in after each, then the
+/// length. A changed word always changes it (each step is a bijection of
+/// the state); it guards against damage, not against forgery.
 #[derive(Clone, Copy)]
-struct Fnv(u64);
+struct Sum {
+    state: u64,
+    tail: [u8; 8],
+    held: usize,
+    total: u64,
+}
 
-impl Fnv {
+impl Sum {
     fn new() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
+        Self {
+            state: 0xcbf2_9ce4_8422_2325,
+            tail: [0; 8],
+            held: 0,
+            total: 0,
+        }
     }
 
-    fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    fn mix(&mut self, word: u64) {
+        let h = (self.state ^ word).wrapping_mul(0x0100_0000_01b3);
+        self.state = h ^ (h >> 32);
+    }
+
+    fn update(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        if self.held > 0 {
+            let n = (8 - self.held).min(bytes.len());
+            self.tail[self.held..self.held + n].copy_from_slice(&bytes[..n]);
+            self.held += n;
+            bytes = &bytes[n..];
+            if self.held < 8 {
+                return;
+            }
+            self.mix(u64::from_le_bytes(self.tail));
+            self.held = 0;
         }
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.mix(u64::from_le_bytes(w.try_into().unwrap_or_default()));
+        }
+        let rest = words.remainder();
+        self.tail[..rest.len()].copy_from_slice(rest);
+        self.held = rest.len();
+    }
+
+    fn finish(mut self) -> u64 {
+        if self.held > 0 {
+            self.tail[self.held..].fill(0);
+            self.mix(u64::from_le_bytes(self.tail));
+        }
+        self.mix(self.total);
+        self.state
     }
 }
 
@@ -177,7 +405,7 @@ impl Fnv {
 /// of what feeds it, and the crate version. A build whose rendering differs
 /// never takes another build's rows.
 fn renderer() -> String {
-    let mut h = Fnv::new();
+    let mut h = Sum::new();
     for source in [
         env!("CARGO_PKG_VERSION"),
         include_str!("format.rs"),
@@ -188,7 +416,7 @@ fn renderer() -> String {
         h.update(source.as_bytes());
         h.update(&[0]);
     }
-    format!("{:016x}", h.0)
+    format!("{:016x}", h.finish())
 }
 
 /// Nanoseconds since the epoch.
@@ -199,122 +427,203 @@ fn nanos(t: SystemTime) -> i128 {
     }
 }
 
-/// Whether a status read with `stamp` may be indexed. A later change of the
-/// file is seen by comparing stamps only if it cannot leave the stamp as it
-/// was: every write, `chmod` or rename onto the name sets the change time of
-/// the inode that ends up there to the kernel's clock at that moment, and
-/// userspace cannot set it back. That clock is coarse (a timer tick; whole
-/// seconds on some file systems), so a status changed in the same tick as
-/// the read that recorded it — e.g. rewritten in place or renamed over
-/// twice (reusing the inode number) by a live pi-subagents within a few
-/// milliseconds — could keep the same stamp. Only a status whose change
-/// time lies at least [`SETTLE_NS`] before the listing started (and so
-/// before the read) is indexed: any change after the read then carries a
-/// later change time than the one recorded. (A wall clock stepped back by
-/// more than that could defeat it; the row would then be wrong until the
-/// status changes again.)
+/// Whether a file (or directory) stamped `stamp` may be trusted to show
+/// any later change by a changed stamp. A later change is seen by comparing
+/// stamps only if it cannot leave the stamp as it was: every write,
+/// `chmod`, rename onto the name or (for a directory) entry added or
+/// removed sets the change time of the inode to the kernel's clock at that
+/// moment, and userspace cannot set it back. That clock is coarse (a timer
+/// tick; whole seconds on some file systems), so a status changed in the
+/// same tick as the read that recorded it — e.g. rewritten in place or
+/// renamed over twice (reusing the inode number) by a live pi-subagents
+/// within a few milliseconds — could keep the same stamp. Only a stamp
+/// whose change time lies at least [`SETTLE_NS`] before the listing started
+/// (and so before the look) is indexed: any change after the look then
+/// carries a later change time than the one recorded. (A wall clock
+/// stepped back by more than that could defeat it; the row would then be
+/// wrong until the file changes again.)
 fn settled(stamp: &Stamp, started: i128) -> bool {
     stamp.ctime_ns() + SETTLE_NS <= started
 }
 
-/// The parsed index: its text (checksum verified) and a cursor over rows.
-struct Parsed {
-    text: String,
-    at: usize,
-    left: usize,
-    /// Where the trailer starts: the rows must end exactly there.
-    end: usize,
+/// What the index is checked against.
+struct Context<'a> {
+    layout: &'a Layout,
+    scan: &'a Scan,
+    names: &'a [String],
+    /// Where each name is in `names`. (Rows come in listing order, so a
+    /// binary search would touch names all over memory for each row.)
+    places: HashMap<&'a str, u32>,
+    runs_dir: &'a str,
+    home: Option<&'a str>,
+    renderer: &'a str,
+    session: Option<&'a str>,
 }
 
-/// One indexed row: where its record (head line, block, newline) and its
-/// block lie in the index text.
-struct Row<'a> {
-    head: RowHead<'a>,
-    record: Range<usize>,
-    block: Range<usize>,
+/// The rows of an index that still hold, from one pass over it.
+struct Checked {
+    file: File,
+    kept: Vec<Kept>,
+    covered: Vec<bool>,
+    sessions: BTreeSet<String>,
+    /// Rows in the file (all of them held when equal to `kept.len()`).
+    rows: usize,
 }
 
-impl Parsed {
-    /// The index at `path` when it is version 1, intact, and rendered for
-    /// `runs_dir`, `home` and this renderer.
-    fn read(path: &Path, runs_dir: &str, home: Option<&str>, renderer: &str) -> Option<Self> {
-        let bytes = atomic_file::read::read_file_capped(path, INDEX_LIMIT).ok()?;
-        let text = String::from_utf8(bytes).ok()?;
-        let body = text.strip_prefix(MAGIC)?;
-        let trailer = body.strip_suffix('\n')?.rfind('\n')? + 1;
-        let sum = body[trailer..]
-            .strip_prefix("end ")?
-            .strip_suffix('\n')
-            .and_then(|h| u64::from_str_radix(h, 16).ok())?;
-        let end = MAGIC.len() + trailer;
-        let mut h = Fnv::new();
-        h.update(&text.as_bytes()[..end]);
-        if h.0 != sum {
-            return None;
+/// The index read in order: lines and blocks, summed, with their offsets.
+struct Reader {
+    inner: BufReader<File>,
+    at: u64,
+    sum: Sum,
+}
+
+impl Reader {
+    /// The next line (with its newline) into `buf`, not summed.
+    fn line(&mut self, buf: &mut Vec<u8>) -> Option<()> {
+        buf.clear();
+        let limit = LINE_LIMIT as u64 + 1;
+        (&mut self.inner).take(limit).read_until(b'\n', buf).ok()?;
+        self.at += buf.len() as u64;
+        (buf.last() == Some(&b'\n')).then_some(())
+    }
+
+    /// Sums the next `n` bytes and the newline that must follow them.
+    fn block(&mut self, mut n: usize) -> Option<()> {
+        while n > 0 {
+            let got = self.inner.fill_buf().ok()?;
+            let take = got.len().min(n);
+            if take == 0 {
+                return None;
+            }
+            self.sum.update(&got[..take]);
+            self.inner.consume(take);
+            n -= take;
+            self.at += take as u64;
         }
-        let line = body[..trailer].find('\n')?;
-        let header: Header<'_> = serde_json::from_str(&body[..line]).ok()?;
-        let ours = header.runs_dir == runs_dir
-            && header.home.as_deref() == home
-            && header.renderer == renderer;
+        let mut newline = [0u8];
+        self.inner.read_exact(&mut newline).ok()?;
+        self.sum.update(&newline);
+        self.at += 1;
+        (newline[0] == b'\n').then_some(())
+    }
+}
+
+impl Checked {
+    /// The index at `path`, when it is version 2, intact, in listing order
+    /// and rendered for this runs directory, `$HOME` and renderer, with
+    /// every row checked against its run (see the module documentation).
+    fn read(path: &Path, cx: &Context<'_>) -> Option<Self> {
+        let file = atomic_file::read::open_regular(path).ok()?;
+        let mut reader = Reader {
+            inner: BufReader::with_capacity(CHUNK, file.try_clone().ok()?),
+            at: 0,
+            sum: Sum::new(),
+        };
+        let mut line = Vec::new();
+        reader.line(&mut line)?;
+        (line == MAGIC.as_bytes()).then_some(())?;
+        reader.sum.update(&line);
+        reader.line(&mut line)?;
+        reader.sum.update(&line);
+        let header: Header<'_> = serde_json::from_slice(&line).ok()?;
+        let ours = header.runs_dir == cx.runs_dir
+            && header.home.as_deref() == cx.home
+            && header.renderer == cx.renderer;
         if !ours {
             return None;
         }
-        let (at, left) = (MAGIC.len() + line + 1, header.rows);
-        Some(Self {
-            text,
-            at,
-            left,
-            end,
-        })
+        let mut checked = Self {
+            file,
+            kept: Vec::new(),
+            covered: vec![false; cx.names.len()],
+            sessions: BTreeSet::new(),
+            rows: header.rows,
+        };
+        // The previous row's key (its name in a buffer reused row to row).
+        let mut last: Option<(u8, Reverse<u64>)> = None;
+        let mut last_name = String::new();
+        for _ in 0..header.rows {
+            let at = reader.at;
+            reader.line(&mut line)?;
+            reader.sum.update(&line);
+            let head: RowHead<'_> = serde_json::from_slice(&line).ok()?;
+            let key = (head.rank, Reverse(head.sort_time), head.name.as_ref());
+            // Strictly in listing order, so no name twice.
+            if last.is_some_and(|(r, t)| (r, t, last_name.as_str()) >= key) {
+                return None;
+            }
+            (head.text <= BLOCK_LIMIT).then_some(())?;
+            reader.block(head.text)?;
+            checked.take(&head, at, line.len(), cx)?;
+            last = Some((head.rank, Reverse(head.sort_time)));
+            last_name.clear();
+            last_name.push_str(&head.name);
+        }
+        let sum = reader.sum.finish();
+        reader.line(&mut line)?;
+        (line == format!("end {sum:016x}\n").as_bytes()).then_some(())?;
+        reader.inner.fill_buf().ok()?.is_empty().then_some(checked)
     }
 
-    /// Whether every row was read and they ended where the trailer starts.
-    fn read_through(&self) -> bool {
-        self.left == 0 && self.at == self.end
-    }
-
-    /// The next row, or `None` at the end or at a malformed record (the
-    /// rest is then read live).
-    fn next_row(&mut self) -> Option<Row<'_>> {
-        if self.left == 0 {
+    /// Keeps a row whose run is still as the row says. `None` for a second
+    /// row of one run (under another rank or time): the file is not ours.
+    fn take(&mut self, head: &RowHead<'_>, at: u64, line: usize, cx: &Context<'_>) -> Option<()> {
+        let Some(&i) = cx.places.get(head.name.as_ref()) else {
+            return Some(());
+        };
+        let i = i as usize;
+        if self.covered[i] {
             return None;
         }
-        let start = self.at;
-        let parsed = self.text[start..].find('\n').and_then(|line| {
-            let head: RowHead<'_> = serde_json::from_str(&self.text[start..start + line]).ok()?;
-            let block = start + line + 1..start + line + 1 + head.text;
-            let whole = self.text.get(block.clone()).is_some()
-                && self.text.as_bytes().get(block.end) == Some(&b'\n');
-            whole.then_some((head, block))
+        let name = &cx.names[i];
+        if !holds(head, name, cx) {
+            return Some(());
+        }
+        self.covered[i] = true;
+        let shown = !head.hidden && session_kept(head.session.as_deref(), cx.session);
+        if shown
+            && let Some(session) = &head.session
+            && !self.sessions.contains(session.as_ref())
+        {
+            self.sessions.insert(session.to_string());
+        }
+        self.kept.push(Kept {
+            rank: head.rank,
+            time: head.sort_time,
+            name: i as u32,
+            at,
+            head: line as u32,
+            block: head.text as u32,
+            shown,
         });
-        let Some((head, block)) = parsed else {
-            // Malformed: the rest is read live and the index rewritten.
-            self.left = 0;
-            self.end = usize::MAX;
-            return None;
-        };
-        self.at = block.end + 1;
-        self.left -= 1;
-        Some(Row {
-            head,
-            record: start..block.end + 1,
-            block,
-        })
+        Some(())
     }
 }
 
-/// A record of the index being written.
-enum Record {
-    /// Copied from the old index.
-    Kept(Range<usize>),
-    /// Rendered in this listing.
-    New(Range<usize>),
+/// Whether the run `name` still looks as its row says: a directory that
+/// passes the live checks, the same `status.json`, the frozen fan-out
+/// counts still holding.
+fn holds(head: &RowHead<'_>, name: &str, cx: &Context<'_>) -> bool {
+    if !matches!(cx.scan.check_dir(cx.layout, name), Ok(true)) {
+        return false;
+    }
+    let rel = format!("{name}/{}", files::STATUS);
+    let same = cx
+        .scan
+        .runs
+        .stamp(&rel)
+        .is_ok_and(|s| s == row_stamp(head.stamp));
+    let claims = head.claims.map(row_stamp);
+    same && head.fanout.holds_with(
+        &cx.layout.run_dir(name),
+        Some((cx.scan, name)),
+        claims.as_ref(),
+    )
 }
 
 /// `list --all` as text: rows of finished runs from the index where they
 /// still hold, every other run read live (and reconciled when
-/// `options.reconcile`), sorted as the reference sorts. Rewrites the index
+/// `options.reconcile`), in the reference's order. Rewrites the index
 /// when it gained, lost or replaced rows; a failed write is ignored (the
 /// next listing reads those runs live again).
 pub fn list_text(
@@ -337,211 +646,209 @@ pub fn list_text(
     };
     let renderer = renderer();
     let path = index_path(layout);
-    let mut parsed = keys.and_then(|(dir, home)| Parsed::read(&path, dir, home, &renderer));
-    let mut changed = parsed.is_none();
-    let started = nanos(text.started);
-    let mut records = Vec::new();
-    let mut keyed: Vec<(u8, std::cmp::Reverse<u64>, Block)> = Vec::new();
-    // Rows come sorted by name, as `names` do: one pass over both.
-    let mut pending = next_pending(&mut parsed);
-    for name in names {
-        let dir = layout.run_dir(&name);
-        match scan.check_dir(layout, &name) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                out.unreadable.push(UnreadableRun::new(&name, &dir, &e));
-                continue;
-            }
-        }
-        while pending.as_ref().is_some_and(|p| p.name < name) {
-            changed = true;
-            pending = next_pending(&mut parsed);
-        }
-        if let Some(row) = pending.take_if(|p| p.name == name) {
-            pending = next_pending(&mut parsed);
-            let rel = format!("{name}/{}", files::STATUS);
-            let same = scan.runs.stamp(&rel).is_ok_and(|s| s == row.stamp);
-            if same && row.fanout.is_current(&dir, Some((&scan, &name))) {
-                out.indexed += 1;
-                records.push(Record::Kept(row.record));
-                if !row.hidden && session_kept(row.session.as_deref(), options) {
-                    if let Some(session) = row.session {
-                        out.sessions.insert(session);
-                    }
-                    let time = std::cmp::Reverse(row.sort_time);
-                    keyed.push((row.rank, time, Block::Index(row.block)));
-                }
-                continue;
-            }
-            changed = true;
-        }
-        let scanned = match scan.load_checked(layout, &name, options, &mut out.skipped_repairs) {
-            Ok(Some(scanned)) => scanned,
-            Ok(None) => continue,
-            Err(e) => {
-                out.unreadable.push(UnreadableRun::new(&name, &dir, &e));
-                continue;
-            }
+    let checked = keys.and_then(|(runs_dir, home)| {
+        let cx = Context {
+            layout,
+            scan: &scan,
+            names: &names,
+            places: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.as_str(), i as u32))
+                .collect(),
+            runs_dir,
+            home,
+            renderer: &renderer,
+            session: options.session.as_deref(),
         };
-        let summary = scanned.summary;
-        let block = render(&summary, options.now, text.home);
-        let indexable = scanned
-            .from_status_alone
-            .filter(|(stamp, _)| keys.is_some() && settled(stamp, started))
-            .filter(|_| {
-                // A row that shows a time relative to now is never indexed.
-                render(&summary, 0, text.home) == block
-                    && render(&summary, u64::MAX, text.home) == block
-            });
-        let kept = keep(&summary, options);
-        let start = out.fresh.len();
-        if let Some((stamp, fanout)) = indexable {
-            let head = RowHead {
-                name: Cow::Borrowed(&name),
-                stamp: stamp_row(&stamp),
-                fanout,
-                rank: state_rank(&summary.status),
-                sort_time: summary.status.sort_time(),
-                hidden: summary.status.display_dismissed_at.is_some(),
-                session: summary.status.session_id.as_deref().map(Cow::Borrowed),
-                // A hidden row is never shown: its block is not kept.
-                text: if summary.status.display_dismissed_at.is_some() {
-                    0
-                } else {
-                    block.len()
-                },
-            };
-            let line = serde_json::to_string(&head).unwrap_or_default();
-            out.fresh.push_str(&line);
-            out.fresh.push('\n');
-            changed = true;
-            let at = out.fresh.len();
-            if head.text == block.len() {
-                out.fresh.push_str(&block);
-            }
-            out.fresh.push('\n');
-            records.push(Record::New(start..out.fresh.len()));
-            if kept {
-                keyed.push(keyed_row(&summary, Block::Fresh(at..at + block.len())));
-                note_session(&mut out.sessions, &summary);
-            }
-            continue;
+        Checked::read(&path, &cx)
+    });
+    let had_index = checked.is_some() || path.exists();
+    let mut changed = checked.as_ref().is_none_or(|c| c.kept.len() != c.rows);
+    let covered = match checked {
+        Some(c) => {
+            out.indexed = c.kept.len();
+            out.kept = c.kept;
+            out.sessions = c.sessions;
+            out.index = Some((c.file, path.clone()));
+            c.covered
         }
-        if kept {
-            out.fresh.push_str(&block);
-            keyed.push(keyed_row(&summary, Block::Fresh(start..out.fresh.len())));
-            note_session(&mut out.sessions, &summary);
+        None => vec![false; names.len()],
+    };
+    for (i, name) in names.iter().enumerate() {
+        if !covered[i] {
+            let indexable = keys.is_some();
+            changed |=
+                read_live(&mut out, layout, &scan, options, text, i, name, indexable) == Some(true);
         }
     }
-    if pending.is_some() || parsed.as_ref().is_some_and(|p| !p.read_through()) {
-        // Rows of runs that are gone, or a malformed tail.
-        changed = true;
-    }
-    let old = parsed.map(|p| p.text).unwrap_or_default();
+    out.live.sort_by_key(Live::key);
     if changed && let Some((dir, home)) = keys {
-        let had_index = !old.is_empty();
-        if had_index || !records.is_empty() {
-            let _ = write_index(&path, dir, home, &renderer, &records, &old, &out.fresh);
+        let any = !out.kept.is_empty() || out.live.iter().any(|l| l.record.is_some());
+        if had_index || any {
+            let _ = write_index(&path, dir, home, &renderer, &out);
         }
     }
-    // Stable: runs of equal rank and time stay in name order.
-    keyed.sort_by_key(|(rank, time, _)| (*rank, *time));
-    if let Some(limit) = options.limit {
-        keyed.truncate(limit);
-    }
-    out.blocks = keyed.into_iter().map(|(_, _, b)| b).collect();
-    out.index = old;
+    let shown =
+        out.kept.iter().filter(|k| k.shown).count() + out.live.iter().filter(|l| l.shown).count();
+    out.len = options.limit.map_or(shown, |limit| shown.min(limit));
+    out.names = names;
     Ok(out)
 }
 
-/// An indexed row met on the way, owned (the index text is borrowed only
-/// while parsing it).
-struct Pending {
-    name: String,
-    stamp: Stamp,
-    fanout: FrozenFanout,
-    record: Range<usize>,
-    block: Range<usize>,
-    rank: u8,
-    sort_time: u64,
-    hidden: bool,
-    session: Option<String>,
-}
-
-fn next_pending(parsed: &mut Option<Parsed>) -> Option<Pending> {
-    let Row {
-        head,
-        record,
-        block,
-    } = parsed.as_mut()?.next_row()?;
-    Some(Pending {
-        name: head.name.into_owned(),
-        stamp: row_stamp(head.stamp),
-        fanout: head.fanout,
-        record,
-        block,
-        rank: head.rank,
-        sort_time: head.sort_time,
-        hidden: head.hidden,
-        session: head.session.map(Cow::into_owned),
-    })
-}
-
-fn keyed_row(summary: &RunSummary, block: Block) -> (u8, std::cmp::Reverse<u64>, Block) {
-    let rank = state_rank(&summary.status);
-    (rank, std::cmp::Reverse(summary.status.sort_time()), block)
-}
-
-fn note_session(sessions: &mut BTreeSet<String>, summary: &RunSummary) {
-    if let Some(session) = &summary.status.session_id
-        && !sessions.contains(session)
-    {
-        sessions.insert(session.clone());
+/// Reads run `name` (the `i`th) live into `out`. Returns whether it made a
+/// new index record, or `None` when the run is not listed.
+#[allow(clippy::too_many_arguments)]
+fn read_live(
+    out: &mut TextListing,
+    layout: &Layout,
+    scan: &Scan,
+    options: &ListOptions<'_>,
+    text: &TextOptions<'_>,
+    i: usize,
+    name: &str,
+    indexable: bool,
+) -> Option<bool> {
+    let dir = layout.run_dir(name);
+    match scan.check_dir(layout, name) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => {
+            out.unreadable.push(UnreadableRun::new(name, &dir, &e));
+            return None;
+        }
     }
+    let scanned = match scan.load_checked(layout, name, options, &mut out.skipped_repairs) {
+        Ok(Some(scanned)) => scanned,
+        Ok(None) => return None,
+        Err(e) => {
+            out.unreadable.push(UnreadableRun::new(name, &dir, &e));
+            return None;
+        }
+    };
+    let summary = scanned.summary;
+    let block = render(&summary, options.now, text.home);
+    let started = nanos(text.started);
+    let alone = scanned.from_status_alone.filter(|a| {
+        indexable
+            && settled(&a.stamp, started)
+            && a.claims.as_ref().is_none_or(|c| settled(c, started))
+            // A row that shows a time relative to now is never indexed.
+            && render(&summary, 0, text.home) == block
+            && render(&summary, u64::MAX, text.home) == block
+    });
+    let shown = keep(&summary, options);
+    let hidden = summary.status.display_dismissed_at.is_some();
+    let record = alone.and_then(|a| new_record(&mut out.arena, name, &summary, a, &block, hidden));
+    let made = record.is_some();
+    let block_range = match &record {
+        // The block sits before the record's final newline.
+        Some(r) if !hidden => r.end - 1 - block.len()..r.end - 1,
+        _ if shown => {
+            let start = out.arena.len();
+            out.arena.push_str(&block);
+            start..out.arena.len()
+        }
+        _ => 0..0,
+    };
+    if shown
+        && let Some(session) = &summary.status.session_id
+        && !out.sessions.contains(session)
+    {
+        out.sessions.insert(session.clone());
+    }
+    if shown || made {
+        out.live.push(Live {
+            rank: state_rank(&summary.status),
+            time: summary.status.sort_time(),
+            name: i as u32,
+            block: block_range,
+            record,
+            shown,
+        });
+    }
+    Some(made)
+}
+
+/// Appends the index record of a run read live to `arena`: its head line,
+/// its block (none when hidden: never shown) and a newline.
+fn new_record(
+    arena: &mut String,
+    name: &str,
+    summary: &RunSummary,
+    alone: Alone,
+    block: &str,
+    hidden: bool,
+) -> Option<Range<usize>> {
+    let text = if hidden { "" } else { block };
+    let head = RowHead {
+        name: Cow::Borrowed(name),
+        stamp: stamp_row(&alone.stamp),
+        fanout: alone.fanout,
+        claims: alone.claims.as_ref().map(stamp_row),
+        rank: state_rank(&summary.status),
+        sort_time: summary.status.sort_time(),
+        hidden,
+        session: summary.status.session_id.as_deref().map(Cow::Borrowed),
+        text: text.len(),
+    };
+    let line = serde_json::to_string(&head).ok()?;
+    if line.len() >= LINE_LIMIT || text.len() > BLOCK_LIMIT {
+        return None;
+    }
+    let start = arena.len();
+    arena.push_str(&line);
+    arena.push('\n');
+    arena.push_str(text);
+    arena.push('\n');
+    Some(start..arena.len())
 }
 
 /// [`keep`]'s session filter for a row that is not hidden.
-fn session_kept(session: Option<&str>, options: &ListOptions<'_>) -> bool {
-    options
-        .session
-        .as_deref()
-        .is_none_or(|s| s.is_empty() || session == Some(s))
+fn session_kept(session: Option<&str>, wanted: Option<&str>) -> bool {
+    wanted.is_none_or(|s| s.is_empty() || session == Some(s))
 }
 
+/// Writes the index: the rows that held (copied from the old file in
+/// chunks) and the new ones, merged in listing order.
 fn write_index(
     path: &Path,
     runs_dir: &str,
     home: Option<&str>,
     renderer: &str,
-    records: &[Record],
-    old: &str,
-    fresh: &str,
+    listing: &TextListing,
 ) -> atomic_file::Result<()> {
+    let new = listing.live.iter().filter(|l| l.record.is_some());
     let header = Header {
         runs_dir: Cow::Borrowed(runs_dir),
         home: home.map(Cow::Borrowed),
         renderer: Cow::Borrowed(renderer),
-        rows: records.len(),
+        rows: listing.kept.len() + new.clone().count(),
     };
     let header = serde_json::to_string(&header).unwrap_or_default();
+    let mut chunks = listing.index.as_ref().map(|(file, _)| Chunks::new(file));
     atomic_file::write_private_streamed(path, |out| {
-        let mut h = Fnv::new();
+        let mut sum = Sum::new();
         let mut put = |bytes: &[u8]| {
-            h.update(bytes);
+            sum.update(bytes);
             out.write_all(bytes)
         };
         put(MAGIC.as_bytes())?;
         put(header.as_bytes())?;
         put(b"\n")?;
-        for record in records {
-            match record {
-                Record::Kept(r) => put(old[r.clone()].as_bytes())?,
-                Record::New(r) => put(fresh[r.clone()].as_bytes())?,
+        for item in merged(listing.kept.iter(), new) {
+            match item {
+                Item::Kept(k) => match chunks.as_mut() {
+                    Some(chunks) => put(chunks.get(k.record())?)?,
+                    None => return Err(io::ErrorKind::NotFound.into()),
+                },
+                Item::Live(l) => {
+                    let record = l.record.clone().unwrap_or_default();
+                    put(listing.arena[record].as_bytes())?;
+                }
             }
         }
-        let sum = h.0;
-        writeln!(out, "end {sum:016x}")
+        writeln!(out, "end {:016x}", sum.finish())
     })
 }
 

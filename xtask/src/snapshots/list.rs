@@ -190,8 +190,8 @@ fn index_artifact() -> anyhow::Result<Artifact> {
     list_text(&layout, &options, &text)?;
     let index = std::fs::read_to_string(list_index::index_path(&layout))?;
     Ok(scratch
-        .text(FAMILY, "index", Kind::ListIndex, "listing-index/finished-runs", &redact(&index))
-        .note("the listing index after `list --all` over two frozen runs (one with a fan-out budget), a dismissed frozen run, two active runs and an unfrozen run; each row's `stamp` (device, inode, size, owner, times of its `status.json`), the `renderer` fingerprint and the `end` checksum vary by machine and source and are redacted"))
+        .text(FAMILY, "index", Kind::ListIndex, "listing-index/finished-runs-v2", &redact(&index))
+        .note("the listing index after `list --all` over two frozen runs (one with a fan-out budget), a dismissed frozen run, two active runs and an unfrozen run; each row's `stamp` (device, inode, size, owner, times of its `status.json`) and `claims` (the same of its budget's claims directory), the `renderer` fingerprint and the `end` checksum vary by machine and source and are redacted"))
 }
 
 /// The index with what varies by machine and build replaced.
@@ -206,8 +206,12 @@ fn redact(index: &str) -> String {
             });
             continue;
         };
-        for (key, placeholder) in [("stamp", "<stamp>"), ("renderer", "<renderer>")] {
-            if let Some(field) = value.get_mut(key) {
+        for (key, placeholder) in [
+            ("stamp", "<stamp>"),
+            ("claims", "<stamp>"),
+            ("renderer", "<renderer>"),
+        ] {
+            if let Some(field) = value.get_mut(key).filter(|f| !f.is_null()) {
                 *field = json!(placeholder);
             }
         }

@@ -161,7 +161,7 @@ fn list_index(text: &str) -> Result<(), String> {
             "subagents-listing-index {}\n",
             status::list_index::VERSION
         ))
-        .ok_or("not a version-1 listing index")?;
+        .ok_or("not a listing index of this version")?;
     let (header, mut rest) = body.split_once('\n').ok_or("no header line")?;
     let rows = json(header)?["rows"]
         .as_u64()

@@ -48,7 +48,7 @@ fn later() -> TextOptions<'static> {
 
 fn listed(layout: &Layout, text: &TextOptions<'_>) -> (Vec<String>, usize) {
     let listing = list_text(layout, &options(), text).unwrap();
-    let blocks = listing.blocks().map(str::to_owned).collect();
+    let blocks = listing.blocks().unwrap();
     (blocks, listing.indexed)
 }
 
@@ -178,7 +178,7 @@ fn a_damaged_or_foreign_index_is_ignored_and_rebuilt() {
         good[..good.len() / 2].to_vec(),
         flipped.into_bytes(),
         // A newer writer's version: this reader ignores it and writes its own.
-        text.replacen("subagents-listing-index 1", "subagents-listing-index 2", 1)
+        text.replacen("subagents-listing-index 2", "subagents-listing-index 3", 1)
             .into_bytes(),
         text.replacen("\"rows\":3", "\"rows\":4", 1).into_bytes(),
         Vec::new(),
@@ -229,4 +229,229 @@ fn the_index_holds_no_status_text_beyond_the_rows() {
     let text = std::fs::read_to_string(index_path(&layout)).unwrap();
     assert_eq!(header_rows(&layout), 4);
     assert!(!text.contains("secret thing"), "{text}");
+}
+
+/// Rows in the file, as (rank, sort time, name).
+fn row_keys(layout: &Layout) -> Vec<(u64, u64, String)> {
+    let text = std::fs::read_to_string(index_path(layout)).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("name").is_some())
+        .map(|v| {
+            let n = |k: &str| v[k].as_u64().unwrap();
+            (
+                n("rank"),
+                n("sortTime"),
+                v["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn rows_are_stored_in_listing_order() {
+    let (_tmp, layout) = root_with_runs();
+    frozen(&layout, "f-complete-newer", RunState::Complete, 40);
+    frozen(&layout, "g-complete-tie", RunState::Complete, 30);
+    let live = without_index(&layout);
+    let keys = row_keys(&layout);
+    let names: Vec<&str> = keys.iter().map(|k| k.2.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "b-failed",
+            "c-stopped",
+            "f-complete-newer",
+            "a-done",
+            "g-complete-tie"
+        ],
+        "failed and stopped first, then newest first, ties by name"
+    );
+    let (warm, indexed) = listed(&layout, &later());
+    assert_eq!((indexed, &warm), (5, &live));
+    // The same rows out of order: ignored and rebuilt.
+    let text = std::fs::read_to_string(index_path(&layout)).unwrap();
+    let good = text.clone();
+    let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+    // Rows are a head line and a block of four lines here: swap the first two rows.
+    let row = |i: usize| 2 + i * 4..2 + (i + 1) * 4;
+    let (first, second) = (lines[row(0)].to_vec(), lines[row(1)].to_vec());
+    assert!(first[0].contains("b-failed") && second[0].contains("c-stopped"));
+    lines.splice(row(0), second);
+    lines.splice(row(1), first);
+    let swapped: String = lines.concat();
+    assert_ne!(swapped, good);
+    atomic_file::write_private(&index_path(&layout), swapped.as_bytes()).unwrap();
+    let (blocks, indexed) = listed(&layout, &later());
+    assert_eq!((indexed, &blocks), (0, &live));
+    assert_eq!(std::fs::read_to_string(index_path(&layout)).unwrap(), good);
+}
+
+#[test]
+fn a_listing_with_a_limit_or_a_session_takes_rows_in_order() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    let mut opts = options();
+    opts.limit = Some(2);
+    let listing = list_text(&layout, &opts, &later()).unwrap();
+    assert_eq!(listing.len(), 2);
+    assert_eq!(listing.blocks().unwrap(), live[..2].to_vec());
+    opts.limit = None;
+    opts.session = Some("nobody".into());
+    let listing = list_text(&layout, &opts, &later()).unwrap();
+    assert!(listing.is_empty() && listing.blocks().unwrap().is_empty());
+    assert_eq!(listing.indexed, 3, "the rows held; none is shown");
+}
+
+/// A frozen run with a fan-out budget of 4 of which `used` are claimed,
+/// its claims in `claims`, its descriptor written before the freeze.
+fn budgeted(layout: &Layout, id: &str, claims: &Path, used: u64) {
+    let dir = layout.run_dir(id);
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    atomic_file::ensure_private_dir(claims).unwrap();
+    for slot in 0..used {
+        atomic_file::write_private(&claims.join(format!("{slot:06}.json")), b"{}").unwrap();
+    }
+    atomic_file::write_private(&dir.join(files::RUN_FANOUT_BUDGET), b"{}").unwrap();
+    let mut status = frozen(layout, id, RunState::Complete, 50);
+    status.run_fanout_budget =
+        Some(serde_json::json!({"used": used, "limit": 4, "remaining": 4 - used}));
+    let facts = serde_json::json!({"frozenAt": crate::now_ms() + 1000, "fanoutClaimsDir": claims});
+    status.extra.insert(LISTING_FACTS.into(), facts);
+    write_status(&dir, &status).unwrap();
+}
+
+#[test]
+fn a_budgeted_row_holds_only_while_its_claims_and_descriptor_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    let claims = layout.fanout_budgets_dir().join("b-budget/claims");
+    budgeted(&layout, "b", &claims, 1);
+    frozen(&layout, "plain", RunState::Complete, 10);
+    let asked = std::cell::Cell::new(0);
+    let live_count = |_: &Path| {
+        asked.set(asked.get() + 1);
+        Ok(Some(
+            serde_json::json!({"used": 2, "limit": 4, "remaining": 2}),
+        ))
+    };
+    let list = || {
+        let mut opts = options();
+        opts.hooks.fanout = Some(&live_count);
+        let listing = list_text(&layout, &opts, &later()).unwrap();
+        let blocks = listing.blocks().unwrap();
+        let fanout = blocks[0].lines().find(|l| l.contains("fan-out")).unwrap();
+        (listing.indexed, fanout.trim().to_owned())
+    };
+    let frozen_line = "Run fan-out: 1/4 used, 3 remaining";
+    let live_line = "Run fan-out: 2/4 used, 2 remaining";
+    assert_eq!(list(), (0, frozen_line.into()), "first listing: live");
+    assert_eq!(list(), (2, frozen_line.into()), "then from the index");
+    assert_eq!(asked.get(), 0, "frozen counts: the budget never counted");
+    let next = claims.join("000001.json");
+    // A nested run claims after the freeze: live.
+    std::fs::write(&next, "{}").unwrap();
+    assert_eq!(list(), (1, live_line.into()));
+    assert_eq!(asked.get(), 1);
+    std::fs::remove_file(&next).unwrap();
+    assert_eq!(list(), (1, frozen_line.into()), "claims changed: read live");
+    assert_eq!(list(), (2, frozen_line.into()), "and indexed again");
+    // A claim at another slot also changes the directory: read live (and
+    // the frozen counts still hold, so it is indexed again).
+    std::fs::write(claims.join("000003.json"), "{}").unwrap();
+    assert_eq!(list(), (1, frozen_line.into()));
+    assert_eq!(list(), (2, frozen_line.into()));
+    // The descriptor replaced (renamed over) after the freeze: live.
+    let descriptor = layout.run_dir("b").join(files::RUN_FANOUT_BUDGET);
+    let set_time = |t: SystemTime| {
+        let file = std::fs::File::options().write(true).open(&descriptor);
+        file.unwrap().set_modified(t).unwrap();
+    };
+    let after_freeze = SystemTime::now() + Duration::from_secs(60);
+    let before_freeze = SystemTime::now() - Duration::from_secs(60);
+    let replacement = layout.run_dir("b").join("replacement");
+    std::fs::write(&replacement, "{}").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&replacement)
+        .unwrap()
+        .set_modified(after_freeze)
+        .unwrap();
+    std::fs::rename(&replacement, &descriptor).unwrap();
+    assert_eq!(list(), (1, live_line.into()));
+    set_time(before_freeze);
+    assert_eq!(list(), (1, frozen_line.into()), "descriptor older again");
+    assert_eq!(list(), (2, frozen_line.into()));
+    // Rewritten in place (the run directory unchanged): live too.
+    let count = asked.get();
+    std::fs::write(&descriptor, "{}").unwrap();
+    set_time(after_freeze);
+    assert_eq!(list(), (1, live_line.into()));
+    assert_eq!(asked.get(), count + 1);
+    set_time(before_freeze);
+    assert_eq!(list(), (1, frozen_line.into()));
+    assert_eq!(list(), (2, frozen_line.into()));
+    // The claims directory gone: live.
+    std::fs::remove_dir_all(&claims).unwrap();
+    assert_eq!(list(), (1, live_line.into()));
+}
+
+#[test]
+fn a_run_directory_opened_to_others_is_unreadable_as_when_read_live() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_tmp, layout) = root_with_runs();
+    without_index(&layout);
+    assert_eq!(listed(&layout, &later()).1, 3);
+    let dir = layout.run_dir("a-done");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let listing = list_text(&layout, &options(), &later()).unwrap();
+    assert_eq!(listing.indexed, 2);
+    assert_eq!(listing.unreadable.len(), 1);
+    assert_eq!(listing.unreadable[0].id, "a-done");
+    let warm = listing.blocks().unwrap();
+    let _ = std::fs::remove_file(index_path(&layout));
+    let cold = list_text(&layout, &options(), &later()).unwrap();
+    assert_eq!(cold.blocks().unwrap(), warm);
+    assert_eq!(cold.unreadable.len(), 1);
+}
+
+#[test]
+fn a_version_1_index_is_neither_read_nor_touched() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    let ours = std::fs::read(index_path(&layout)).unwrap();
+    // What a version-1 build leaves beside ours (rows in name order).
+    let v1 = layout.root().join(INDEX_DIR).join("finished-runs");
+    let text = String::from_utf8(ours.clone()).unwrap();
+    let old = text.replacen("subagents-listing-index 2", "subagents-listing-index 1", 1);
+    atomic_file::write_private(&v1, old.as_bytes()).unwrap();
+    assert_eq!(listed(&layout, &later()), (live.clone(), 3));
+    assert_eq!(std::fs::read_to_string(&v1).unwrap(), old, "left alone");
+    // A version-1 file under our name: ignored, replaced by ours.
+    atomic_file::write_private(&index_path(&layout), old.as_bytes()).unwrap();
+    assert_eq!(listed(&layout, &later()), (live, 0));
+    assert_eq!(std::fs::read(index_path(&layout)).unwrap(), ours);
+}
+
+#[test]
+fn an_index_naming_a_run_twice_is_ignored() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    let good = std::fs::read_to_string(index_path(&layout)).unwrap();
+    // The first row (b-failed, rank 2) again as a rank-4 row at the end,
+    // with a checksum that matches: both rows would hold.
+    let lines: Vec<&str> = good.split_inclusive('\n').collect();
+    let first = &lines[2..6];
+    let again = first[0].replacen("\"rank\":2", "\"rank\":4", 1);
+    let mut rows: Vec<&str> = lines[..lines.len() - 1].to_vec();
+    rows.push(&again);
+    rows.extend_from_slice(&first[1..]);
+    let body = rows.concat().replacen("\"rows\":3", "\"rows\":4", 1);
+    let mut sum = Sum::new();
+    sum.update(body.as_bytes());
+    let forged = format!("{body}end {:016x}\n", sum.finish());
+    atomic_file::write_private(&index_path(&layout), forged.as_bytes()).unwrap();
+    let (blocks, indexed) = listed(&layout, &later());
+    assert_eq!((indexed, &blocks), (0, &live));
+    assert_eq!(std::fs::read_to_string(index_path(&layout)).unwrap(), good);
 }
