@@ -140,18 +140,50 @@ impl Run {
 
     /// Starts a copy of this binary as `role` with the config on stdin.
     fn start(&self, role: &str) -> std::process::Child {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        self.start_from(&std::env::current_exe().unwrap(), role, |_| {})
+            .0
+    }
+
+    /// Starts `exe` as `role`; `before_config` runs once it has started and
+    /// before its config is written. A monitor gets the ready pipe as
+    /// descriptor 3, as `spawn` hands it one; its read end is returned.
+    fn start_from(
+        &self,
+        exe: &Path,
+        role: &str,
+        before_config: impl FnOnce(&std::process::Child),
+    ) -> (std::process::Child, Option<std::fs::File>) {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let mut command = Command::new(exe);
+        command
             .args([role, &self.config.run_id, "--nocapture"])
             .env(CASE_ENV, "1")
             .current_dir(self.dir())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        let mut ready = None;
+        if role == "__monitor" {
+            let (read, write): (OwnedFd, OwnedFd) =
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+            let fd = write.as_raw_fd();
+            command.env(crate::config::READY_FD_ENV, "3");
+            // SAFETY: only dup2/fcntl between fork and exec.
+            unsafe {
+                command.pre_exec(move || crate::spawn::inherit_as_fd3(fd));
+            }
+            ready = Some((std::fs::File::from(read), write));
+        }
+        let mut child = command.spawn().unwrap();
+        let ready = ready.map(|(read, write)| {
+            drop(write);
+            read
+        });
+        before_config(&child);
         let config = serde_json::to_vec(&self.config).unwrap();
         child.stdin.take().unwrap().write_all(&config).unwrap();
-        child
+        (child, ready)
     }
 
     fn status(&self) -> RunStatus {
@@ -182,7 +214,7 @@ impl Run {
 /// Waits (bounded) for `child` to exit; kills it on the bound, which a
 /// run that hangs reaches.
 fn finish(mut child: std::process::Child) -> (ExitStatus, String) {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(exit) = child.try_wait().unwrap() {
             let mut stderr = String::new();
@@ -503,4 +535,111 @@ fn a_runner_without_a_readable_config_exits_1() {
     let (exit, stderr) = finish(child);
     assert_eq!(exit.code(), Some(1), "{stderr}");
     assert!(stderr.contains("failed to read runner config"), "{stderr}");
+}
+
+fn proof_state(run: &Run) -> Option<status::proof::ProofState> {
+    status::proof::read_proof(run.dir(), &status::proof::Fallback::default()).map(|p| p.state)
+}
+
+#[test]
+fn a_monitor_registers_waits_for_its_runner_and_proves_the_run_over() {
+    let run = Run::new(&[("only", "echo done")], vec![group(0, 1, 1, false)]);
+    let _serial = crate::procs::tests::serial();
+    run.queue();
+    let exe = std::env::current_exe().unwrap();
+    let (monitor, ready) = run.start_from(&exe, "__monitor", |_| {});
+    let pid = monitor.id();
+    let (exit, stderr) = finish(monitor);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    let s = run.status();
+    assert_eq!(s.state, RunState::Complete, "{stderr}");
+    assert_eq!(s.monitor_identity.map(|m| m.pid), Some(pid));
+    // The runner reported ready, with its pid, on the pipe the monitor was handed.
+    let line = std::io::read_to_string(ready.unwrap()).unwrap();
+    assert!(line.starts_with("ready "), "{line}");
+    assert!(line.contains(&format!("{}", s.pid.unwrap())), "{line}");
+    assert_eq!(run.read("output-0.log"), "done\n");
+    assert_eq!(proof_state(&run), Some(status::proof::ProofState::Observed));
+    assert!(!status::index::has_marker(run.dir()));
+}
+
+#[test]
+fn a_monitor_starts_nothing_for_a_run_already_given_up() {
+    let run = Run::new(&[("only", "touch ran")], vec![group(0, 1, 1, false)]);
+    let _serial = crate::procs::tests::serial();
+    run.queue();
+    let mut given_up = run.status();
+    given_up.state = RunState::Failed;
+    write_status(run.dir(), &given_up).unwrap();
+    let (exit, stderr) = finish(run.start("__monitor"));
+    assert_eq!(exit.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("was given up before its monitor started"),
+        "{stderr}"
+    );
+    assert_eq!(run.status().state, RunState::Failed);
+    assert!(!run.dir().join("ran").exists());
+}
+
+#[test]
+fn a_monitor_whose_runner_is_killed_ends_the_step_and_records_the_signal() {
+    let run = Run::new(&[("slow", "sleep 10")], vec![group(0, 1, 1, false)]);
+    let _serial = crate::procs::tests::serial();
+    run.queue();
+    let monitor = run.start("__monitor");
+    let mut step = 0;
+    until("the step started", || {
+        let s = read_status(run.dir()).ok().flatten();
+        step = s.as_ref().and_then(|s| pids_of(s)[0]).unwrap_or(0);
+        step > 1
+    });
+    let runner = run.status().pid.unwrap();
+    assert!(runner > 1);
+    // SAFETY: kill(2) to the runner our monitor started, a pid above 1.
+    unsafe { libc::kill(runner as i32, libc::SIGKILL) };
+    let (exit, stderr) = finish(monitor);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    let s = run.status();
+    assert_eq!(s.state, RunState::Failed);
+    let error = s.error.unwrap_or_default();
+    assert!(
+        error.starts_with(
+            "Async runner process exited with signal SIGKILL before writing a final status."
+        ),
+        "{error}"
+    );
+    // The step's group was proven empty: the proof is observed.
+    assert_eq!(proof_state(&run), Some(status::proof::ProofState::Observed));
+    assert!(
+        process_identity::group_members(step)
+            .unwrap_or_default()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_monitor_that_cannot_spawn_its_runner_fails_the_run_as_never_started() {
+    // A monitor whose executable was deleted cannot start a runner from it.
+    let run = Run::new(&[("only", "touch ran")], vec![group(0, 1, 1, false)]);
+    let bin = tempfile::tempdir().unwrap();
+    let copy = bin.path().join("monitor-copy");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    let _serial = crate::procs::tests::serial();
+    run.queue();
+    let (monitor, _ready) = run.start_from(&copy, "__monitor", |_| {
+        std::fs::remove_file(&copy).unwrap();
+    });
+    let (exit, stderr) = finish(monitor);
+    assert_eq!(exit.code(), Some(1), "{stderr}");
+    let s = run.status();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("failed to spawn runner: ")),
+        "{:?}",
+        s.error
+    );
+    assert_eq!(s.process_terminal.as_ref().unwrap()["state"], "not-started");
+    assert!(!run.dir().join("ran").exists());
 }
