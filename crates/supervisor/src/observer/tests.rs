@@ -594,6 +594,8 @@ fn observer_tagged_with_a_run() {
 
 #[test]
 fn an_observer_tagged_with_the_run_will_not_end_it() {
+    // The process tests reap any child; ours must not be taken.
+    let _serial = crate::procs::tests::serial();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "observer::tests::observer_tagged_with_a_run"])
         .env(TAGGED_CASE_ENV, "1")
