@@ -283,8 +283,9 @@ mod tests {
         reserve_evidence(dir.path());
         for name in [files::EVENTS, files::RUNNER_STDERR] {
             let meta = std::fs::metadata(dir.path().join(name)).unwrap();
+            // 16 KiB: room for the step-end events of a run (module docs).
             assert!(
-                meta.blocks() * 512 >= meta.len() + EVIDENCE_RESERVE as u64,
+                meta.blocks() * 512 >= meta.len() + 16 * 1024,
                 "{name}: {} bytes allocated",
                 meta.blocks() * 512
             );
