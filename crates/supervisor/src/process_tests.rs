@@ -541,6 +541,18 @@ fn proof_state(run: &Run) -> Option<status::proof::ProofState> {
     status::proof::read_proof(run.dir(), &status::proof::Fallback::default()).map(|p| p.state)
 }
 
+/// How the proof records the runner's end: (exit code, signal).
+fn runner_end_in_proof(run: &Run) -> (Value, Value) {
+    let proof = status::proof::read_proof(run.dir(), &status::proof::Fallback::default()).unwrap();
+    let instances = proof.instances.unwrap_or_default();
+    let runner = instances
+        .iter()
+        .find(|i| i["kind"] == "runner")
+        .cloned()
+        .unwrap_or_default();
+    (runner["exitCode"].clone(), runner["signal"].clone())
+}
+
 #[test]
 fn a_monitor_registers_waits_for_its_runner_and_proves_the_run_over() {
     let run = Run::new(&[("only", "echo done")], vec![group(0, 1, 1, false)]);
@@ -560,6 +572,8 @@ fn a_monitor_registers_waits_for_its_runner_and_proves_the_run_over() {
     assert!(line.contains(&format!("{}", s.pid.unwrap())), "{line}");
     assert_eq!(run.read("output-0.log"), "done\n");
     assert_eq!(proof_state(&run), Some(status::proof::ProofState::Observed));
+    // The monitor waited on the runner itself: the proof has its exit.
+    assert_eq!(runner_end_in_proof(&run), (Value::from(0), Value::Null));
     assert!(!status::index::has_marker(run.dir()));
 }
 
@@ -610,6 +624,10 @@ fn a_monitor_whose_runner_is_killed_ends_the_step_and_records_the_signal() {
     );
     // The step's group was proven empty: the proof is observed.
     assert_eq!(proof_state(&run), Some(status::proof::ProofState::Observed));
+    assert_eq!(
+        runner_end_in_proof(&run),
+        (Value::Null, Value::from("SIGKILL"))
+    );
     assert!(
         process_identity::group_members(step)
             .unwrap_or_default()
