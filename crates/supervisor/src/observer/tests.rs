@@ -453,6 +453,9 @@ fn every_run_of_the_active_index_is_observed() {
 
 #[test]
 fn a_half_persisted_proof_is_completed_when_its_monitor_is_dead() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     orphaned(&dir, dead());
@@ -486,6 +489,9 @@ fn a_half_persisted_proof_is_completed_when_its_monitor_is_dead() {
 
 #[test]
 fn a_run_given_up_before_it_started_is_final() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let mut status = RunStatus::new("r", RunState::Failed);
@@ -501,6 +507,9 @@ fn a_run_given_up_before_it_started_is_final() {
 
 #[test]
 fn observe_gives_up_a_queued_run_whose_monitor_died_before_its_runner() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let mut status = RunStatus::new("r", RunState::Queued);
@@ -631,6 +640,9 @@ fn repair_events(dir: &Path) -> Vec<Value> {
 
 #[test]
 fn a_monitor_repairs_with_how_its_runner_ended_and_records_no_observer() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     orphaned(&dir, dead());
@@ -656,6 +668,9 @@ fn a_monitor_repairs_with_how_its_runner_ended_and_records_no_observer() {
 
 #[test]
 fn a_stop_that_arrived_turns_the_repair_into_stopped_and_keeps_other_failures() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     orphaned(&dir, dead());
