@@ -597,14 +597,19 @@ fn a_monitor_starts_nothing_for_a_run_already_given_up() {
 
 #[test]
 fn a_monitor_whose_runner_is_killed_ends_the_step_and_records_the_signal() {
-    let run = Run::new(&[("slow", "sleep 10")], vec![group(0, 1, 1, false)]);
+    // The runner dies in the second step: the monitor proves both steps'
+    // groups empty before the proof claims them.
+    let run = Run::new(
+        &[("quick", "true"), ("slow", "sleep 10")],
+        vec![group(0, 1, 1, false), group(1, 1, 1, false)],
+    );
     let _serial = crate::procs::tests::serial();
     run.queue();
     let monitor = run.start("__monitor");
     let mut step = 0;
-    until("the step started", || {
+    until("the second step started", || {
         let s = read_status(run.dir()).ok().flatten();
-        step = s.as_ref().and_then(|s| pids_of(s)[0]).unwrap_or(0);
+        step = s.as_ref().and_then(|s| pids_of(s)[1]).unwrap_or(0);
         step > 1
     });
     let runner = run.status().pid.unwrap();
