@@ -147,7 +147,8 @@ pub fn until_proof_written(run_dir: &Path, mut finalize: impl FnMut()) {
     });
 }
 
-/// Less than 64 KiB available to us on the file system of `dir`.
+/// Less than 64 KiB available to us on the file system of `dir` (false when
+/// that cannot be told).
 fn short_of_space(dir: &Path) -> bool {
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
         return false;
@@ -157,7 +158,15 @@ fn short_of_space(dir: &Path) -> bool {
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
         return false;
     }
-    (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64) < 64 * 1024
+    below_floor(stat.f_bavail as u64, stat.f_frsize as u64)
+}
+
+/// What [`short_of_space`] calls short: less than 64 KiB.
+const SPACE_FLOOR: u64 = 64 * 1024;
+
+/// `blocks` available blocks of `block_size` bytes are under [`SPACE_FLOOR`].
+fn below_floor(blocks: u64, block_size: u64) -> bool {
+    blocks.saturating_mul(block_size) < SPACE_FLOOR
 }
 
 /// Reserves [`EVIDENCE_RESERVE`] bytes beyond the end of `events.jsonl` and
@@ -228,6 +237,178 @@ mod tests {
             0
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_a_full_disk_or_quota_counts_as_no_space() {
+        let io = |code| std::io::Error::from_raw_os_error(code);
+        let file = |code| atomic_file::Error {
+            op: "write",
+            path: "/x".into(),
+            source: io(code),
+        };
+        for code in [libc::ENOSPC, libc::EDQUOT] {
+            assert!(io(code).no_space());
+            assert!(file(code).no_space());
+            assert!(status::Error::Io(file(code)).no_space());
+        }
+        assert!(!io(libc::EACCES).no_space());
+        assert!(!file(libc::EIO).no_space());
+        assert!(!status::Error::Io(file(libc::EIO)).no_space());
+        let invalid = status::Error::Invalid {
+            what: "status",
+            path: "/x".into(),
+            reason: "bad".into(),
+        };
+        assert!(!invalid.no_space());
+    }
+
+    #[test]
+    fn space_is_short_below_64_kib() {
+        assert!(below_floor(15, 4096));
+        assert!(!below_floor(16, 4096));
+        assert!(below_floor(0, 4096));
+        assert!(!below_floor(u64::MAX, 4096));
+        // A file system that has room, and a path that cannot be checked.
+        assert!(!short_of_space(&std::env::temp_dir()));
+        assert!(!short_of_space(Path::new("/nonexistent/durable-test")));
+    }
+
+    #[test]
+    fn the_reservation_allocates_room_beyond_the_end() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let events = dir.path().join(files::EVENTS);
+        std::fs::write(&events, b"{}\n").unwrap();
+        reserve_evidence(dir.path());
+        for name in [files::EVENTS, files::RUNNER_STDERR] {
+            let meta = std::fs::metadata(dir.path().join(name)).unwrap();
+            // 16 KiB: room for the step-end events of a run (module docs).
+            assert!(
+                meta.blocks() * 512 >= meta.len() + 16 * 1024,
+                "{name}: {} bytes allocated",
+                meta.blocks() * 512
+            );
+        }
+        // An allocation that was made says so, and one that cannot be made too.
+        assert!(reserve_tail(&events, 16).is_ok());
+        assert!(reserve_tail(Path::new("/dev/null"), 16).is_err());
+    }
+
+    /// Names the case [`retrying_process`] plays in a copy of this binary.
+    const CASE_ENV: &str = "SUBAGENTS_DURABLE_TEST_CASE";
+
+    /// Not a test of its own: the body of a copy of this test binary started
+    /// by the tests below with a retry budget of its own in its environment
+    /// (the budget and the outage are per process). Prints what it saw.
+    #[test]
+    fn retrying_process() {
+        let Ok(case) = std::env::var(CASE_ENV) else {
+            return;
+        };
+        let full = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+        // Fails `n` times for lack of space, then succeeds (never for `None`).
+        let failing = |n: Option<u32>| {
+            let mut attempts = 0u32;
+            let result = retry("status.json", || {
+                attempts += 1;
+                match n {
+                    Some(n) if attempts > n => Ok(()),
+                    _ => Err(full()),
+                }
+            });
+            (result.is_ok(), attempts)
+        };
+        match case.as_str() {
+            "log" => {
+                println!("{:?}", failing(Some(1)));
+                println!("{:?}", failing(Some(0)));
+            }
+            "budget" => println!("{:?}", failing(None)),
+            "outage" => {
+                println!("{:?}", failing(Some(4)));
+                println!("{:?}", failing(None));
+            }
+            "proof" => {
+                let dir = tempfile::tempdir().unwrap();
+                let mut calls = 0;
+                until_proof_written(dir.path(), || calls += 1);
+                println!("{calls}");
+            }
+            other => panic!("unknown case {other}"),
+        }
+    }
+
+    /// Runs [`retrying_process`] as `case` with a retry budget of `budget_ms`:
+    /// its stdout lines and its stderr lines from `subagents`.
+    fn run_case(case: &str, budget_ms: u64) -> (Vec<String>, Vec<String>) {
+        // The process tests reap any child; ours must not be taken.
+        let _serial = crate::procs::tests::serial();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "durable::tests::retrying_process", "--nocapture"])
+            .env(CASE_ENV, case)
+            .env(WRITE_RETRY_ENV, budget_ms.to_string())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        // What the case printed (results, call counts), without libtest's lines.
+        let results = stdout
+            .lines()
+            .filter(|l| l.starts_with('(') || l.parse::<u32>().is_ok())
+            .map(str::to_owned)
+            .collect();
+        let log = stderr
+            .lines()
+            .filter(|l| l.starts_with("subagents:"))
+            .map(str::to_owned)
+            .collect();
+        (results, log)
+    }
+
+    #[test]
+    fn a_full_disk_is_logged_when_it_starts_and_when_the_write_goes_through() {
+        let (results, log) = run_case("log", 30_000);
+        assert_eq!(results, ["(true, 2)", "(true, 1)"]);
+        assert_eq!(
+            log,
+            [
+                "subagents: failed to write status.json: No space left on device (os error 28); retrying while space is short",
+                "subagents: wrote status.json after 1 full-disk retries",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_retry_never_sleeps_past_its_budget() {
+        // 120 ms: the first pause (50 ms) fits, the second (100 ms) does not.
+        let (results, log) = run_case("budget", 120);
+        assert_eq!(results, ["(false, 2)"]);
+        assert_eq!(
+            log.last().map(String::as_str),
+            Some(
+                "subagents: failed to write status.json: No space left on device (os error 28); giving up after 1 retries"
+            )
+        );
+        // No budget: the first full disk is the last.
+        let (results, _) = run_case("budget", 0);
+        assert_eq!(results, ["(false, 1)"]);
+    }
+
+    #[test]
+    fn a_write_that_goes_through_ends_the_outage_and_the_next_gets_the_whole_budget() {
+        // The first outage spends 750 ms of the second's 1 s budget; ended,
+        // it leaves the next outage all of it: pauses of 50, 100, 200 and
+        // 400 ms fit, 800 ms does not.
+        let (results, _) = run_case("outage", 1_000);
+        assert_eq!(results, ["(true, 5)", "(false, 5)"]);
+    }
+
+    #[test]
+    fn the_monitor_finalizes_once_when_space_is_not_short() {
+        let (results, _) = run_case("proof", 120);
+        assert_eq!(results, ["1"]);
     }
 
     fn tempfile_dir() -> std::path::PathBuf {

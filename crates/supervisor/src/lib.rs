@@ -31,6 +31,8 @@ pub mod durable;
 pub mod fault;
 pub mod monitor;
 pub mod observer;
+#[cfg(test)]
+mod process_tests;
 pub mod procs;
 pub mod runner;
 pub mod spawn;

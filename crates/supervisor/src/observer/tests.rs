@@ -450,3 +450,254 @@ fn every_run_of_the_active_index_is_observed() {
     assert_eq!(seen[0].0, "r");
     assert!(matches!(seen[0].1, Observation::MonitorAlive(pid) if pid == me.pid));
 }
+
+#[test]
+fn a_half_persisted_proof_is_completed_when_its_monitor_is_dead() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned(&dir, dead());
+    for i in 0..2 {
+        events::append(
+            &dir,
+            "subagent.step.completed",
+            "r",
+            1,
+            json!({"stepIndex": i}),
+        )
+        .unwrap();
+    }
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let Observation::Finalized { proof, .. } = observation else {
+        panic!("not finalized: {observation:?}")
+    };
+    // The proof names the runner instance the status recorded.
+    assert_eq!(
+        proof.instances.as_ref().unwrap()[0]["processInstanceId"],
+        "runner-1"
+    );
+    // A finalizer that died after writing the proof left its marker release undone.
+    index::create_marker(&dir).unwrap();
+    assert!(matches!(
+        observe(&dir, &Options::new(tmp.path())),
+        Observation::Final
+    ));
+    assert!(!index::has_marker(&dir));
+}
+
+#[test]
+fn a_run_given_up_before_it_started_is_final() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let mut status = RunStatus::new("r", RunState::Failed);
+    status.launcher_identity = Some(dead());
+    status.process_terminal =
+        Some(ProcessTerminal::new(ProofState::NotStarted, "r", "runner-1").to_value());
+    status::model::write_status(&dir, &status).unwrap();
+    assert!(matches!(
+        observe(&dir, &Options::new(tmp.path())),
+        Observation::Final
+    ));
+}
+
+#[test]
+fn observe_gives_up_a_queued_run_whose_monitor_died_before_its_runner() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let mut status = RunStatus::new("r", RunState::Queued);
+    let monitor = dead();
+    status.monitor_identity = Some(monitor.clone());
+    status.launcher_identity = Some(dead());
+    status::model::write_status(&dir, &status).unwrap();
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let gone = format!("its monitor {} exited first", monitor.pid);
+    assert!(
+        matches!(&observation, Observation::Abandoned(m) if m.contains(&gone)),
+        "{observation:?}"
+    );
+}
+
+#[test]
+fn a_process_of_the_run_that_left_its_session_and_groups_is_found_by_its_tag() {
+    use std::os::unix::process::CommandExt;
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned(&dir, dead());
+    // A run id no other process on the machine carries.
+    let run_id = format!("tagged-{}", std::process::id());
+    let mut status = read_status(&dir).unwrap().unwrap();
+    status.run_id = run_id.clone();
+    status::model::write_status(&dir, &status).unwrap();
+    let mut command = std::process::Command::new("sleep");
+    command.arg("300").env(RUN_ID_ENV, &run_id);
+    // SAFETY: setsid(2) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut daemon = command.spawn().unwrap();
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    let ended = daemon.try_wait().unwrap().is_some();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(
+        matches!(observation, Observation::Finalized { .. }),
+        "{observation:?}"
+    );
+    assert!(ended, "a process tagged with the run was left alive");
+}
+
+#[test]
+fn an_observer_inside_the_run_will_not_end_it() {
+    let me = process_identity::read_stat(std::process::id()).unwrap();
+    let targets = |groups: Vec<u32>, session: Option<u32>| Targets {
+        groups,
+        session,
+        run_id: "not-this-run".into(),
+    };
+    let inside = targets(Vec::new(), Some(me.session)).includes_self();
+    assert_eq!(
+        inside,
+        Some(format!(
+            "this process ({}) belongs to the run and will not end it",
+            std::process::id()
+        ))
+    );
+    assert!(targets(vec![me.pgrp], None).includes_self().is_some());
+    assert_eq!(targets(Vec::new(), None).includes_self(), None);
+    let others = targets(vec![me.pgrp + 1], Some(me.session + 1));
+    assert_eq!(others.includes_self(), None);
+}
+
+/// Names the case [`observer_tagged_with_a_run`] plays in a copy of this binary.
+const TAGGED_CASE_ENV: &str = "SUBAGENTS_OBSERVER_TEST_CASE";
+
+/// Not a test of its own: the body of the copy of this test binary that
+/// [`an_observer_tagged_with_the_run_will_not_end_it`] starts with
+/// `SUBAGENTS_RUN_ID` set. Without the case variable it returns at once.
+#[test]
+fn observer_tagged_with_a_run() {
+    if std::env::var_os(TAGGED_CASE_ENV).is_none() {
+        return;
+    }
+    let run_id = std::env::var(RUN_ID_ENV).unwrap();
+    let targets = |run_id: &str| Targets {
+        groups: Vec::new(),
+        session: None,
+        run_id: run_id.into(),
+    };
+    assert!(targets(&run_id).includes_self().is_some());
+    assert_eq!(targets("another-run").includes_self(), None);
+}
+
+#[test]
+fn an_observer_tagged_with_the_run_will_not_end_it() {
+    // The process tests reap any child; ours must not be taken.
+    let _serial = crate::procs::tests::serial();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "observer::tests::observer_tagged_with_a_run"])
+        .env(TAGGED_CASE_ENV, "1")
+        .env(RUN_ID_ENV, "the-run")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn monitor_witness(runner_end: Option<Ended>, stop_reason: Option<&str>) -> Witness {
+    Witness {
+        role: Role::Monitor,
+        reason: None,
+        runner_instance_id: "runner-1".into(),
+        runner_end,
+        closed_at: 5,
+        reaped: BTreeMap::new(),
+        groups_gone: BTreeMap::new(),
+        stop_reason: stop_reason.map(str::to_owned),
+    }
+}
+
+fn repair_events(dir: &Path) -> Vec<Value> {
+    events::read_all(dir)
+        .into_iter()
+        .filter(|e| e["type"] == "subagent.run.repaired_stale")
+        .collect()
+}
+
+#[test]
+fn a_monitor_repairs_with_how_its_runner_ended_and_records_no_observer() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned(&dir, dead());
+    let killed = monitor_witness(Some(Ended::Signaled(Signal::SIGKILL)), None);
+    let (proof, repaired) = finish(&dir, "r", tmp.path(), &killed);
+    let repaired = repaired.unwrap();
+    assert!(
+        repaired.starts_with(
+            "Async runner process exited with signal SIGKILL before writing a final status."
+        ),
+        "{repaired}"
+    );
+    assert_eq!(proof.state, ProofState::Observed);
+    let status = read_status(&dir).unwrap().unwrap();
+    assert_eq!(status.state, RunState::Failed);
+    assert_eq!(status.error.as_deref(), Some(repaired.as_str()));
+    // The listing facts are frozen with the proof.
+    assert!(status.extra[status::list::LISTING_FACTS]["frozenAt"].is_u64());
+    let events = repair_events(&dir);
+    assert_eq!(events.len(), 1);
+    assert!(events[0].get("observer").is_none(), "{}", events[0]);
+}
+
+#[test]
+fn a_stop_that_arrived_turns_the_repair_into_stopped_and_keeps_other_failures() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned(&dir, dead());
+    let mut status = read_status(&dir).unwrap().unwrap();
+    let first = &mut status.steps.as_mut().unwrap()[0];
+    first.status = "failed".into();
+    first.error = Some("command ended with exit code 3".into());
+    status::model::write_status(&dir, &status).unwrap();
+    let stop = monitor_witness(Some(Ended::Exited(0)), Some("Stopped by the test."));
+    let (_, repaired) = finish(&dir, "r", tmp.path(), &stop);
+    assert_eq!(repaired.as_deref(), Some("Stopped by the test."));
+    let status = read_status(&dir).unwrap().unwrap();
+    assert_eq!(status.state, RunState::Stopped);
+    assert_eq!(status.stopped, Some(true));
+    assert_eq!(status.error.as_deref(), Some("Stopped by the test."));
+    let steps = status.steps();
+    assert_eq!(
+        (steps[0].status.as_str(), steps[0].stopped),
+        ("failed", None)
+    );
+    assert_eq!(
+        steps[0].error.as_deref(),
+        Some("command ended with exit code 3")
+    );
+    assert_eq!(
+        (steps[1].status.as_str(), steps[1].stopped),
+        ("stopped", Some(true))
+    );
+    assert_eq!(steps[1].error.as_deref(), Some("Stopped by the test."));
+}
