@@ -2,9 +2,9 @@
 //!
 //! Their code runs only in those processes, so these tests start a copy of
 //! this test binary with `__runner` or `__monitor` as its first argument
-//! (the role the real binary dispatches on; as a test filter it selects the
-//! one harness test of that name) and the launch config on stdin. The copy
-//! plays the process; the test reads what it left in the run directory.
+//! (the role the real binary dispatches on) and the launch config on stdin.
+//! The copy plays the process (see `play_a_process_in_a_copy`); the test
+//! reads what it left in the run directory.
 //! A monitor started this way spawns its runner the same way (`current_exe
 //! __runner <run id>`), so the whole process chain is the real one.
 
@@ -19,24 +19,37 @@ use status::model::{RunStatus, read_status, write_status};
 
 use crate::config::{GroupConfig, LaunchConfig, StepConfig};
 
-/// Set in a copy that plays a process; unset, the harness tests return at once.
+/// Set in a copy that plays a process (read by `play_a_process_in_a_copy`).
 const CASE_ENV: &str = "SUBAGENTS_PROCESS_TEST";
 
+/// A copy that plays a process never reaches the test harness: this
+/// constructor runs before `main` and, when `SUBAGENTS_PROCESS_TEST` is set
+/// and the first argument is `__runner` or `__monitor`, runs that process's
+/// `main` and exits with its code. (Entry points written as `#[test]`s would
+/// be counted as tests that check nothing.)
+///
 /// A runner blocks SIGCHLD and the stop signals in its only thread and
-/// reads them from a signalfd. A copy of the test binary has more threads
-/// (libtest's main thread among them), and a process-directed signal goes
-/// to any thread that does not block it, where SIGCHLD would be discarded.
-/// So in a copy that plays a process the main thread blocks them too,
-/// before `main`, and every thread it starts inherits the mask.
+/// reads them from a signalfd; blocking them here, before any thread
+/// exists, gives every thread the copy starts the same mask, as in the real
+/// binary.
 #[used]
 #[unsafe(link_section = ".init_array")]
-static BLOCK_SIGNALS_IN_A_COPY: extern "C" fn() = block_signals_in_a_copy;
+static PLAY_A_PROCESS_IN_A_COPY: extern "C" fn(libc::c_int, *const *const libc::c_char) =
+    play_a_process_in_a_copy;
 
-extern "C" fn block_signals_in_a_copy() {
+extern "C" fn play_a_process_in_a_copy(argc: libc::c_int, argv: *const *const libc::c_char) {
     // SAFETY: getenv with a static NUL-terminated name, before any thread exists.
-    if unsafe { libc::getenv(c"SUBAGENTS_PROCESS_TEST".as_ptr()) }.is_null() {
+    if unsafe { libc::getenv(c"SUBAGENTS_PROCESS_TEST".as_ptr()) }.is_null() || argc < 2 {
         return;
     }
+    // SAFETY: glibc passes the process's argc and argv to `.init_array`
+    // functions; argv[1] exists (argc >= 2) and is NUL-terminated.
+    let role = unsafe { std::ffi::CStr::from_ptr(*argv.add(1)) };
+    let main: fn() -> i32 = match role.to_bytes() {
+        b"__runner" => crate::runner::main,
+        b"__monitor" => crate::monitor::main,
+        _ => return,
+    };
     // SAFETY: sigset operations on a set we own; sigprocmask of our only thread.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -45,23 +58,10 @@ extern "C" fn block_signals_in_a_copy() {
             libc::sigaddset(&mut set, sig);
         }
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        // What the Rust runtime does before `main`, which has not run yet.
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
-}
-
-/// Not a test of its own: the body of a copy started as `__runner`.
-#[test]
-fn __runner() {
-    if std::env::var_os(CASE_ENV).is_some() {
-        std::process::exit(crate::runner::main());
-    }
-}
-
-/// Not a test of its own: the body of a copy started as `__monitor`.
-#[test]
-fn __monitor() {
-    if std::env::var_os(CASE_ENV).is_some() {
-        std::process::exit(crate::monitor::main());
-    }
+    std::process::exit(main());
 }
 
 /// A run directory under a temporary state root, with a queued status.
@@ -93,8 +93,7 @@ fn group(start: usize, count: usize, concurrency: usize, fail_fast: bool) -> Gro
 }
 
 impl Run {
-    /// `steps` as `(agent, script)`, run in `groups`. The run id matches no
-    /// test name: it is a test filter in the monitor's copy.
+    /// `steps` as `(agent, script)`, run in `groups`.
     fn new(steps: &[(&str, &str)], groups: Vec<GroupConfig>) -> Run {
         let root = tempfile::tempdir().unwrap();
         let run_dir = root.path().join("async-subagent-runs").join("run-qz7");
