@@ -301,3 +301,39 @@ fn a_full_listing_skips_unsafe_names_and_refuses_shared_run_directories() {
     let bad: Vec<&str> = listing.unreadable.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(bad, ["shared"]);
 }
+
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn a_full_listing_repairs_a_stale_run_only_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // A pi-subagents record whose runner is gone: stale.
+    let dir = layout.run_dir("stale");
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    let mut status = RunStatus::new("stale", RunState::Running);
+    status.pid = Some(dead_pid());
+    status.last_update = Some(1);
+    write_status(&dir, &status).unwrap();
+    // A run directory without a status yet: neither a run nor unreadable.
+    atomic_file::ensure_private_dir(&layout.run_dir("empty")).unwrap();
+    let before = std::fs::read(dir.join("status.json")).unwrap();
+    let mut all = ListOptions {
+        all: true,
+        ..options()
+    };
+    let listing = list(&layout, &all).unwrap();
+    assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
+    assert_eq!(listing.runs.len(), 1);
+    assert_eq!(listing.runs[0].status.state, RunState::Running);
+    assert_eq!(std::fs::read(dir.join("status.json")).unwrap(), before);
+    all.reconcile = true;
+    let listing = list(&layout, &all).unwrap();
+    assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
+    assert_eq!(listing.runs[0].status.state, RunState::Failed);
+}
