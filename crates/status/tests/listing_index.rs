@@ -1,0 +1,118 @@
+//! The listing index from outside, through `list_text` and the file on
+//! disk: a large index is still used, and an index written by another
+//! renderer is not.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use status::Layout;
+use status::list::{Hooks, LISTING_FACTS, ListOptions};
+use status::list_index::{TextOptions, index_path, list_text};
+use status::model::{RunState, RunStatus, Step, write_status};
+
+/// A finished run whose listing facts are frozen (no fan-out budget).
+fn frozen(layout: &Layout, id: &str, error: Option<String>) {
+    let dir = layout.run_dir(id);
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    let mut status = RunStatus::new(id, RunState::Failed);
+    status.mode = Some("single".into());
+    status.last_update = Some(10);
+    status.error = error;
+    status.steps = Some(vec![Step {
+        agent: "worker".into(),
+        status: "failed".into(),
+        ..Step::default()
+    }]);
+    status.process_terminal = Some(serde_json::json!({"state": "observed", "runId": id}));
+    let facts = serde_json::json!({"frozenAt": status::now_ms()});
+    status.extra.insert(LISTING_FACTS.into(), facts);
+    write_status(&dir, &status).unwrap();
+}
+
+fn options() -> ListOptions<'static> {
+    ListOptions {
+        all: true,
+        session: None,
+        limit: None,
+        reconcile: false,
+        now: 5_000,
+        hooks: Hooks::default(),
+    }
+}
+
+/// A listing that starts long after every status was written.
+fn later() -> TextOptions<'static> {
+    TextOptions {
+        home: None,
+        started: SystemTime::now() + Duration::from_secs(3600),
+    }
+}
+
+fn listed(layout: &Layout) -> (Vec<String>, usize) {
+    let listing = list_text(layout, &options(), &later()).unwrap();
+    let blocks = listing.blocks().map(str::to_owned).collect();
+    (blocks, listing.indexed)
+}
+
+#[test]
+fn an_index_of_a_few_mebibytes_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // 24 rows of 100 KiB each: a 2.4 MiB index.
+    for i in 0..24 {
+        let error = format!("{i:02} {}", "x".repeat(100 * 1024));
+        frozen(&layout, &format!("run-{i:02}"), Some(error));
+    }
+    let (live, indexed) = listed(&layout);
+    assert_eq!((live.len(), indexed), (24, 0));
+    let size = std::fs::metadata(index_path(&layout)).unwrap().len();
+    assert!(size > 2 * 1024 * 1024, "{size}");
+    let (warm, indexed) = listed(&layout);
+    assert_eq!(indexed, 24, "every row taken from the index");
+    assert_eq!(warm, live);
+}
+
+/// FNV-1a 64, the index's checksum.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The index at `path` with its header's renderer replaced, checksum
+/// recomputed: intact, but written by another build.
+fn rewrite_renderer(path: &Path, renderer: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let body_end = text.trim_end_matches('\n').rfind('\n').unwrap() + 1;
+    let mut lines: Vec<String> = text[..body_end].split('\n').map(str::to_owned).collect();
+    let mut header: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    header["renderer"] = serde_json::json!(renderer);
+    lines[1] = header.to_string();
+    let body = lines.join("\n");
+    let out = format!("{body}end {:016x}\n", fnv(body.as_bytes()));
+    atomic_file::write_private(path, out.as_bytes()).unwrap();
+}
+
+#[test]
+fn an_index_written_by_another_renderer_is_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "a", None);
+    frozen(&layout, "b", Some("boom".into()));
+    let (live, _) = listed(&layout);
+    let (warm, indexed) = listed(&layout);
+    assert_eq!((indexed, &warm), (2, &live), "the index as written is used");
+    let path = index_path(&layout);
+    let ours = std::fs::read_to_string(&path).unwrap();
+    // Checks the rewrite itself: the same renderer keeps the index usable.
+    let header: serde_json::Value =
+        serde_json::from_str(ours.lines().nth(1).unwrap()).unwrap();
+    rewrite_renderer(&path, header["renderer"].as_str().unwrap());
+    assert_eq!(listed(&layout).1, 2);
+    for other in ["", "xyzzy", "0123456789abcdef"] {
+        rewrite_renderer(&path, other);
+        let (blocks, indexed) = listed(&layout);
+        assert_eq!((indexed, &blocks), (0, &live), "renderer {other:?}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), ours, "rebuilt");
+    }
+}
