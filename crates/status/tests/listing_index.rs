@@ -116,3 +116,107 @@ fn an_index_written_by_another_renderer_is_not_used() {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), ours, "rebuilt");
     }
 }
+
+fn in_session(layout: &Layout, id: &str, session: &str) {
+    frozen(layout, id, None);
+    let dir = layout.run_dir(id);
+    let mut status = status::model::read_status(&dir).unwrap().unwrap();
+    status.session_id = Some(session.into());
+    write_status(&dir, &status).unwrap();
+}
+
+#[test]
+fn a_session_filter_applies_to_indexed_and_live_rows_alike() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    in_session(&layout, "a1", "sa");
+    in_session(&layout, "a2", "sa");
+    in_session(&layout, "b1", "sb");
+    frozen(&layout, "none", None);
+    let listing = |session: Option<&str>| {
+        let options = ListOptions {
+            session: session.map(str::to_owned),
+            ..options()
+        };
+        let listing = list_text(&layout, &options, &later()).unwrap();
+        let ids: Vec<String> = listing
+            .blocks()
+            .map(|b| b.split(' ').nth(1).unwrap().to_owned())
+            .collect();
+        let sessions: Vec<String> = listing.sessions.iter().cloned().collect();
+        (ids, sessions, listing.indexed)
+    };
+    for round in ["live", "indexed"] {
+        let (ids, sessions, indexed) = listing(None);
+        assert_eq!(ids, ["a1", "a2", "b1", "none"], "{round}");
+        assert_eq!(sessions, ["sa", "sb"], "{round}");
+        assert_eq!(indexed, if round == "live" { 0 } else { 4 });
+        let (ids, sessions, _) = listing(Some("sa"));
+        assert_eq!((ids, sessions), (vec!["a1".to_owned(), "a2".into()], vec!["sa".to_owned()]), "{round}");
+        let (ids, sessions, _) = listing(Some("sb"));
+        assert_eq!((ids, sessions), (vec!["b1".to_owned()], vec!["sb".to_owned()]), "{round}");
+        let (ids, _, _) = listing(Some(""));
+        assert_eq!(ids.len(), 4, "an empty session filters nothing ({round})");
+    }
+}
+
+#[test]
+fn a_row_that_shows_a_time_relative_to_now_is_not_indexed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "r", None);
+    // A failed run whose step still says running, last active at 5 000:
+    // its line reads "active now" at 5 000 and "active 10m ago" later.
+    let dir = layout.run_dir("r");
+    let mut status = status::model::read_status(&dir).unwrap().unwrap();
+    let step = &mut status.steps.as_mut().unwrap()[0];
+    step.status = "running".into();
+    step.extra.insert("lastActivityAt".into(), serde_json::json!(5_000));
+    write_status(&dir, &status).unwrap();
+    let at = |now: u64| {
+        let options = ListOptions { now, ..options() };
+        let listing = list_text(&layout, &options, &later()).unwrap();
+        let block = listing.blocks().next().unwrap().to_owned();
+        (block, listing.indexed)
+    };
+    let (block, _) = at(5_000);
+    assert!(block.contains("| running | active now"), "{block}");
+    let (block, indexed) = at(605_000);
+    assert!(block.contains("| running | active 10m ago"), "{block}");
+    assert_eq!(indexed, 0);
+}
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+#[test]
+fn the_index_is_rewritten_only_when_its_rows_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for id in ["a", "b", "c"] {
+        frozen(&layout, id, None);
+    }
+    let path = index_path(&layout);
+    listed(&layout);
+    let written = inode(&path);
+    let (_, indexed) = listed(&layout);
+    assert_eq!(indexed, 3);
+    assert_eq!(inode(&path), written, "nothing changed: not rewritten");
+    // The last run by name is deleted: its row goes.
+    std::fs::remove_dir_all(layout.run_dir("c")).unwrap();
+    let (blocks, indexed) = listed(&layout);
+    assert_eq!((blocks.len(), indexed), (2, 2));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("\"name\":\"c\""), "{text}");
+    assert_ne!(inode(&path), written);
+    // Every run deleted: the index is rewritten empty.
+    for id in ["a", "b"] {
+        std::fs::remove_dir_all(layout.run_dir(id)).unwrap();
+    }
+    let (blocks, _) = listed(&layout);
+    assert!(blocks.is_empty());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"rows\":0"), "{text}");
+}
