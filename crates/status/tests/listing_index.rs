@@ -220,3 +220,21 @@ fn the_index_is_rewritten_only_when_its_rows_change() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"rows\":0"), "{text}");
 }
+
+#[test]
+fn a_listing_started_before_the_epoch_indexes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "a", None);
+    // A clock set a century back: every status changed after the listing
+    // started, so none has settled.
+    let text = TextOptions {
+        home: None,
+        started: SystemTime::UNIX_EPOCH - Duration::from_secs(100 * 365 * 24 * 3600),
+    };
+    for _ in 0..2 {
+        let listing = list_text(&layout, &options(), &text).unwrap();
+        assert_eq!((listing.blocks().len(), listing.indexed), (1, 0));
+    }
+    assert!(!index_path(&layout).exists());
+}
