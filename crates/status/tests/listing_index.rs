@@ -79,18 +79,23 @@ fn fnv(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The index at `path` with its header's renderer replaced, checksum
-/// recomputed: intact, but written by another build.
-fn rewrite_renderer(path: &Path, renderer: &str) {
+/// The index at `path` with one header field replaced, checksum
+/// recomputed: intact, but written by another build (or with a row count
+/// that does not match its rows).
+fn rewrite_header(path: &Path, key: &str, value: serde_json::Value) {
     let text = std::fs::read_to_string(path).unwrap();
     let body_end = text.trim_end_matches('\n').rfind('\n').unwrap() + 1;
     let mut lines: Vec<String> = text[..body_end].split('\n').map(str::to_owned).collect();
     let mut header: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
-    header["renderer"] = serde_json::json!(renderer);
+    header[key] = value;
     lines[1] = header.to_string();
     let body = lines.join("\n");
     let out = format!("{body}end {:016x}\n", fnv(body.as_bytes()));
     atomic_file::write_private(path, out.as_bytes()).unwrap();
+}
+
+fn rewrite_renderer(path: &Path, renderer: &str) {
+    rewrite_header(path, "renderer", serde_json::json!(renderer));
 }
 
 #[test]
@@ -237,4 +242,22 @@ fn a_listing_started_before_the_epoch_indexes_nothing() {
         assert_eq!((listing.blocks().len(), listing.indexed), (1, 0));
     }
     assert!(!index_path(&layout).exists());
+}
+
+#[test]
+fn an_intact_index_whose_row_count_is_wrong_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for id in ["a", "b", "c"] {
+        frozen(&layout, id, None);
+    }
+    let (live, _) = listed(&layout);
+    let path = index_path(&layout);
+    let good = std::fs::read_to_string(&path).unwrap();
+    for (rows, indexed) in [(4, 3), (2, 2)] {
+        rewrite_header(&path, "rows", serde_json::json!(rows));
+        let (blocks, n) = listed(&layout);
+        assert_eq!((n, &blocks), (indexed, &live), "rows {rows}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), good, "rows {rows}: rebuilt");
+    }
 }
