@@ -83,12 +83,18 @@ fn fnv(bytes: &[u8]) -> u64 {
 /// recomputed: intact, but written by another build (or with a row count
 /// that does not match its rows).
 fn rewrite_header(path: &Path, key: &str, value: serde_json::Value) {
+    rewrite_line(path, 1, key, value);
+}
+
+/// [`rewrite_header`] for line `n` of the index (the first row's head is
+/// line 2).
+fn rewrite_line(path: &Path, n: usize, key: &str, value: serde_json::Value) {
     let text = std::fs::read_to_string(path).unwrap();
     let body_end = text.trim_end_matches('\n').rfind('\n').unwrap() + 1;
     let mut lines: Vec<String> = text[..body_end].split('\n').map(str::to_owned).collect();
-    let mut header: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
-    header[key] = value;
-    lines[1] = header.to_string();
+    let mut line: serde_json::Value = serde_json::from_str(&lines[n]).unwrap();
+    line[key] = value;
+    lines[n] = line.to_string();
     let body = lines.join("\n");
     let out = format!("{body}end {:016x}\n", fnv(body.as_bytes()));
     atomic_file::write_private(path, out.as_bytes()).unwrap();
@@ -260,4 +266,22 @@ fn an_intact_index_whose_row_count_is_wrong_is_rebuilt() {
         assert_eq!((n, &blocks), (indexed, &live), "rows {rows}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), good, "rows {rows}: rebuilt");
     }
+}
+
+#[test]
+fn an_intact_index_whose_row_is_shorter_than_its_block_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for id in ["a", "b"] {
+        frozen(&layout, id, None);
+    }
+    let (live, _) = listed(&layout);
+    let path = index_path(&layout);
+    let good = std::fs::read_to_string(&path).unwrap();
+    let head: serde_json::Value = serde_json::from_str(good.lines().nth(2).unwrap()).unwrap();
+    let text = head["text"].as_u64().unwrap();
+    rewrite_line(&path, 2, "text", serde_json::json!(text - 1));
+    let (blocks, indexed) = listed(&layout);
+    assert_eq!((indexed, &blocks), (0, &live));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), good, "rebuilt");
 }
