@@ -65,7 +65,10 @@ fn the_attention_state_names_the_activity() {
         run("running", Some(NOW), "active_long_running")[1],
         "active but long-running · last activity now"
     );
-    assert_eq!(run("running", None, "needs_attention")[1], "needs attention");
+    assert_eq!(
+        run("running", None, "needs_attention")[1],
+        "needs attention"
+    );
     assert_eq!(
         run("running", None, "active_long_running")[1],
         "active but long-running"
@@ -117,7 +120,9 @@ fn a_chain_counts_each_parallel_group_as_one_step() {
     let progress = |current, states| header(chain_with_groups(current, states))[2].clone();
     let pending = ["pending"; 8];
     assert_eq!(progress(0, pending), "step 1/5");
-    let mut states = [done, "running", "running", "pending", "pending", "pending", "pending", "pending"];
+    let mut states = [
+        done, "running", "running", "pending", "pending", "pending", "pending", "pending",
+    ];
     assert_eq!(
         progress(1, states),
         "step 2/5 · parallel group: 2 agents running · 0/2 done"
@@ -199,7 +204,8 @@ fn the_outcome_counts_each_state() {
 
 #[test]
 fn parallel_groups_keep_only_entries_in_range() {
-    let group = |start, count, step_index| json!({"start": start, "count": count, "stepIndex": step_index});
+    let group =
+        |start, count, step_index| json!({"start": start, "count": count, "stepIndex": step_index});
     let value = json!([
         group(2, 2, 1), // ends at the last step: kept
         group(0, 1, 0),
@@ -267,7 +273,10 @@ fn a_model_without_a_thinking_suffix_and_a_bare_thinking_level() {
         let run = summary(json!({"state": "complete", "steps": [s]}));
         run_lines(&run, NOW, None)[1].clone()
     };
-    assert_eq!(line(json!({"thinking": "low"})), "  1. a | complete | thinking low");
+    assert_eq!(
+        line(json!({"thinking": "low"})),
+        "  1. a | complete | thinking low"
+    );
     assert_eq!(
         line(json!({"model": "p/m:7b", "thinking": "high"})),
         "  1. a | complete | m:7b · thinking high"

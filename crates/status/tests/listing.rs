@@ -225,7 +225,11 @@ fn without_frozen_facts_the_proof_sidecar_wins_over_the_status() {
     };
     for runs in [
         list(&layout, &all).unwrap().runs,
-        vec![load(&layout, "r", false, 0, &Hooks::default()).unwrap().unwrap()],
+        vec![
+            load(&layout, "r", false, 0, &Hooks::default())
+                .unwrap()
+                .unwrap(),
+        ],
     ] {
         let proof = runs[0].status.process_terminal.as_ref().unwrap();
         assert_eq!(proof["observedAt"], 9, "{proof}");
@@ -244,13 +248,18 @@ fn frozen_facts_whose_claims_are_the_budgets_directory_itself_hold() {
     let mut status = RunStatus::new("f", RunState::Complete);
     status.process_terminal = Some(serde_json::json!({"state": "observed", "runId": "f"}));
     status.run_fanout_budget = Some(serde_json::json!({"used": 1, "limit": 4, "remaining": 3}));
-    let facts = serde_json::json!({"frozenAt": status::now_ms() + 60_000, "fanoutClaimsDir": claims});
-    status.extra.insert(status::list::LISTING_FACTS.into(), facts);
+    let facts =
+        serde_json::json!({"frozenAt": status::now_ms() + 60_000, "fanoutClaimsDir": claims});
+    status
+        .extra
+        .insert(status::list::LISTING_FACTS.into(), facts);
     write_status(&dir, &status).unwrap();
     let asked = std::cell::Cell::new(0);
     let live = |_: &std::path::Path| {
         asked.set(asked.get() + 1);
-        Ok(Some(serde_json::json!({"used": 2, "limit": 4, "remaining": 2})))
+        Ok(Some(
+            serde_json::json!({"used": 2, "limit": 4, "remaining": 2}),
+        ))
     };
     let mut all = ListOptions {
         all: true,
@@ -258,12 +267,18 @@ fn frozen_facts_whose_claims_are_the_budgets_directory_itself_hold() {
     };
     all.hooks.fanout = Some(&live);
     let runs = list(&layout, &all).unwrap().runs;
-    assert_eq!(runs[0].status.run_fanout_budget.as_ref().unwrap()["used"], 1);
+    assert_eq!(
+        runs[0].status.run_fanout_budget.as_ref().unwrap()["used"],
+        1
+    );
     assert_eq!(asked.get(), 0, "the frozen count holds");
     // A later claim in that directory: counted live.
     std::fs::write(claims.join("000001.json"), "{}").unwrap();
     let runs = list(&layout, &all).unwrap().runs;
-    assert_eq!(runs[0].status.run_fanout_budget.as_ref().unwrap()["used"], 2);
+    assert_eq!(
+        runs[0].status.run_fanout_budget.as_ref().unwrap()["used"],
+        2
+    );
     assert_eq!(asked.get(), 1);
 }
 
@@ -289,7 +304,11 @@ fn a_full_listing_skips_unsafe_names_and_refuses_shared_run_directories() {
     assert_eq!(ids, ["good"]);
     let bad: Vec<&str> = listing.unreadable.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(bad, ["shared"]);
-    assert!(listing.unreadable[0].error.contains("writable"), "{:?}", listing.unreadable);
+    assert!(
+        listing.unreadable[0].error.contains("writable"),
+        "{:?}",
+        listing.unreadable
+    );
     let text = status::list_index::TextOptions {
         home: None,
         started: std::time::SystemTime::now(),

@@ -116,8 +116,7 @@ fn an_index_written_by_another_renderer_is_not_used() {
     let path = index_path(&layout);
     let ours = std::fs::read_to_string(&path).unwrap();
     // Checks the rewrite itself: the same renderer keeps the index usable.
-    let header: serde_json::Value =
-        serde_json::from_str(ours.lines().nth(1).unwrap()).unwrap();
+    let header: serde_json::Value = serde_json::from_str(ours.lines().nth(1).unwrap()).unwrap();
     rewrite_renderer(&path, header["renderer"].as_str().unwrap());
     assert_eq!(listed(&layout).1, 2);
     for other in ["", "xyzzy", "0123456789abcdef"] {
@@ -163,9 +162,17 @@ fn a_session_filter_applies_to_indexed_and_live_rows_alike() {
         assert_eq!(sessions, ["sa", "sb"], "{round}");
         assert_eq!(indexed, if round == "live" { 0 } else { 4 });
         let (ids, sessions, _) = listing(Some("sa"));
-        assert_eq!((ids, sessions), (vec!["a1".to_owned(), "a2".into()], vec!["sa".to_owned()]), "{round}");
+        assert_eq!(
+            (ids, sessions),
+            (vec!["a1".to_owned(), "a2".into()], vec!["sa".to_owned()]),
+            "{round}"
+        );
         let (ids, sessions, _) = listing(Some("sb"));
-        assert_eq!((ids, sessions), (vec!["b1".to_owned()], vec!["sb".to_owned()]), "{round}");
+        assert_eq!(
+            (ids, sessions),
+            (vec!["b1".to_owned()], vec!["sb".to_owned()]),
+            "{round}"
+        );
         let (ids, _, _) = listing(Some(""));
         assert_eq!(ids.len(), 4, "an empty session filters nothing ({round})");
     }
@@ -182,7 +189,8 @@ fn a_row_that_shows_a_time_relative_to_now_is_not_indexed() {
     let mut status = status::model::read_status(&dir).unwrap().unwrap();
     let step = &mut status.steps.as_mut().unwrap()[0];
     step.status = "running".into();
-    step.extra.insert("lastActivityAt".into(), serde_json::json!(5_000));
+    step.extra
+        .insert("lastActivityAt".into(), serde_json::json!(5_000));
     write_status(&dir, &status).unwrap();
     let at = |now: u64| {
         let options = ListOptions { now, ..options() };
@@ -264,7 +272,11 @@ fn an_intact_index_whose_row_count_is_wrong_is_rebuilt() {
         rewrite_header(&path, "rows", serde_json::json!(rows));
         let (blocks, n) = listed(&layout);
         assert_eq!((n, &blocks), (indexed, &live), "rows {rows}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), good, "rows {rows}: rebuilt");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            good,
+            "rows {rows}: rebuilt"
+        );
     }
 }
 

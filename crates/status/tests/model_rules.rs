@@ -43,10 +43,17 @@ fn every_known_key_is_read_into_its_own_field() {
     let s = &status.steps()[0];
     assert!(s.extra.is_empty(), "{:?}", s.extra.keys());
     assert_eq!(
-        (s.agent.as_str(), s.status.as_str(), s.description.as_deref()),
+        (
+            s.agent.as_str(),
+            s.status.as_str(),
+            s.description.as_deref()
+        ),
         ("a", "failed", Some("[prompt redacted]"))
     );
-    assert_eq!((s.started_at, s.ended_at, s.duration_ms), (Some(1), Some(2), Some(1)));
+    assert_eq!(
+        (s.started_at, s.ended_at, s.duration_ms),
+        (Some(1), Some(2), Some(1))
+    );
     assert_eq!((s.exit_code, s.error.as_deref()), (Some(3), Some("e")));
     assert_eq!((s.timed_out, s.stopped), (Some(true), Some(false)));
     assert_eq!(s.external_process.as_ref().unwrap().pid, Some(9));
@@ -66,7 +73,10 @@ fn every_known_key_is_read_into_its_own_field() {
     assert_eq!((status.timed_out, status.stopped), (Some(true), Some(true)));
     assert_eq!(status.pid, Some(11));
     assert_eq!(status.cwd.as_deref(), Some("/w"));
-    assert_eq!((status.current_step, status.chain_step_count), (Some(0), Some(1)));
+    assert_eq!(
+        (status.current_step, status.chain_step_count),
+        (Some(0), Some(1))
+    );
     assert_eq!(status.process_terminal, Some(json!({"state": "pending"})));
     assert_eq!(status.run_fanout_budget.as_ref().unwrap()["limit"], 2);
     assert_eq!(status.output_file.as_deref(), Some("out.log"));
@@ -95,7 +105,10 @@ fn the_sort_time_is_the_last_update_else_the_end_else_the_start() {
 #[test]
 fn a_null_session_id_is_refused_like_any_non_string() {
     let err = parse(&json!({"state": "running", "sessionId": null})).unwrap_err();
-    assert!(err.to_string().contains("sessionId must be a string"), "{err}");
+    assert!(
+        err.to_string().contains("sessionId must be a string"),
+        "{err}"
+    );
     // A `sessionId` key deeper down is not the run's.
     let status = parse(&json!({"state": "running", "runId": "r", "x": {"sessionId": 1}})).unwrap();
     assert_eq!(status.run_id, "r");
@@ -115,7 +128,10 @@ fn a_bad_field_is_named_even_with_a_good_session_id() {
     assert!(msg.contains("expected struct Step"), "{msg}");
     assert!(!msg.contains("sessionId"), "{msg}");
     let err = parse(&json!([1])).unwrap_err();
-    assert!(err.to_string().contains("expected struct RunStatus"), "{err}");
+    assert!(
+        err.to_string().contains("expected struct RunStatus"),
+        "{err}"
+    );
 }
 
 #[test]

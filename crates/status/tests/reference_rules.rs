@@ -118,7 +118,8 @@ fn truthy_success_values_complete_the_run_as_in_javascript() {
 #[test]
 fn a_childs_own_success_decides_its_step() {
     let status = running(vec![step("a", "running"), step("b", "running")]);
-    let children = json!([{"success": false, "error": "a broke"}, {"success": true, "error": "noise"}]);
+    let children =
+        json!([{"success": false, "error": "a broke"}, {"success": true, "error": "noise"}]);
     let ok = repaired(&status, json!({"success": true, "results": children}));
     assert_eq!(ok.state, RunState::Complete);
     assert_eq!(ok.stopped, None);
@@ -246,5 +247,8 @@ fn the_failed_result_lists_every_step_and_the_runs_facts() {
     assert_eq!(a["success"], true);
     assert!(a.get("error").is_none(), "{a}");
     let b = &result["results"][1];
-    assert_eq!((&b["output"], &b["error"]), (&json!("gone"), &json!("gone")));
+    assert_eq!(
+        (&b["output"], &b["error"]),
+        (&json!("gone"), &json!("gone"))
+    );
 }
