@@ -203,3 +203,156 @@ fn a_runs_path_that_is_not_a_directory_is_an_error() {
     let err = run_names(&layout).unwrap_err();
     assert!(err.to_string().contains("async-subagent-runs"), "{err}");
 }
+
+fn observed_at(id: &str, at: u64) -> serde_json::Value {
+    let mut proof = observed(id);
+    proof["observedAt"] = serde_json::json!(at);
+    proof
+}
+
+#[test]
+fn without_frozen_facts_the_proof_sidecar_wins_over_the_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // The status already projects an observed proof, but carries no
+    // listing facts: the sidecar is still read.
+    run_with(&layout, "r", RunState::Complete, Some(observed_at("r", 5)));
+    let sidecar = layout.run_dir("r").join("process-terminal.json");
+    atomic_file::write_json(&sidecar, &observed_at("r", 9)).unwrap();
+    let all = ListOptions {
+        all: true,
+        ..options()
+    };
+    for runs in [
+        list(&layout, &all).unwrap().runs,
+        vec![
+            load(&layout, "r", false, 0, &Hooks::default())
+                .unwrap()
+                .unwrap(),
+        ],
+    ] {
+        let proof = runs[0].status.process_terminal.as_ref().unwrap();
+        assert_eq!(proof["observedAt"], 9, "{proof}");
+    }
+}
+
+#[test]
+fn frozen_facts_whose_claims_are_the_budgets_directory_itself_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    let claims = layout.fanout_budgets_dir();
+    atomic_file::ensure_private_dir(&claims).unwrap();
+    let dir = layout.run_dir("f");
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    atomic_file::write_private(&dir.join("run-fanout-budget.json"), b"{}").unwrap();
+    let mut status = RunStatus::new("f", RunState::Complete);
+    status.process_terminal = Some(serde_json::json!({"state": "observed", "runId": "f"}));
+    status.run_fanout_budget = Some(serde_json::json!({"used": 1, "limit": 4, "remaining": 3}));
+    let facts =
+        serde_json::json!({"frozenAt": status::now_ms() + 60_000, "fanoutClaimsDir": claims});
+    status
+        .extra
+        .insert(status::list::LISTING_FACTS.into(), facts);
+    write_status(&dir, &status).unwrap();
+    let asked = std::cell::Cell::new(0);
+    let live = |_: &std::path::Path| {
+        asked.set(asked.get() + 1);
+        Ok(Some(
+            serde_json::json!({"used": 2, "limit": 4, "remaining": 2}),
+        ))
+    };
+    let mut all = ListOptions {
+        all: true,
+        ..options()
+    };
+    all.hooks.fanout = Some(&live);
+    let runs = list(&layout, &all).unwrap().runs;
+    assert_eq!(
+        runs[0].status.run_fanout_budget.as_ref().unwrap()["used"],
+        1
+    );
+    assert_eq!(asked.get(), 0, "the frozen count holds");
+    // A later claim in that directory: counted live.
+    std::fs::write(claims.join("000001.json"), "{}").unwrap();
+    let runs = list(&layout, &all).unwrap().runs;
+    assert_eq!(
+        runs[0].status.run_fanout_budget.as_ref().unwrap()["used"],
+        2
+    );
+    assert_eq!(asked.get(), 1);
+}
+
+#[test]
+fn a_full_listing_skips_unsafe_names_and_refuses_shared_run_directories() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    run_with(&layout, "good", RunState::Complete, None);
+    for name in [".hidden", "bad name", "shared"] {
+        let dir = layout.runs_dir().join(name);
+        atomic_file::ensure_private_dir(&dir).unwrap();
+        write_status(&dir, &RunStatus::new(name, RunState::Complete)).unwrap();
+    }
+    let shared = layout.runs_dir().join("shared");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let all = ListOptions {
+        all: true,
+        ..options()
+    };
+    let listing = list(&layout, &all).unwrap();
+    let ids: Vec<&str> = listing.runs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["good"]);
+    let bad: Vec<&str> = listing.unreadable.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(bad, ["shared"]);
+    assert!(
+        listing.unreadable[0].error.contains("writable"),
+        "{:?}",
+        listing.unreadable
+    );
+    let text = status::list_index::TextOptions {
+        home: None,
+        started: std::time::SystemTime::now(),
+    };
+    let listing = status::list_index::list_text(&layout, &all, &text).unwrap();
+    let blocks: Vec<&str> = listing.blocks().collect();
+    assert_eq!(blocks.len(), 1);
+    assert!(blocks[0].starts_with("- good | complete"), "{blocks:?}");
+    let bad: Vec<&str> = listing.unreadable.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(bad, ["shared"]);
+}
+
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn a_full_listing_repairs_a_stale_run_only_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // A pi-subagents record whose runner is gone: stale.
+    let dir = layout.run_dir("stale");
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    let mut status = RunStatus::new("stale", RunState::Running);
+    status.pid = Some(dead_pid());
+    status.last_update = Some(1);
+    write_status(&dir, &status).unwrap();
+    // A run directory without a status yet: neither a run nor unreadable.
+    atomic_file::ensure_private_dir(&layout.run_dir("empty")).unwrap();
+    let before = std::fs::read(dir.join("status.json")).unwrap();
+    let mut all = ListOptions {
+        all: true,
+        ..options()
+    };
+    let listing = list(&layout, &all).unwrap();
+    assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
+    assert_eq!(listing.runs.len(), 1);
+    assert_eq!(listing.runs[0].status.state, RunState::Running);
+    assert_eq!(std::fs::read(dir.join("status.json")).unwrap(), before);
+    all.reconcile = true;
+    let listing = list(&layout, &all).unwrap();
+    assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
+    assert_eq!(listing.runs[0].status.state, RunState::Failed);
+}

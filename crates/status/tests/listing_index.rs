@@ -1,0 +1,299 @@
+//! The listing index from outside, through `list_text` and the file on
+//! disk: a large index is still used, and an index written by another
+//! renderer is not.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use status::Layout;
+use status::list::{Hooks, LISTING_FACTS, ListOptions};
+use status::list_index::{TextOptions, index_path, list_text};
+use status::model::{RunState, RunStatus, Step, write_status};
+
+/// A finished run whose listing facts are frozen (no fan-out budget).
+fn frozen(layout: &Layout, id: &str, error: Option<String>) {
+    let dir = layout.run_dir(id);
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    let mut status = RunStatus::new(id, RunState::Failed);
+    status.mode = Some("single".into());
+    status.last_update = Some(10);
+    status.error = error;
+    status.steps = Some(vec![Step {
+        agent: "worker".into(),
+        status: "failed".into(),
+        ..Step::default()
+    }]);
+    status.process_terminal = Some(serde_json::json!({"state": "observed", "runId": id}));
+    let facts = serde_json::json!({"frozenAt": status::now_ms()});
+    status.extra.insert(LISTING_FACTS.into(), facts);
+    write_status(&dir, &status).unwrap();
+}
+
+fn options() -> ListOptions<'static> {
+    ListOptions {
+        all: true,
+        session: None,
+        limit: None,
+        reconcile: false,
+        now: 5_000,
+        hooks: Hooks::default(),
+    }
+}
+
+/// A listing that starts long after every status was written.
+fn later() -> TextOptions<'static> {
+    TextOptions {
+        home: None,
+        started: SystemTime::now() + Duration::from_secs(3600),
+    }
+}
+
+fn listed(layout: &Layout) -> (Vec<String>, usize) {
+    let listing = list_text(layout, &options(), &later()).unwrap();
+    let blocks = listing.blocks().map(str::to_owned).collect();
+    (blocks, listing.indexed)
+}
+
+#[test]
+fn an_index_of_a_few_mebibytes_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // 24 rows of 100 KiB each: a 2.4 MiB index.
+    for i in 0..24 {
+        let error = format!("{i:02} {}", "x".repeat(100 * 1024));
+        frozen(&layout, &format!("run-{i:02}"), Some(error));
+    }
+    let (live, indexed) = listed(&layout);
+    assert_eq!((live.len(), indexed), (24, 0));
+    let size = std::fs::metadata(index_path(&layout)).unwrap().len();
+    assert!(size > 2 * 1024 * 1024, "{size}");
+    let (warm, indexed) = listed(&layout);
+    assert_eq!(indexed, 24, "every row taken from the index");
+    assert_eq!(warm, live);
+}
+
+/// FNV-1a 64, the index's checksum.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The index at `path` with one header field replaced, checksum
+/// recomputed: intact, but written by another build (or with a row count
+/// that does not match its rows).
+fn rewrite_header(path: &Path, key: &str, value: serde_json::Value) {
+    rewrite_line(path, 1, key, value);
+}
+
+/// [`rewrite_header`] for line `n` of the index (the first row's head is
+/// line 2).
+fn rewrite_line(path: &Path, n: usize, key: &str, value: serde_json::Value) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let body_end = text.trim_end_matches('\n').rfind('\n').unwrap() + 1;
+    let mut lines: Vec<String> = text[..body_end].split('\n').map(str::to_owned).collect();
+    let mut line: serde_json::Value = serde_json::from_str(&lines[n]).unwrap();
+    line[key] = value;
+    lines[n] = line.to_string();
+    let body = lines.join("\n");
+    let out = format!("{body}end {:016x}\n", fnv(body.as_bytes()));
+    atomic_file::write_private(path, out.as_bytes()).unwrap();
+}
+
+fn rewrite_renderer(path: &Path, renderer: &str) {
+    rewrite_header(path, "renderer", serde_json::json!(renderer));
+}
+
+#[test]
+fn an_index_written_by_another_renderer_is_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "a", None);
+    frozen(&layout, "b", Some("boom".into()));
+    let (live, _) = listed(&layout);
+    let (warm, indexed) = listed(&layout);
+    assert_eq!((indexed, &warm), (2, &live), "the index as written is used");
+    let path = index_path(&layout);
+    let ours = std::fs::read_to_string(&path).unwrap();
+    // Checks the rewrite itself: the same renderer keeps the index usable.
+    let header: serde_json::Value = serde_json::from_str(ours.lines().nth(1).unwrap()).unwrap();
+    rewrite_renderer(&path, header["renderer"].as_str().unwrap());
+    assert_eq!(listed(&layout).1, 2);
+    for other in ["", "xyzzy", "0123456789abcdef"] {
+        rewrite_renderer(&path, other);
+        let (blocks, indexed) = listed(&layout);
+        assert_eq!((indexed, &blocks), (0, &live), "renderer {other:?}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), ours, "rebuilt");
+    }
+}
+
+fn in_session(layout: &Layout, id: &str, session: &str) {
+    frozen(layout, id, None);
+    let dir = layout.run_dir(id);
+    let mut status = status::model::read_status(&dir).unwrap().unwrap();
+    status.session_id = Some(session.into());
+    write_status(&dir, &status).unwrap();
+}
+
+#[test]
+fn a_session_filter_applies_to_indexed_and_live_rows_alike() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    in_session(&layout, "a1", "sa");
+    in_session(&layout, "a2", "sa");
+    in_session(&layout, "b1", "sb");
+    frozen(&layout, "none", None);
+    let listing = |session: Option<&str>| {
+        let options = ListOptions {
+            session: session.map(str::to_owned),
+            ..options()
+        };
+        let listing = list_text(&layout, &options, &later()).unwrap();
+        let ids: Vec<String> = listing
+            .blocks()
+            .map(|b| b.split(' ').nth(1).unwrap().to_owned())
+            .collect();
+        let sessions: Vec<String> = listing.sessions.iter().cloned().collect();
+        (ids, sessions, listing.indexed)
+    };
+    for round in ["live", "indexed"] {
+        let (ids, sessions, indexed) = listing(None);
+        assert_eq!(ids, ["a1", "a2", "b1", "none"], "{round}");
+        assert_eq!(sessions, ["sa", "sb"], "{round}");
+        assert_eq!(indexed, if round == "live" { 0 } else { 4 });
+        let (ids, sessions, _) = listing(Some("sa"));
+        assert_eq!(
+            (ids, sessions),
+            (vec!["a1".to_owned(), "a2".into()], vec!["sa".to_owned()]),
+            "{round}"
+        );
+        let (ids, sessions, _) = listing(Some("sb"));
+        assert_eq!(
+            (ids, sessions),
+            (vec!["b1".to_owned()], vec!["sb".to_owned()]),
+            "{round}"
+        );
+        let (ids, _, _) = listing(Some(""));
+        assert_eq!(ids.len(), 4, "an empty session filters nothing ({round})");
+    }
+}
+
+#[test]
+fn a_row_that_shows_a_time_relative_to_now_is_not_indexed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "r", None);
+    // A failed run whose step still says running, last active at 5 000:
+    // its line reads "active now" at 5 000 and "active 10m ago" later.
+    let dir = layout.run_dir("r");
+    let mut status = status::model::read_status(&dir).unwrap().unwrap();
+    let step = &mut status.steps.as_mut().unwrap()[0];
+    step.status = "running".into();
+    step.extra
+        .insert("lastActivityAt".into(), serde_json::json!(5_000));
+    write_status(&dir, &status).unwrap();
+    let at = |now: u64| {
+        let options = ListOptions { now, ..options() };
+        let listing = list_text(&layout, &options, &later()).unwrap();
+        let block = listing.blocks().next().unwrap().to_owned();
+        (block, listing.indexed)
+    };
+    let (block, _) = at(5_000);
+    assert!(block.contains("| running | active now"), "{block}");
+    let (block, indexed) = at(605_000);
+    assert!(block.contains("| running | active 10m ago"), "{block}");
+    assert_eq!(indexed, 0);
+}
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+#[test]
+fn the_index_is_rewritten_only_when_its_rows_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for id in ["a", "b", "c"] {
+        frozen(&layout, id, None);
+    }
+    let path = index_path(&layout);
+    listed(&layout);
+    let written = inode(&path);
+    let (_, indexed) = listed(&layout);
+    assert_eq!(indexed, 3);
+    assert_eq!(inode(&path), written, "nothing changed: not rewritten");
+    // The last run by name is deleted: its row goes.
+    std::fs::remove_dir_all(layout.run_dir("c")).unwrap();
+    let (blocks, indexed) = listed(&layout);
+    assert_eq!((blocks.len(), indexed), (2, 2));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("\"name\":\"c\""), "{text}");
+    assert_ne!(inode(&path), written);
+    // Every run deleted: the index is rewritten empty.
+    for id in ["a", "b"] {
+        std::fs::remove_dir_all(layout.run_dir(id)).unwrap();
+    }
+    let (blocks, _) = listed(&layout);
+    assert!(blocks.is_empty());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"rows\":0"), "{text}");
+}
+
+#[test]
+fn a_listing_started_before_the_epoch_indexes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "a", None);
+    // A clock set a century back: every status changed after the listing
+    // started, so none has settled.
+    let text = TextOptions {
+        home: None,
+        started: SystemTime::UNIX_EPOCH - Duration::from_secs(100 * 365 * 24 * 3600),
+    };
+    for _ in 0..2 {
+        let listing = list_text(&layout, &options(), &text).unwrap();
+        assert_eq!((listing.blocks().len(), listing.indexed), (1, 0));
+    }
+    assert!(!index_path(&layout).exists());
+}
+
+#[test]
+fn an_intact_index_whose_row_count_is_wrong_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for id in ["a", "b", "c"] {
+        frozen(&layout, id, None);
+    }
+    let (live, _) = listed(&layout);
+    let path = index_path(&layout);
+    let good = std::fs::read_to_string(&path).unwrap();
+    for (rows, indexed) in [(4, 3), (2, 2)] {
+        rewrite_header(&path, "rows", serde_json::json!(rows));
+        let (blocks, n) = listed(&layout);
+        assert_eq!((n, &blocks), (indexed, &live), "rows {rows}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            good,
+            "rows {rows}: rebuilt"
+        );
+    }
+}
+
+#[test]
+fn an_intact_index_whose_row_is_shorter_than_its_block_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for id in ["a", "b"] {
+        frozen(&layout, id, None);
+    }
+    let (live, _) = listed(&layout);
+    let path = index_path(&layout);
+    let good = std::fs::read_to_string(&path).unwrap();
+    let head: serde_json::Value = serde_json::from_str(good.lines().nth(2).unwrap()).unwrap();
+    let text = head["text"].as_u64().unwrap();
+    rewrite_line(&path, 2, "text", serde_json::json!(text - 1));
+    let (blocks, indexed) = listed(&layout);
+    assert_eq!((indexed, &blocks), (0, &live));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), good, "rebuilt");
+}
