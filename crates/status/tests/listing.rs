@@ -314,7 +314,7 @@ fn a_full_listing_skips_unsafe_names_and_refuses_shared_run_directories() {
         started: std::time::SystemTime::now(),
     };
     let listing = status::list_index::list_text(&layout, &all, &text).unwrap();
-    let blocks: Vec<&str> = listing.blocks().collect();
+    let blocks = listing.blocks().unwrap();
     assert_eq!(blocks.len(), 1);
     assert!(blocks[0].starts_with("- good | complete"), "{blocks:?}");
     let bad: Vec<&str> = listing.unreadable.iter().map(|r| r.id.as_str()).collect();
