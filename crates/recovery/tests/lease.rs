@@ -711,6 +711,11 @@ fn lease_carrier_worker() {
 /// own processes get no privilege over each other.
 fn contend(case: &str) -> Vec<String> {
     use std::os::unix::process::CommandExt;
+    // One contender at a time: a contender counts every process of its user
+    // (`nobody`) whose environment it cannot read as a possible writer, so
+    // the non-dumpable writer of one case would block the other's reclaim.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let work = tmp.path().join("work");
@@ -739,7 +744,21 @@ fn contend(case: &str) -> Vec<String> {
             "needs root to start a process of another user"
         );
     }
-    let out = cmd.output().unwrap();
+    // Another test's fork may still hold the copy open for writing (the
+    // descriptor `fs::copy` wrote it through, until that child execs): exec
+    // then fails with ETXTBSY for a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let out = loop {
+        match cmd.output() {
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => break other.unwrap(),
+        }
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
