@@ -145,22 +145,7 @@ fn thirty_two_processes_race_for_twenty_slots() -> Result<()> {
             .stderr(Stdio::piped());
         children.push(cmd.spawn()?);
     }
-    for child in &mut children {
-        drop(child.stdin.take());
-    }
-    let (mut admitted, mut rejected) = (0, 0);
-    for child in children {
-        let out = child.wait_with_output()?;
-        match out.status.code() {
-            Some(0) => admitted += 1,
-            Some(REJECTED) => rejected += 1,
-            _ => bail!(
-                "worker {:?}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        }
-    }
+    let (admitted, rejected) = release_and_count(children)?;
     assert_eq!((admitted, rejected), (20, 12));
     assert_eq!(budget.snapshot()?, Snapshot::new(20, 20));
     let names: Vec<_> = fs::read_dir(budget.descriptor().directory.join(CLAIMS_DIR))?.collect();
@@ -288,6 +273,22 @@ fn groups_racing_for_an_odd_budget_are_all_or_nothing() -> Result<()> {
             .stderr(Stdio::piped());
         children.push(cmd.spawn()?);
     }
+    let (admitted, rejected) = release_and_count(children)?;
+    assert_eq!((admitted, rejected), (3, 9));
+    let paths = claim_paths(&budget.descriptor().directory)?;
+    for i in 0..12 {
+        let halves = [format!("g{i}/0"), format!("g{i}/1")].map(|p| paths.contains(&p));
+        assert!(halves[0] == halves[1], "group g{i} was split: {paths:?}");
+    }
+    assert_eq!(budget.claim(&["single"])?, Snapshot::new(7, 7));
+    let names: Vec<_> = fs::read_dir(budget.descriptor().directory.join(CLAIMS_DIR))?.collect();
+    assert_eq!(names.len(), 7, "slot files only, no prepared record left");
+    Ok(())
+}
+
+/// Releases the waiting workers together (closing their stdin) and counts
+/// how many were admitted and how many rejected; any other end is an error.
+fn release_and_count(mut children: Vec<Child>) -> Result<(usize, usize)> {
     for child in &mut children {
         drop(child.stdin.take());
     }
@@ -304,14 +305,5 @@ fn groups_racing_for_an_odd_budget_are_all_or_nothing() -> Result<()> {
             ),
         }
     }
-    assert_eq!((admitted, rejected), (3, 9));
-    let paths = claim_paths(&budget.descriptor().directory)?;
-    for i in 0..12 {
-        let halves = [format!("g{i}/0"), format!("g{i}/1")].map(|p| paths.contains(&p));
-        assert!(halves[0] == halves[1], "group g{i} was split: {paths:?}");
-    }
-    assert_eq!(budget.claim(&["single"])?, Snapshot::new(7, 7));
-    let names: Vec<_> = fs::read_dir(budget.descriptor().directory.join(CLAIMS_DIR))?.collect();
-    assert_eq!(names.len(), 7, "slot files only, no prepared record left");
-    Ok(())
+    Ok((admitted, rejected))
 }
