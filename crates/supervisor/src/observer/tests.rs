@@ -230,6 +230,9 @@ fn orphaned(dir: &Path, monitor: ProcessIdentity) {
 
 #[test]
 fn observe_restores_the_outcome_from_events_and_finalizes() {
+    // Starts and ends a child (`dead()`): its SIGCHLD must not reach a
+    // `procs` test waiting for its own signals.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let monitor = dead();
@@ -278,6 +281,9 @@ fn observe_restores_the_outcome_from_events_and_finalizes() {
 
 #[test]
 fn observe_defers_to_a_live_monitor() {
+    // Starts and ends a child (`dead()`): its SIGCHLD must not reach a
+    // `procs` test waiting for its own signals.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let me = ProcessIdentity::current().unwrap();
@@ -292,6 +298,9 @@ fn observe_defers_to_a_live_monitor() {
 
 #[test]
 fn observe_gives_up_a_queued_run_whose_launcher_died() {
+    // Starts and ends a child (`dead()`): its SIGCHLD must not reach a
+    // `procs` test waiting for its own signals.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let mut status = RunStatus::new("r", RunState::Queued);
@@ -441,6 +450,9 @@ fn only_observations_that_changed_or_retain_a_run_make_a_line() {
 
 #[test]
 fn every_run_of_the_active_index_is_observed() {
+    // Starts and ends a child (`dead()`): its SIGCHLD must not reach a
+    // `procs` test waiting for its own signals.
+    let _serial = crate::procs::tests::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(&tmp);
     let me = ProcessIdentity::current().unwrap();
