@@ -501,7 +501,8 @@ fn demonstrably_stale(holder: &OwnerRecord) -> bool {
         // `bootId`) have writers marked with the token, so a scan can prove
         // that none exists. Records of other writers stay unreclaimable.
         WriterState::Spawning => {
-            holder.boot_id.is_some() && !token_carried_by_a_process(&holder.token)
+            holder.boot_id.is_some()
+                && !token_carried_by_a_process(&holder.token, holder_start(holder))
         }
         WriterState::Running => holder
             .writer_pid
@@ -509,10 +510,27 @@ fn demonstrably_stale(holder: &OwnerRecord) -> bool {
     }
 }
 
+/// The holder's start time in clock ticks since boot, from its recorded
+/// `linux:<ticks>` identity.
+fn holder_start(holder: &OwnerRecord) -> Option<u64> {
+    holder
+        .process_start_identity
+        .as_deref()?
+        .strip_prefix("linux:")?
+        .parse()
+        .ok()
+}
+
 /// Whether some live process may carry `WRITER_TOKEN_ENV=<token>`. Any
 /// doubt (unreadable `/proc`, an unreadable environment of one of our own
 /// processes) counts as "yes".
-fn token_carried_by_a_process(token: &str) -> bool {
+///
+/// A writer is started by the holder after it took the lease, so a process
+/// that started before the holder (`holder_start`, same boot) cannot be one:
+/// it is skipped without reading its environment. This keeps long-lived
+/// processes of our own user whose environment nobody may read (an
+/// `ssh-agent`, anything non-dumpable) from blocking every reclaim.
+fn token_carried_by_a_process(token: &str, holder_start: Option<u64>) -> bool {
     let needle = format!("{WRITER_TOKEN_ENV}={token}");
     let Ok(entries) = fs::read_dir("/proc") else {
         return true;
@@ -529,7 +547,11 @@ fn token_carried_by_a_process(token: &str) -> bool {
         // init is never one of our writers, and in containers its
         // environment is unreadable even to its own user.
         if pid == 1
-            || process_identity::read_stat(pid).is_ok_and(|s| s.state == 'Z' || s.state == 'X')
+            || process_identity::read_stat(pid).is_ok_and(|s| {
+                s.state == 'Z'
+                    || s.state == 'X'
+                    || holder_start.is_some_and(|start| s.start_time < start)
+            })
         {
             return false;
         }
@@ -601,7 +623,13 @@ enum OwnerRead {
 fn read_owner(owner_file: &Path) -> OwnerRead {
     let bytes = match atomic_file::read::read_file(owner_file) {
         Ok(bytes) => bytes,
-        Err(_) if owner_file.parent().is_some_and(|dir| !dir.exists()) => {
+        // Only nothing at all at the lease's name is no lease: a dangling
+        // symlink there blocks every acquirer, so it is unreadable.
+        Err(_)
+            if owner_file.parent().is_some_and(|dir| {
+                fs::symlink_metadata(dir).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+            }) =>
+        {
             return OwnerRead::NoLease;
         }
         Err(_) => return OwnerRead::Unreadable,

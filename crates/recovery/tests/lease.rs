@@ -235,6 +235,11 @@ fn a_dangling_symlink_in_place_of_the_lease_is_refused_not_an_io_error() {
     let id = canonical_session(&f.session).unwrap().id;
     fs::create_dir_all(&f.root).unwrap();
     std::os::unix::fs::symlink(f.root.join("nowhere"), f.root.join(&id)).unwrap();
+    // What blocks an acquirer is never reported free.
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Unreadable
+    );
     let err = acquire_lease(&f.root, &request(&f.session, "run-1")).unwrap_err();
     assert!(err.conflict().is_some_and(|c| c.holder.is_none()), "{err}");
     assert!(f.root.join(&id).is_symlink());
@@ -657,24 +662,7 @@ fn lease_contender_worker() {
             reports.push(attempt(&root, &session, "run-2"));
         }
         "unreadable-writer" => {
-            let mut carrier = Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "lease_carrier_worker",
-                    "--ignored",
-                    "--nocapture",
-                ])
-                .env(WRITER_TOKEN_ENV, &token)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let stdout = carrier.stdout.take().unwrap();
-            let mut carrier = Worker {
-                child: carrier,
-                lines: BufReader::new(stdout),
-            };
-            assert_eq!(carrier.report(), "ready");
+            let mut carrier = start_carrier(&token);
             // Precondition: our own writer, whose environment we may not read.
             let pid = carrier.child.id();
             let err = fs::read(format!("/proc/{pid}/environ")).unwrap_err();
@@ -684,10 +672,70 @@ fn lease_contender_worker() {
             assert!(carrier.child.wait().unwrap().success());
             reports.push(attempt(&root, &session, "run-3"));
         }
+        "older-unreadable" => {
+            // Our own process whose environment we may not read, started
+            // before the holder: it cannot be a writer the holder started.
+            let mut carrier = start_carrier("a token of an earlier lease");
+            let carrier_pid = carrier.child.id();
+            let err = fs::read(format!("/proc/{carrier_pid}/environ")).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+            let carrier_start = process_identity::read_stat(carrier_pid).unwrap().start_time;
+            let (pid, start) = dead_process_started_after(carrier_start);
+            let owner_file = root
+                .join(canonical_session(&session).unwrap().id)
+                .join(OWNER_FILE);
+            let mut owner: serde_json::Value =
+                serde_json::from_slice(&fs::read(&owner_file).unwrap()).unwrap();
+            owner["pid"] = pid.into();
+            owner["processStartIdentity"] = format!("linux:{start}").into();
+            fs::write(&owner_file, serde_json::to_vec_pretty(&owner).unwrap()).unwrap();
+            reports.push(attempt(&root, &session, "run-2"));
+            drop(carrier.child.stdin.take());
+            assert!(carrier.child.wait().unwrap().success());
+        }
         other => panic!("unknown case {other}"),
     }
     for report in reports {
         println!("{MARKER}{report}");
+    }
+}
+
+/// Starts `lease_carrier_worker` with `token` and waits for its `ready`.
+fn start_carrier(token: &str) -> Worker {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lease_carrier_worker",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(WRITER_TOKEN_ENV, token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut carrier = Worker {
+        child,
+        lines: BufReader::new(stdout),
+    };
+    assert_eq!(carrier.report(), "ready");
+    carrier
+}
+
+/// The pid and start time (clock ticks) of a process that started in a
+/// later clock tick than `after` and has exited since.
+fn dead_process_started_after(after: u64) -> (u32, u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+        let start = process_identity::read_stat(child.id()).unwrap().start_time;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if start > after {
+            return (child.id(), start);
+        }
+        assert!(Instant::now() < deadline, "the clock tick never advanced");
     }
 }
 
@@ -788,6 +836,11 @@ fn a_process_of_another_user_does_not_block_a_reclaim() {
         return;
     }
     assert_eq!(contend("foreign"), ["acquired run-2"]);
+}
+
+#[test]
+fn an_own_unreadable_process_older_than_the_holder_does_not_block_a_reclaim() {
+    assert_eq!(contend("older-unreadable"), ["acquired run-2"]);
 }
 
 #[test]
