@@ -749,6 +749,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_processes_older_than_the_holder_are_passed_over_by_the_writer_scan() {
+        // A writer the holder started in the same clock tick as itself has
+        // the holder's start time: it must still count.
+        let token = format!("scan-{}", std::process::id());
+        let mut writer = std::process::Command::new("sleep")
+            .arg("60")
+            .env(WRITER_TOKEN_ENV, &token)
+            .spawn()
+            .unwrap();
+        let start = process_identity::read_stat(writer.id()).unwrap().start_time;
+        let carried = [
+            token_carried_by_a_process(&token, None),
+            token_carried_by_a_process(&token, Some(start)),
+            token_carried_by_a_process(&token, Some(start + 1)),
+        ];
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+        assert_eq!(carried, [true, true, false]);
+        let mut holder = new_owner(
+            &CanonicalSession {
+                path: "/s".into(),
+                id: "x".into(),
+            },
+            &LeaseRequest {
+                session_file: "/s".into(),
+                run_id: "r".into(),
+                source_run_id: "s".into(),
+                parent_session_id: None,
+            },
+        );
+        holder.process_start_identity = Some(format!("linux:{start}"));
+        assert_eq!(holder_start(&holder), Some(start));
+        holder.process_start_identity = Some(format!("win:{start}"));
+        assert_eq!(holder_start(&holder), None);
+    }
+
+    #[test]
     fn iso_time_matches_javascript() {
         assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso_utc(1_764_460_800_123), "2025-11-30T00:00:00.123Z");
