@@ -35,8 +35,10 @@ pub fn allow_shared_root(flag: bool) -> bool {
 /// must be owned by this user (or root) and not writable by group or
 /// others. Run directories are checked when a run is read (listings show an
 /// untrusted one as unreadable), a fan-out budget with its claims when it
-/// is opened, and a capacity pool and slot when it is read, so this stays
-/// cheap for large roots (a launch does not stat every held slot). Missing
+/// is opened, a capacity pool and slot when it is read, and a session lease
+/// when it is read (an untrusted one blocks its session as unreadable), so
+/// this stays cheap for large roots (a launch does not stat every held slot
+/// or lease). Missing
 /// directories are fine; they are created 0700. The parent of the root is not
 /// checked, so a root under a sticky `/tmp` is fine.
 pub fn check_trusted(layout: &Layout) -> Result<(), String> {
@@ -49,25 +51,8 @@ pub fn check_trusted(layout: &Layout) -> Result<(), String> {
     check(&layout.fanout_budgets_dir())?;
     // Capacity pools and slots are checked by the capacity crate when read.
     check(&layout.capacity_dir())?;
-    let leases = layout.session_leases_dir();
-    check(&leases)?;
-    check_children(&leases, 2)?;
-    Ok(())
-}
-
-fn check_children(dir: &Path, depth: u32) -> Result<(), String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for entry in entries.flatten() {
-        // Symlinked entries are refused by the readers themselves.
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            check_private_dir(&entry.path()).map_err(|e| e.to_string())?;
-            if depth > 1 {
-                check_children(&entry.path(), depth - 1)?;
-            }
-        }
-    }
+    // Session leases are checked by the recovery crate when read.
+    check(&layout.session_leases_dir())?;
     Ok(())
 }
 

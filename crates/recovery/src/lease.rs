@@ -619,19 +619,24 @@ enum OwnerRead {
     Owner(Box<OwnerRecord>),
 }
 
-/// Reads an owner record; anything breaking §4 is unreadable.
+/// Reads an owner record; anything breaking §4 is unreadable, and so is a
+/// lease directory another user could have planted (a symlink, not a
+/// directory, writable by others or owned by someone else): only nothing at
+/// all at the lease's name is no lease, since anything there blocks every
+/// acquirer.
 fn read_owner(owner_file: &Path) -> OwnerRead {
+    let Some(dir) = owner_file.parent() else {
+        return OwnerRead::Unreadable;
+    };
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return OwnerRead::NoLease,
+        Ok(meta) if meta.is_dir() && atomic_file::read::check_private_meta(dir, &meta).is_ok() => {}
+        _ => return OwnerRead::Unreadable,
+    }
     let bytes = match atomic_file::read::read_file(owner_file) {
         Ok(bytes) => bytes,
-        // Only nothing at all at the lease's name is no lease: a dangling
-        // symlink there blocks every acquirer, so it is unreadable.
-        Err(_)
-            if owner_file.parent().is_some_and(|dir| {
-                fs::symlink_metadata(dir).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
-            }) =>
-        {
-            return OwnerRead::NoLease;
-        }
+        // Released between the two looks.
+        Err(_) if !dir.exists() => return OwnerRead::NoLease,
         Err(_) => return OwnerRead::Unreadable,
     };
     match parse_owner(&bytes) {

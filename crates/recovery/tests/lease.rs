@@ -247,6 +247,38 @@ fn a_dangling_symlink_in_place_of_the_lease_is_refused_not_an_io_error() {
 }
 
 #[test]
+fn a_lease_directory_others_could_have_planted_is_unreadable_and_blocks_the_session() {
+    // A lease left by a dead holder, which would otherwise be reclaimed.
+    let f = fixture();
+    let id = canonical_session(&f.session).unwrap().id;
+    plant(&f, |o| o.pid = dead_pid());
+    let lease = f.root.join(&id);
+    fs::set_permissions(&lease, fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Unreadable
+    );
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    assert!(err.conflict().is_some_and(|c| c.holder.is_none()), "{err}");
+    // A symlink to a good lease elsewhere is not followed either.
+    fs::set_permissions(&lease, fs::Permissions::from_mode(0o700)).unwrap();
+    let elsewhere = f.root.join("elsewhere");
+    fs::rename(&lease, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &lease).unwrap();
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Unreadable
+    );
+    let err = acquire_lease(&f.root, &request(&f.session, "run-2")).unwrap_err();
+    assert!(err.conflict().is_some_and(|c| c.holder.is_none()), "{err}");
+    assert!(lease.is_symlink(), "left in place");
+    // Put back as a directory, it is reclaimed as the stale lease it is.
+    fs::remove_file(&lease).unwrap();
+    fs::rename(&elsewhere, &lease).unwrap();
+    assert_eq!(attempt(&f.root, &f.session, "run-2"), "acquired run-2");
+}
+
+#[test]
 fn a_stale_lease_whose_tombstone_name_is_taken_stays_in_place_as_a_conflict() {
     let f = fixture();
     let holder = plant(&f, |o| o.pid = dead_pid());
