@@ -226,8 +226,7 @@ fn record_spawn_failure(config: &LaunchConfig, error: &str) {
 /// (status failed, proof not-started); give it the handshake's time to do
 /// so before judging the run ourselves.
 fn await_launcher_verdict(config: &LaunchConfig, signals: &mut Signals) {
-    let waits = config.revival.as_ref().map_or(0, |r| r.timeouts_ms.0);
-    let deadline = std::time::Instant::now() + Duration::from_millis(waits * 2 + 2_000);
+    let deadline = std::time::Instant::now() + verdict_wait(config);
     let queued = || {
         status::model::read_status(&config.run_dir)
             .ok()
@@ -236,10 +235,19 @@ fn await_launcher_verdict(config: &LaunchConfig, signals: &mut Signals) {
     };
     while queued() && std::time::Instant::now() < deadline {
         let tick = std::time::Instant::now() + Duration::from_millis(25);
-        if signals.wait(Some(tick.min(deadline))) == Ok(crate::procs::Wake::Stop) {
-            signals.defer_stop();
-        }
+        // The monitor acts on no stop request: it finishes the proof whatever
+        // happens. One read here is dropped; kept (`defer_stop`), it made
+        // every later wait return at once, and this loop spin.
+        let _ = signals.wait(Some(tick.min(deadline)));
     }
+}
+
+/// How long the launcher may take to record that verdict: its two
+/// handshake waits (ready, then acknowledged), and 2 s to end the runner
+/// and write.
+fn verdict_wait(config: &LaunchConfig) -> Duration {
+    let waits = config.revival.as_ref().map_or(0, |r| r.timeouts_ms.0);
+    Duration::from_millis(waits * 2 + 2_000)
 }
 
 #[cfg(test)]
@@ -279,6 +287,21 @@ mod tests {
         status.ended_at = Some(42);
         status.steps = Some(vec![started(100), Step::default(), started(300)]);
         status
+    }
+
+    #[test]
+    fn the_launcher_gets_both_its_handshake_waits_and_2_s_for_its_verdict() {
+        let mut config = crate::config::tests::launch_config(std::path::Path::new("/nonexistent"));
+        config.revival = Some(crate::config::RevivalConfig {
+            source_run_id: "r0".into(),
+            session_file: "/sessions/s.jsonl".into(),
+            lease_root: "/leases".into(),
+            token: "t".into(),
+            timeouts_ms: (3_000, 7),
+        });
+        assert_eq!(verdict_wait(&config), Duration::from_millis(8_000));
+        config.revival = None;
+        assert_eq!(verdict_wait(&config), Duration::from_millis(2_000));
     }
 
     #[test]

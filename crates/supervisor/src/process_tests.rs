@@ -19,8 +19,15 @@ use status::model::{RunStatus, read_status, write_status};
 
 use crate::config::{GroupConfig, LaunchConfig, StepConfig};
 
-/// Set in a copy that plays a process (read by `play_a_process_in_a_copy`).
+/// Set in a copy that plays a process (read by `play_a_process_in_a_copy`):
+/// the most seconds the copy may live.
 const CASE_ENV: &str = "SUBAGENTS_PROCESS_TEST";
+
+/// A copy's lifetime: five times the bound `finish` puts on a test's
+/// process. A copy outlives its test only when the test binary was killed
+/// (cargo-mutants ends a mutant's test run that way, and a runner leads a
+/// process group of its own, so nothing else ends it).
+const COPY_LIFETIME_S: u32 = 300;
 
 /// A copy that plays a process never reaches the test harness: this
 /// constructor runs before `main` and, when `SUBAGENTS_PROCESS_TEST` is set
@@ -32,6 +39,12 @@ const CASE_ENV: &str = "SUBAGENTS_PROCESS_TEST";
 /// reads them from a signalfd; blocking them here, before any thread
 /// exists, gives every thread the copy starts the same mask, as in the real
 /// binary.
+///
+/// The copy also arms `alarm` with the lifetime `SUBAGENTS_PROCESS_TEST`
+/// names (SIGALRM, neither blocked nor handled, ends it): a copy whose test
+/// binary was killed cannot run on for hours. A forked child starts with no
+/// alarm, so the runner a monitor copy spawns arms its own in this
+/// constructor, and a step's COMMAND has none.
 #[used]
 #[unsafe(link_section = ".init_array")]
 static PLAY_A_PROCESS_IN_A_COPY: extern "C" fn(libc::c_int, *const *const libc::c_char) =
@@ -39,7 +52,8 @@ static PLAY_A_PROCESS_IN_A_COPY: extern "C" fn(libc::c_int, *const *const libc::
 
 extern "C" fn play_a_process_in_a_copy(argc: libc::c_int, argv: *const *const libc::c_char) {
     // SAFETY: getenv with a static NUL-terminated name, before any thread exists.
-    if unsafe { libc::getenv(c"SUBAGENTS_PROCESS_TEST".as_ptr()) }.is_null() || argc < 2 {
+    let lifetime = unsafe { libc::getenv(c"SUBAGENTS_PROCESS_TEST".as_ptr()) };
+    if lifetime.is_null() || argc < 2 {
         return;
     }
     // SAFETY: glibc passes the process's argc and argv to `.init_array`
@@ -61,6 +75,14 @@ extern "C" fn play_a_process_in_a_copy(argc: libc::c_int, argv: *const *const li
         // What the Rust runtime does before `main`, which has not run yet.
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    // SAFETY: getenv returned a NUL-terminated string, unchanged since.
+    let seconds = unsafe { std::ffi::CStr::from_ptr(lifetime) }
+        .to_str()
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(COPY_LIFETIME_S);
+    // SAFETY: alarm(2) only arms this process's real-time timer.
+    unsafe { libc::alarm(seconds) };
     std::process::exit(main());
 }
 
@@ -131,6 +153,20 @@ impl Run {
         &self.config.run_dir
     }
 
+    /// Makes the run a revival whose runner exits before proceed: its
+    /// session file does not exist, so it gets no lease. The launcher's
+    /// handshake waits are `launcher_wait_ms` each.
+    fn revive(&mut self, launcher_wait_ms: u64) {
+        let root = self._root.path();
+        self.config.revival = Some(crate::config::RevivalConfig {
+            source_run_id: "run-src".into(),
+            session_file: root.join("gone-session.jsonl"),
+            lease_root: root.join("session-leases"),
+            token: "token-qz7".into(),
+            timeouts_ms: (launcher_wait_ms, 600_000),
+        });
+    }
+
     /// Writes the queued status the launcher writes before any process.
     fn queue(&self) {
         let queued = crate::transitions::queued(&self.config, None, None, status::now_ms());
@@ -157,7 +193,7 @@ impl Run {
         let mut command = Command::new(exe);
         command
             .args([role, &self.config.run_id, "--nocapture"])
-            .env(CASE_ENV, "1")
+            .env(CASE_ENV, COPY_LIFETIME_S.to_string())
             .current_dir(self.dir())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -523,7 +559,7 @@ fn a_runner_without_a_readable_config_exits_1() {
     let _serial = crate::procs::tests::serial();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["__runner", "run-qz7", "--nocapture"])
-        .env(CASE_ENV, "1")
+        .env(CASE_ENV, COPY_LIFETIME_S.to_string())
         .current_dir(run.dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -664,4 +700,126 @@ fn a_monitor_that_cannot_spawn_its_runner_fails_the_run_as_never_started() {
     );
     assert_eq!(s.process_terminal.as_ref().unwrap()["state"], "not-started");
     assert!(!run.dir().join("ran").exists());
+}
+
+/// Whether `pid` sleeps in poll(2), where `Signals::wait` waits; a process
+/// that spins, or waits elsewhere (`waitpid`), does not.
+fn sleeps_in_poll(pid: u32) -> bool {
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    let number = syscall
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<libc::c_long>().ok());
+    #[cfg(target_arch = "x86_64")]
+    let polls = [libc::SYS_poll, libc::SYS_ppoll];
+    #[cfg(not(target_arch = "x86_64"))]
+    let polls = [libc::SYS_ppoll];
+    number.is_some_and(|n| polls.contains(&n))
+}
+
+/// Whether a SIGTERM sent to `pid` has not been read yet.
+fn term_pending(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let bit = 1u64 << (libc::SIGTERM - 1);
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("ShdPnd:").or(l.strip_prefix("SigPnd:")))
+        .any(|mask| u64::from_str_radix(mask.trim(), 16).is_ok_and(|m| m & bit != 0))
+}
+
+#[test]
+fn a_revival_monitor_sleeps_until_the_launchers_verdict_even_when_asked_to_stop_and_keeps_it() {
+    // The launcher's waits are 10 min: only the verdict ends the monitor's wait.
+    let mut run = Run::new(&[("only", "touch ran")], vec![group(0, 1, 1, false)]);
+    run.revive(600_000);
+    let _serial = crate::procs::tests::serial();
+    run.queue();
+    let mut monitor = run.start("__monitor");
+    let pid = monitor.id();
+    // Sleeping in poll, the monitor is past its waitpid on the runner.
+    until("the monitor sleeps awaiting the verdict", || {
+        let exited = monitor.try_wait().unwrap();
+        assert!(exited.is_none(), "it did not wait: {:?}", run.status());
+        sleeps_in_poll(pid)
+    });
+    assert_eq!(run.status().state, RunState::Queued);
+    assert_eq!(proof_state(&run), None);
+    let startup = run.read("runner-startup.json");
+    assert!(startup.contains("\"error\""), "{startup}");
+
+    // A stop request neither ends the wait nor makes it spin.
+    // SAFETY: kill(2) to the monitor we started, a positive pid.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    until("the stop read and the monitor asleep again", || {
+        !term_pending(pid) && sleeps_in_poll(pid)
+    });
+    assert_eq!(run.status().state, RunState::Queued);
+    assert_eq!(proof_state(&run), None);
+
+    let verdict = "runner exited before proceed (the test's verdict)";
+    let binding = handshake::Binding {
+        run_id: run.config.run_id.clone(),
+        runner_process_instance_id: run.config.runner_process_instance_id.clone(),
+    };
+    handshake::persist_pre_proceed_failure(run.dir(), &binding, None, verdict).unwrap();
+    let (exit, stderr) = finish(monitor);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    // The monitor kept the launcher's verdict and proved the run over.
+    let s = run.status();
+    assert_eq!(s.state, RunState::Failed);
+    assert_eq!(s.error.as_deref(), Some(verdict));
+    assert_eq!(proof_state(&run), Some(status::proof::ProofState::Observed));
+    assert!(!run.dir().join("ran").exists());
+}
+
+#[test]
+fn a_revival_monitor_that_gets_no_verdict_judges_the_run_itself_after_the_launchers_time() {
+    // The launcher died before its verdict; with no handshake wait, the
+    // monitor gives it 2 s.
+    let mut run = Run::new(&[("only", "touch ran")], vec![group(0, 1, 1, false)]);
+    run.revive(0);
+    let _serial = crate::procs::tests::serial();
+    run.queue();
+    let (exit, stderr) = finish(run.start("__monitor"));
+    assert!(exit.success(), "{exit:?} {stderr}");
+    let s = run.status();
+    assert_eq!(s.state, RunState::Failed);
+    let error = s.error.unwrap_or_default();
+    assert!(
+        error.starts_with("Async runner process exited with exit code 1 before writing"),
+        "{error}"
+    );
+    assert_eq!(proof_state(&run), Some(status::proof::ProofState::Observed));
+    assert!(!run.dir().join("ran").exists());
+}
+
+#[test]
+fn a_copy_left_waiting_ends_by_itself_at_its_lifetime() {
+    use std::os::unix::process::ExitStatusExt;
+    // A runner copy with 1 s to live waits for a config that never comes.
+    let _serial = crate::procs::tests::serial();
+    let mut copy = Command::new(std::env::current_exe().unwrap())
+        .args(["__runner", "run-qz7", "--nocapture"])
+        .env(CASE_ENV, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _open = copy.stdin.take();
+    let (exit, stderr) = finish(copy);
+    assert_eq!(exit.signal(), Some(libc::SIGALRM), "{exit:?} {stderr}");
+}
+
+#[test]
+fn a_step_of_a_copy_starts_with_no_alarm() {
+    // perl's `alarm 0` prints what was left of its process's alarm.
+    let run = Run::new(
+        &[("probe", "perl -e 'print alarm 0'")],
+        vec![group(0, 1, 1, false)],
+    );
+    let (exit, stderr) = run_runner(&run);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    assert_eq!(run.status().state, RunState::Complete, "{stderr}");
+    assert_eq!(run.read("output-0.log"), "0");
 }
