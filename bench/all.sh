@@ -8,6 +8,7 @@
 #   floors    setsid /bin/true, subagents --version
 #   launch    run -- true, run --wait -- true (idle root before each)
 #   memory    RSS and PSS of a run's monitor + runner while its COMMAND sleeps
+#             (bench/memory.sh BIN [N]: the same for one build, N times)
 #   history   list, list --all, status, run -- true at HISTORIES finished runs
 #             (+1 active); peak RSS of list --all; the reference's
 #             listAsyncRuns+formatAsyncRunList on the same root, interleaved

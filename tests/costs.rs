@@ -2,7 +2,8 @@
 //! timed so they cannot flake on a busy machine: fsyncs per launch, files
 //! opened per listed run (none for a finished run with a warm listing
 //! index), no walk over `/proc`, `wait` woken by the monitor's exit through
-//! a pidfd, and a binary whose relocations stay packed.
+//! a pidfd, a binary whose relocations stay packed, and a monitor and a
+//! runner that give back their code pages before they wait.
 //!
 //! Each test runs the real binary under `strace -f` and counts system calls.
 //! Without a usable strace (not installed, or ptrace not permitted) a test
@@ -591,4 +592,29 @@ fn the_binary_packs_its_relative_relocations() {
         "{} RELA relocations left unpacked",
         rela / 24
     );
+}
+
+/// Before they wait, the monitor and the runner unmap the clean pages of
+/// their code and constants (`supervisor::idle`): without it the ~3 MiB
+/// per process that start-up mapped stay resident for the whole run
+/// (docs/benchmarks.md, "Memory").
+#[test]
+fn the_monitor_and_the_runner_release_their_code_pages_before_waiting() {
+    let env = Env::new();
+    let Some(trace) = traced(&env, "madvise,execve", &["run", "--wait", "--", "true"]) else {
+        return;
+    };
+    for role in ["__monitor", "__runner"] {
+        let pid = pid_of_role(&trace, role);
+        let released = calls(&trace, "madvise")
+            .into_iter()
+            .filter(|l| l.split_whitespace().next() == Some(pid))
+            .filter(|l| l.contains("MADV_DONTNEED") && l.ends_with("= 0"))
+            .count();
+        // At least the binary's code and its read-only data, and the C library's code.
+        assert!(
+            released >= 3,
+            "{role} released {released} mappings (at least 3):\n{trace}"
+        );
+    }
 }

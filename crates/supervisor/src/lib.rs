@@ -18,6 +18,8 @@
 //!   the final answer into `output-<i>.log`, the CLI's session into the status.
 //! * [`durable`] keeps state writes going through a full disk (retry with
 //!   backoff, space reserved for the step-end evidence).
+//! * [`idle`] gives back the monitor's and the runner's clean code pages
+//!   before they wait.
 //! * [`fault`] kills a named process at a named point (`SUBAGENTS_FAULT`),
 //!   for crash tests; off unless the variable is set.
 //!
@@ -29,6 +31,7 @@ pub mod agent_output;
 pub mod config;
 pub mod durable;
 pub mod fault;
+pub mod idle;
 pub mod monitor;
 pub mod observer;
 #[cfg(test)]

@@ -61,6 +61,7 @@ pub fn main() -> i32 {
         }
     };
     fault::when_step_started(&config.run_dir);
+    crate::idle::release_clean_file_pages();
     let (ended, mut reaped) = wait_for(runner);
     let closed_at = now_ms();
     let (_, more) = empty_group(

@@ -309,6 +309,7 @@ impl<'a> Execution<'a> {
         let mut active: Vec<usize> = Vec::new();
         let mut tripped = false;
         loop {
+            let mut started = false;
             while self.interruption.is_none() && !tripped && active.len() < group.concurrency.max(1)
             {
                 // A stop that arrived between steps must not let another one start.
@@ -319,6 +320,7 @@ impl<'a> Execution<'a> {
                 if self.start_step(step, index) {
                     fault::point(Point::DuringStep);
                     active.push(step);
+                    started = true;
                 } else if group.fail_fast {
                     tripped = true;
                     self.interrupt(&active, Interruption::FailFast);
@@ -326,6 +328,9 @@ impl<'a> Execution<'a> {
             }
             if active.is_empty() {
                 break;
+            }
+            if started {
+                crate::idle::release_clean_file_pages();
             }
             for step in self.wait_and_collect(&mut active) {
                 if !self.steps[step].succeeded() && group.fail_fast && !tripped {
