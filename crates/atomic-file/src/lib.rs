@@ -17,6 +17,8 @@
 //! * [`append_private`]: one `write` of a whole line to an `O_APPEND` file
 //!   (events.jsonl), created 0600.
 //! * [`ensure_private_dir`]: `mkdir -p` whose new components are 0700.
+//! * [`scratch_private`]: an unnamed 0600 file for data too large to hold
+//!   in memory, gone when closed.
 //! * [`read`]: the other direction: bounded reads that never follow a
 //!   symlink, never block on a FIFO and refuse anything but a regular file.
 //! * [`escape_path`] / [`escape`]: control characters in paths and ids
@@ -342,6 +344,42 @@ fn undo_partial(file: &File, before: Option<u64>, written: usize) {
     }
 }
 
+/// An unnamed private file (mode 0600, read and write) in `dir`, created
+/// 0700 if missing, for scratch data too large to hold in memory. Opened
+/// `O_TMPFILE`, so it never has a name and vanishes with its last
+/// descriptor, even when the process is killed; where the file system
+/// lacks `O_TMPFILE`, a new temp name removed again at once.
+pub fn scratch_private(dir: &Path) -> Result<File> {
+    ensure_private_dir(dir)?;
+    let unnamed = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir);
+    match unnamed {
+        Ok(file) => return Ok(file),
+        // Not supported here (the kernel or the file system): use a name.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+            ) => {}
+        Err(e) => return Err(Error::new("create a scratch file in", dir, e)),
+    }
+    let tmp = temp_path(&dir.join("scratch"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(|e| Error::new("create", &tmp, e))?;
+    fs::remove_file(&tmp).map_err(|e| Error::new("remove", &tmp, e))?;
+    Ok(file)
+}
+
 /// Removes `path`; a missing file is not an error.
 pub fn remove_if_exists(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
@@ -499,6 +537,24 @@ mod tests {
         append_private(&file, b"{\"b\":2}\n").unwrap();
         assert_eq!(fs::read_to_string(&file).unwrap(), "{\"a\":1}\n{\"b\":2}\n");
         assert_eq!(mode(&file), 0o600);
+    }
+
+    #[test]
+    fn a_scratch_file_is_private_unnamed_and_readable_back() {
+        use std::os::unix::fs::FileExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("scratch-dir");
+        let file = scratch_private(&dir).unwrap();
+        assert_eq!(mode(&dir), DIR_MODE);
+        assert_eq!(
+            file.metadata().unwrap().permissions().mode() & 0o777,
+            FILE_MODE
+        );
+        file.write_all_at(b"hello", 0).unwrap();
+        let mut back = [0u8; 5];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(&back, b"hello");
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "no name left");
     }
 
     #[test]

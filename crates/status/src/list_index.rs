@@ -20,7 +20,12 @@
 //! so a listing reads the file twice in blocks — once to check every row
 //! (keeping a few numbers per row that holds), once to copy the rows to
 //! the output, merged with the few rows read live — and a rewrite streams
-//! it a third time into the new file.
+//! it a third time into the new file. Nor does it grow with the rows read
+//! live: past [`SPILL_AT`] bytes their text (blocks and new records) goes
+//! to an unnamed scratch file in the index directory (see [`Spill`]), and
+//! only a few numbers per row stay in memory, so the first listing of a
+//! large history (no index yet, or one written by another build) holds no
+//! more than a warm one.
 //!
 //! The file lives beside `async-subagent-runs/`, not in it, so the
 //! reference (which takes every directory there for a run) never meets it.
@@ -72,6 +77,9 @@ const LINE_LIMIT: usize = 1 << 20;
 const BLOCK_LIMIT: usize = 16 << 20;
 /// How much of the index is read at once.
 const CHUNK: usize = 256 << 10;
+/// How much text of runs read live a listing holds in memory before it
+/// moves it to a scratch file (see [`Spill`]).
+pub const SPILL_AT: usize = 1 << 20;
 
 /// A status changed within this long before a listing started is read live
 /// and not indexed (see [`settled`]).
@@ -105,28 +113,31 @@ pub struct TextListing {
     names: Vec<String>,
     /// The index as checked (the same file even if replaced since).
     index: Option<(File, PathBuf)>,
-    kept: Vec<Kept>,
-    live: Vec<Live>,
-    arena: String,
+    kept: Vec<Row>,
+    live: Vec<Row>,
+    spill: Spill,
     len: usize,
 }
 
-/// A row of the index that still holds: where it lies in the file and its
-/// place in the listing.
+/// A row and its place in the listing: for a row of the index that still
+/// holds, where its record lies in the index; for a run read live, where
+/// its text lies in the [`Spill`] — its new record when it is indexed
+/// (`head > 0`), else its block alone.
 #[derive(Debug)]
-struct Kept {
+struct Row {
     rank: u8,
     time: u64,
     /// Index into the sorted run names.
     name: u32,
-    /// Where its record (head line, block, newline) starts.
+    /// Where its record (head line, block, newline) or lone block starts.
     at: u64,
+    /// The head line's length with its newline (0: a lone block).
     head: u32,
     block: u32,
     shown: bool,
 }
 
-impl Kept {
+impl Row {
     fn record(&self) -> Range<u64> {
         self.at..self.block().end + 1
     }
@@ -135,46 +146,31 @@ impl Kept {
         let start = self.at + u64::from(self.head);
         start..start + u64::from(self.block)
     }
-}
 
-/// A run read live: its block in the arena and, when it is indexed, its
-/// new record there too.
-#[derive(Debug)]
-struct Live {
-    rank: u8,
-    time: u64,
-    name: u32,
-    block: Range<usize>,
-    record: Option<Range<usize>>,
-    shown: bool,
+    /// Whether a live row has a new index record.
+    fn indexed(&self) -> bool {
+        self.head > 0
+    }
+
+    fn key(&self) -> Key {
+        (self.rank, Reverse(self.time), self.name)
+    }
 }
 
 /// Listing order: state rank, newest first, then name (names are indices
 /// into the sorted names, so their order is the names' order).
 type Key = (u8, Reverse<u64>, u32);
 
-impl Kept {
-    fn key(&self) -> Key {
-        (self.rank, Reverse(self.time), self.name)
-    }
-}
-
-impl Live {
-    fn key(&self) -> Key {
-        (self.rank, Reverse(self.time), self.name)
-    }
-}
-
-/// A row to emit, from the old index or from the arena.
+/// A row to emit, from the old index or from the spill.
 enum Item<'a> {
-    Kept(&'a Kept),
-    Live(&'a Live),
+    Kept(&'a Row),
+    Live(&'a Row),
 }
 
 /// `a` and `b` (each in listing order) merged into listing order.
 fn merged<'a>(
-    a: impl Iterator<Item = &'a Kept>,
-    b: impl Iterator<Item = &'a Live>,
+    a: impl Iterator<Item = &'a Row>,
+    b: impl Iterator<Item = &'a Row>,
 ) -> impl Iterator<Item = Item<'a>> {
     let (mut a, mut b) = (a.peekable(), b.peekable());
     std::iter::from_fn(move || match (a.peek(), b.peek()) {
@@ -206,11 +202,12 @@ impl TextListing {
         mut f: impl FnMut(&str) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let mut chunks = self.index.as_ref().map(|(file, _)| Chunks::new(file));
+        let mut buf = Vec::new();
         let shown_kept = self.kept.iter().filter(|k| k.shown);
         let shown_live = self.live.iter().filter(|l| l.shown);
         for item in merged(shown_kept, shown_live).take(self.len) {
             match item {
-                Item::Live(l) => f(&self.arena[l.block.clone()])?,
+                Item::Live(l) => f(self.spill.text(l.block(), &mut buf)?)?,
                 Item::Kept(k) => {
                     let (read, path) = (chunks.as_mut(), self.index.as_ref().map(|i| &i.1));
                     let (Some(chunks), Some(path)) = (read, path) else {
@@ -283,6 +280,111 @@ impl<'a> Chunks<'a> {
         }
         let from = (range.start - self.start) as usize;
         Ok(&self.buf[from..from + (range.end - range.start) as usize])
+    }
+}
+
+/// The text of the runs a listing reads live (their blocks, and their new
+/// index records), addressed by offset as if in one file: held in memory
+/// up to [`SPILL_AT`] bytes (a warm listing reads few runs live and never
+/// goes further), then moved to an unnamed private file in the index
+/// directory ([`atomic_file::scratch_private`]) and appended there in
+/// [`CHUNK`]s. So a listing that reads every run live holds a few numbers
+/// per run, not its text; the file goes with the listing (or its process).
+/// Where no scratch file can be made or written (a read-only root, a full
+/// disk) the rest of the text stays in memory, as it always did.
+#[derive(Debug, Default)]
+struct Spill {
+    /// Text not in the file (all of it while there is none).
+    held: Vec<u8>,
+    /// The scratch file and how much of the text it holds.
+    file: Option<(File, u64)>,
+    /// Where the scratch file goes; `None` once it failed.
+    dir: Option<PathBuf>,
+}
+
+impl Spill {
+    fn new(dir: PathBuf) -> Self {
+        Self {
+            dir: Some(dir),
+            ..Self::default()
+        }
+    }
+
+    /// How much of the text is in the file.
+    fn flushed(&self) -> u64 {
+        self.file.as_ref().map_or(0, |f| f.1)
+    }
+
+    /// The offset the next byte pushed gets.
+    fn len(&self) -> u64 {
+        self.flushed() + self.held.len() as u64
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.held.extend_from_slice(bytes);
+        let limit = if self.file.is_some() { CHUNK } else { SPILL_AT };
+        if self.held.len() < limit {
+            return;
+        }
+        if self.file.is_none()
+            && let Some(dir) = &self.dir
+        {
+            match atomic_file::scratch_private(dir) {
+                Ok(file) => self.file = Some((file, 0)),
+                Err(_) => self.dir = None,
+            }
+        }
+        self.flush();
+        if self.held.is_empty() && self.held.capacity() > 2 * CHUNK {
+            self.held = Vec::with_capacity(2 * CHUNK);
+        }
+    }
+
+    /// Moves the held text to the scratch file, unless there is none or it
+    /// failed (then the text stays held).
+    fn flush(&mut self) {
+        let Some((file, len)) = &mut self.file else {
+            return;
+        };
+        if self.dir.is_none() || self.held.is_empty() {
+            return;
+        }
+        match file.write_all_at(&self.held, *len) {
+            Ok(()) => {
+                *len += self.held.len() as u64;
+                self.held.clear();
+            }
+            Err(_) => self.dir = None,
+        }
+    }
+
+    /// The text at `range`: from memory, or read from the file into `buf`.
+    fn text<'a>(&'a self, range: Range<u64>, buf: &'a mut Vec<u8>) -> Result<&'a str> {
+        let flushed = self.flushed();
+        let read = |e| {
+            let dir = self.dir.as_deref().unwrap_or(Path::new(INDEX_DIR));
+            crate::io_err("read the listing's scratch file in", dir, e)
+        };
+        let held = |r: Range<u64>| {
+            let r = (r.start - flushed) as usize..(r.end - flushed) as usize;
+            self.held
+                .get(r)
+                .ok_or_else(|| read(io::ErrorKind::UnexpectedEof.into()))
+        };
+        let bytes = match &self.file {
+            Some((file, _)) if range.start < flushed => {
+                // A record may straddle the end of the file after a failed write.
+                let split = range.end.min(flushed);
+                buf.resize((split - range.start) as usize, 0);
+                file.read_exact_at(buf, range.start).map_err(read)?;
+                if range.end > flushed {
+                    buf.extend_from_slice(held(flushed..range.end)?);
+                }
+                &buf[..]
+            }
+            _ => held(range)?,
+        };
+        std::str::from_utf8(bytes).map_err(|e| read(io::Error::new(io::ErrorKind::InvalidData, e)))
     }
 }
 
@@ -463,7 +565,7 @@ struct Context<'a> {
 /// The rows of an index that still hold, from one pass over it.
 struct Checked {
     file: File,
-    kept: Vec<Kept>,
+    kept: Vec<Row>,
     covered: Vec<bool>,
     sessions: BTreeSet<String>,
     /// Rows in the file (all of them held when equal to `kept.len()`).
@@ -587,7 +689,7 @@ impl Checked {
         {
             self.sessions.insert(session.to_string());
         }
-        self.kept.push(Kept {
+        self.kept.push(Row {
             rank: head.rank,
             time: head.sort_time,
             name: i as u32,
@@ -632,7 +734,10 @@ pub fn list_text(
     text: &TextOptions<'_>,
 ) -> Result<TextListing> {
     let names = run_names(layout)?;
-    let mut out = TextListing::default();
+    let mut out = TextListing {
+        spill: Spill::new(layout.root().join(INDEX_DIR)),
+        ..TextListing::default()
+    };
     let Some(scan) = Scan::open(layout) else {
         return Ok(out);
     };
@@ -682,9 +787,11 @@ pub fn list_text(
                 read_live(&mut out, layout, &scan, options, text, i, name, indexable) == Some(true);
         }
     }
-    out.live.sort_by_key(Live::key);
+    out.spill.flush();
+    // Keys are unique (names are): no need for a stable sort's buffer.
+    out.live.sort_unstable_by_key(Row::key);
     if changed && let Some((dir, home)) = keys {
-        let any = !out.kept.is_empty() || out.live.iter().any(|l| l.record.is_some());
+        let any = !out.kept.is_empty() || out.live.iter().any(Row::indexed);
         if had_index || any {
             let _ = write_index(&path, dir, home, &renderer, &out);
         }
@@ -739,18 +846,28 @@ fn read_live(
     });
     let shown = keep(&summary, options);
     let hidden = summary.status.display_dismissed_at.is_some();
-    let record = alone.and_then(|a| new_record(&mut out.arena, name, &summary, a, &block, hidden));
-    let made = record.is_some();
-    let block_range = match &record {
-        // The block sits before the record's final newline.
-        Some(r) if !hidden => r.end - 1 - block.len()..r.end - 1,
-        _ if shown => {
-            let start = out.arena.len();
-            out.arena.push_str(&block);
-            start..out.arena.len()
-        }
-        _ => 0..0,
+    let head = alone.and_then(|a| record_head(name, &summary, a, &block, hidden));
+    let made = head.is_some();
+    // A row not shown and not indexed needs no text.
+    let body = if hidden || (!made && !shown) {
+        ""
+    } else {
+        &block
     };
+    let Ok(len) = u32::try_from(body.len()) else {
+        let e = io::Error::new(io::ErrorKind::InvalidData, "a listing row over 4 GiB");
+        let e = crate::io_err("render the listing row of", &dir, e);
+        out.unreadable.push(UnreadableRun::new(name, &dir, &e));
+        return None;
+    };
+    let at = out.spill.len();
+    if let Some(head) = &head {
+        out.spill.push(head.as_bytes());
+    }
+    out.spill.push(body.as_bytes());
+    if made {
+        out.spill.push(b"\n");
+    }
     if shown
         && let Some(session) = &summary.status.session_id
         && !out.sessions.contains(session)
@@ -758,28 +875,29 @@ fn read_live(
         out.sessions.insert(session.clone());
     }
     if shown || made {
-        out.live.push(Live {
+        out.live.push(Row {
             rank: state_rank(&summary.status),
             time: summary.status.sort_time(),
             name: i as u32,
-            block: block_range,
-            record,
+            at,
+            head: head.map_or(0, |h| h.len() as u32),
+            block: len,
             shown,
         });
     }
     Some(made)
 }
 
-/// Appends the index record of a run read live to `arena`: its head line,
-/// its block (none when hidden: never shown) and a newline.
-fn new_record(
-    arena: &mut String,
+/// The head line (with its newline) of the index record of a run read
+/// live; the record goes on with the block (none when hidden: never
+/// shown) and a newline. `None` when too long to index.
+fn record_head(
     name: &str,
     summary: &RunSummary,
     alone: Alone,
     block: &str,
     hidden: bool,
-) -> Option<Range<usize>> {
+) -> Option<String> {
     let text = if hidden { "" } else { block };
     let head = RowHead {
         name: Cow::Borrowed(name),
@@ -792,16 +910,12 @@ fn new_record(
         session: summary.status.session_id.as_deref().map(Cow::Borrowed),
         text: text.len(),
     };
-    let line = serde_json::to_string(&head).ok()?;
+    let mut line = serde_json::to_string(&head).ok()?;
     if line.len() >= LINE_LIMIT || text.len() > BLOCK_LIMIT {
         return None;
     }
-    let start = arena.len();
-    arena.push_str(&line);
-    arena.push('\n');
-    arena.push_str(text);
-    arena.push('\n');
-    Some(start..arena.len())
+    line.push('\n');
+    Some(line)
 }
 
 /// [`keep`]'s session filter for a row that is not hidden.
@@ -818,7 +932,7 @@ fn write_index(
     renderer: &str,
     listing: &TextListing,
 ) -> atomic_file::Result<()> {
-    let new = listing.live.iter().filter(|l| l.record.is_some());
+    let new = listing.live.iter().filter(|l| l.indexed());
     let header = Header {
         runs_dir: Cow::Borrowed(runs_dir),
         home: home.map(Cow::Borrowed),
@@ -827,6 +941,7 @@ fn write_index(
     };
     let header = serde_json::to_string(&header).unwrap_or_default();
     let mut chunks = listing.index.as_ref().map(|(file, _)| Chunks::new(file));
+    let mut buf = Vec::new();
     atomic_file::write_private_streamed(path, |out| {
         let mut sum = Sum::new();
         let mut put = |bytes: &[u8]| {
@@ -843,8 +958,8 @@ fn write_index(
                     None => return Err(io::ErrorKind::NotFound.into()),
                 },
                 Item::Live(l) => {
-                    let record = l.record.clone().unwrap_or_default();
-                    put(listing.arena[record].as_bytes())?;
+                    let record = listing.spill.text(l.record(), &mut buf);
+                    put(record.map_err(io::Error::other)?.as_bytes())?;
                 }
             }
         }

@@ -1,22 +1,27 @@
 //! `list --all` with a warm listing index streams the index: the heap it
 //! holds at its peak grows by a few small numbers per finished run (its
-//! name, where its row lies), never by the row's text. Counted by a global
-//! allocator that tracks the bytes in use, not by time.
+//! name, where its row lies), never by the row's text. So does the first
+//! listing, which reads every run live and builds the index: past
+//! `SPILL_AT` bytes the rows' text goes to a scratch file. Counted by a
+//! global allocator that tracks the bytes in use, not by time.
 
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::os::unix::fs::DirBuilderExt;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use status::Layout;
 use status::list::{Hooks, LISTING_FACTS, ListOptions};
-use status::list_index::{TextOptions, list_text};
+use status::list_index::{SPILL_AT, TextOptions, index_path, list_text};
 use status::model::{RunState, RunStatus, Step, write_status};
 
 struct Counting;
 
 static IN_USE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// The counters are global: one test measures at a time.
+static MEASURING: Mutex<()> = Mutex::new(());
 
 fn grew(by: usize) {
     let now = IN_USE.fetch_add(by, Ordering::SeqCst) + by;
@@ -56,8 +61,8 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// A root of `runs` finished runs with frozen listing facts, each row's
-/// block a few hundred bytes (a long working directory).
-fn root(runs: usize) -> (tempfile::TempDir, Layout) {
+/// block a little over `depth` × 5 bytes (a long working directory).
+fn root(runs: usize, depth: usize) -> (tempfile::TempDir, Layout) {
     let tmp = tempfile::tempdir().unwrap();
     let layout = Layout::new(tmp.path());
     let first = layout.run_dir("run-00000");
@@ -65,7 +70,7 @@ fn root(runs: usize) -> (tempfile::TempDir, Layout) {
     let mut status = RunStatus::new("run-00000", RunState::Complete);
     status.mode = Some("single".into());
     status.last_update = Some(1_000);
-    status.cwd = Some(format!("/work/{}", "deep/".repeat(60)));
+    status.cwd = Some(format!("/work/{}", "deep/".repeat(depth)));
     status.steps = Some(vec![Step {
         agent: "worker".into(),
         status: "complete".into(),
@@ -85,46 +90,103 @@ fn root(runs: usize) -> (tempfile::TempDir, Layout) {
     (tmp, layout)
 }
 
-/// The most heap in use above what was in use before, over a warm
-/// `list --all` that reads every row and hands out every block.
-fn peak_of_warm_listing(layout: &Layout, runs: usize) -> usize {
-    let options = ListOptions {
+fn options() -> ListOptions<'static> {
+    ListOptions {
         all: true,
         session: None,
         limit: None,
         reconcile: false,
         now: 5_000,
         hooks: Hooks::default(),
-    };
-    // Long after every status was written: every row settled.
-    let text = TextOptions {
+    }
+}
+
+/// Long after every status was written: every row settled (indexed).
+fn settled() -> TextOptions<'static> {
+    TextOptions {
         home: None,
         started: SystemTime::now() + Duration::from_secs(3600),
-    };
-    list_text(layout, &options, &text).unwrap();
+    }
+}
+
+/// Before any status was written: no row settled, none indexed.
+fn unsettled() -> TextOptions<'static> {
+    TextOptions {
+        home: None,
+        started: SystemTime::now() - Duration::from_secs(3600),
+    }
+}
+
+/// Every block of a listing, whole (outside any measurement).
+fn blocks(layout: &Layout, text: &TextOptions<'_>) -> Vec<String> {
+    list_text(layout, &options(), text)
+        .unwrap()
+        .blocks()
+        .unwrap()
+}
+
+/// The most heap in use above what was in use before, over one
+/// `list --all` that hands out every block; `indexed` of its rows came
+/// from the index. Returns the peak and a checksum of the blocks.
+fn peak_of_listing(
+    layout: &Layout,
+    text: &TextOptions<'_>,
+    runs: usize,
+    indexed: usize,
+) -> (usize, u64) {
     let base = IN_USE.load(Ordering::SeqCst);
     PEAK.store(base, Ordering::SeqCst);
-    let listing = list_text(layout, &options, &text).unwrap();
-    assert_eq!(listing.indexed, runs);
-    let (mut blocks, mut bytes) = (0, 0);
+    let listing = list_text(layout, &options(), text).unwrap();
+    assert_eq!(listing.indexed, indexed);
+    let (mut blocks, mut bytes, mut sum) = (0, 0, 0u64);
     listing
         .for_each_block(|b| {
             blocks += 1;
             bytes += b.len();
+            for byte in b.bytes() {
+                sum = sum.wrapping_mul(31).wrapping_add(u64::from(byte));
+            }
             Ok::<(), status::Error>(())
         })
         .unwrap();
     assert_eq!(blocks, runs);
     assert!(bytes > 300 * runs, "blocks of a few hundred bytes: {bytes}");
     drop(listing);
-    PEAK.load(Ordering::SeqCst) - base
+    (PEAK.load(Ordering::SeqCst) - base, sum)
+}
+
+/// [`peak_of_listing`] with a warm index (written by a listing before).
+fn peak_of_warm_listing(layout: &Layout, runs: usize) -> usize {
+    list_text(layout, &options(), &settled()).unwrap();
+    peak_of_listing(layout, &settled(), runs, runs).0
+}
+
+/// [`peak_of_listing`] of a listing with no index, which writes it; checks
+/// that it shows what the warm listing after it shows, from the index.
+fn peak_of_first_listing(layout: &Layout, runs: usize) -> usize {
+    let _ = std::fs::remove_file(index_path(layout));
+    let (peak, sum) = peak_of_listing(layout, &settled(), runs, 0);
+    let (_, warm) = peak_of_listing(layout, &settled(), runs, runs);
+    assert_eq!(
+        sum, warm,
+        "the first listing shows what the index then holds"
+    );
+    peak
+}
+
+/// [`peak_of_listing`] of a listing that indexes nothing (every status
+/// changed too recently): every block read live and shown.
+fn peak_of_unsettled_listing(layout: &Layout, runs: usize) -> usize {
+    let _ = std::fs::remove_file(index_path(layout));
+    peak_of_listing(layout, &unsettled(), runs, 0).0
 }
 
 #[test]
 fn a_warm_listing_holds_a_few_bytes_per_run_not_its_rows() {
+    let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let (few, many) = (400, 1600);
-    let (_a, small) = root(few);
-    let (_b, large) = root(many);
+    let (_a, small) = root(few, 60);
+    let (_b, large) = root(many, 60);
     let small = peak_of_warm_listing(&small, few);
     let large = peak_of_warm_listing(&large, many);
     let per_run = large.saturating_sub(small) / (many - few);
@@ -134,4 +196,43 @@ fn a_warm_listing_holds_a_few_bytes_per_run_not_its_rows() {
         per_run <= 200,
         "peak heap grew by {per_run} bytes per run ({small} at {few} runs, {large} at {many})"
     );
+}
+
+/// Per run, how much more heap the larger root's listing held at its peak.
+fn growth(small: usize, large: usize, few: usize, many: usize) -> usize {
+    large.saturating_sub(small) / (many - few)
+}
+
+#[test]
+fn a_first_listing_holds_a_few_bytes_per_run_not_its_rows() {
+    let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    // Blocks of ~2 KB, so both roots read more than 2 × SPILL_AT of rows
+    // live: the fixed cost of holding and spilling is in both peaks.
+    let depth = 400;
+    let few = 2 * SPILL_AT / 2000 + 100;
+    let many = 3 * few;
+    let (_a, small) = root(few, depth);
+    let (_b, large) = root(many, depth);
+    let (s, l) = (
+        peak_of_first_listing(&small, few),
+        peak_of_first_listing(&large, many),
+    );
+    let per_run = growth(s, l, few, many);
+    // A name and a row's place and sort key (under 100 bytes each with the
+    // vectors' slack); a new index record is over 2,000 bytes here.
+    assert!(
+        per_run <= 200,
+        "peak heap of a first listing grew by {per_run} bytes per run ({s} at {few} runs, {l} at {many})"
+    );
+    // The same when nothing can be indexed: the blocks alone spill.
+    let (s, l) = (
+        peak_of_unsettled_listing(&small, few),
+        peak_of_unsettled_listing(&large, many),
+    );
+    let per_run = growth(s, l, few, many);
+    assert!(
+        per_run <= 200,
+        "peak heap of an unindexed listing grew by {per_run} bytes per run ({s} at {few} runs, {l} at {many})"
+    );
+    assert_eq!(blocks(&large, &unsettled()), blocks(&large, &settled()));
 }

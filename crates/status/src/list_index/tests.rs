@@ -455,3 +455,79 @@ fn an_index_naming_a_run_twice_is_ignored() {
     assert_eq!((indexed, &blocks), (0, &live));
     assert_eq!(std::fs::read_to_string(index_path(&layout)).unwrap(), good);
 }
+
+/// Pushes pieces of growing text to `spill` and returns their ranges.
+fn fill(spill: &mut Spill, total: usize) -> Vec<(Range<u64>, String)> {
+    let mut pieces = Vec::new();
+    let mut i = 0;
+    while (spill.len() as usize) < total {
+        let piece = format!("row {i} {}", "x".repeat(i % 997));
+        let at = spill.len();
+        spill.push(piece.as_bytes());
+        pieces.push((at..spill.len(), piece));
+        i += 1;
+    }
+    spill.flush();
+    pieces
+}
+
+#[test]
+fn spilled_text_reads_back_as_pushed_and_leaves_no_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(INDEX_DIR);
+    let mut spill = Spill::new(dir.clone());
+    let pieces = fill(&mut spill, 3 * SPILL_AT);
+    assert!(spill.file.is_some(), "past SPILL_AT the text is in a file");
+    assert!(spill.held.is_empty());
+    let mut buf = Vec::new();
+    // In listing order, not the order pushed.
+    for (range, piece) in pieces.iter().rev() {
+        assert_eq!(spill.text(range.clone(), &mut buf).unwrap(), piece);
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn a_spill_that_cannot_make_its_file_holds_the_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A regular file where the index directory would go.
+    let blocker = tmp.path().join("not-a-dir");
+    std::fs::write(&blocker, b"").unwrap();
+    let mut spill = Spill::new(blocker.join(INDEX_DIR));
+    let pieces = fill(&mut spill, 2 * SPILL_AT);
+    assert!(spill.file.is_none());
+    let mut buf = Vec::new();
+    for (range, piece) in &pieces {
+        assert_eq!(spill.text(range.clone(), &mut buf).unwrap(), piece);
+    }
+}
+
+#[test]
+fn a_spill_whose_file_fails_to_write_holds_the_rest() {
+    use std::os::fd::AsRawFd;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spill = Spill::new(tmp.path().join(INDEX_DIR));
+    let mut pieces = fill(&mut spill, SPILL_AT + 1000);
+    // One piece straddles the end of the file: its start written, the
+    // rest pushed after the write that fails.
+    let at = spill.len();
+    spill.push(b"straddling ");
+    spill.flush();
+    let flushed = spill.flushed();
+    assert_eq!(flushed, spill.len());
+    // The same file, opened read-only: every later write fails (EBADF).
+    let (file, len) = spill.file.take().unwrap();
+    let fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+    spill.file = Some((std::fs::File::open(fd).unwrap(), len));
+    spill.push(b"piece");
+    spill.flush();
+    assert!(spill.dir.is_none(), "a failed write stops the spilling");
+    assert_eq!(spill.flushed(), flushed);
+    pieces.push((at..spill.len(), "straddling piece".into()));
+    pieces.extend(fill(&mut spill, 2 * SPILL_AT + CHUNK));
+    assert_eq!(spill.flushed(), flushed, "the rest is held");
+    let mut buf = Vec::new();
+    for (range, piece) in &pieces {
+        assert_eq!(spill.text(range.clone(), &mut buf).unwrap(), piece);
+    }
+}
