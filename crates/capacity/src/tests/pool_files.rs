@@ -763,3 +763,23 @@ fn an_owner_record_replaced_by_a_fifo_is_unreadable_without_blocking() {
     assert!(!snapshot.slots[0].readable);
     assert_eq!(snapshot.slots[0].run_id, None);
 }
+
+/// A pool directory that is a symlink (to a private directory elsewhere) is
+/// refused as a symlink, whatever the mode of what it points to.
+#[test]
+fn a_symlinked_pool_is_refused_as_a_symlink() {
+    let fx = Fixture::new();
+    drop(fx.acquire("run-a", 2));
+    let pool = fx.cap.pool_dir(SESSION);
+    let outside = tempfile::tempdir().unwrap();
+    let moved = outside.path().join("pool");
+    fs::rename(&pool, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &pool).unwrap();
+    let err = fx.cap.count(SESSION, Some(2)).unwrap_err();
+    assert!(matches!(err, CapacityError::Untrusted { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("'{}'", pool.display())) && text.contains("symbolic link"),
+        "{text}"
+    );
+}
