@@ -85,3 +85,35 @@ fn a_deferred_directory_sync_reports_its_failure_at_commit() {
     let err = defer_dir_sync(&gone).commit().unwrap_err();
     assert!(err.is_not_found(), "{err}");
 }
+
+/// An append neither follows a symlink planted in place of the file nor
+/// waits for a reader of a FIFO planted there; a device is refused too.
+#[test]
+fn an_append_never_follows_a_symlink_or_waits_on_a_fifo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("elsewhere.jsonl");
+    std::fs::write(&target, "").unwrap();
+    let link = tmp.path().join("events.jsonl");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let err = atomic_file::append_private(&link, b"{}\n").unwrap_err();
+    assert!(
+        err.to_string().starts_with("failed to open for append"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"");
+
+    let fifo = tmp.path().join("fifo.jsonl");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = atomic_file::append_private(&fifo, b"{}\n").unwrap_err();
+    assert!(
+        err.to_string().starts_with("failed to open for append"),
+        "{err}"
+    );
+
+    let err = atomic_file::append_private(Path::new("/dev/null"), b"{}\n").unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+}
