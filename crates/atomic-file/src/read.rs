@@ -851,6 +851,26 @@ mod tests {
         ));
     }
 
+    /// A `/proc` file exactly as long as the cap (a power of two, where the
+    /// growing buffer is full at exactly the cap) is read, not refused.
+    #[test]
+    fn a_proc_file_exactly_at_the_cap_is_read() {
+        // `cat - <57 bytes>`: a command line of 4 + 2 + 58 = 64 bytes.
+        let arg = "a".repeat(57);
+        let mut cat = Command::new("cat")
+            .args(["-", &arg])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let path = PathBuf::from(format!("/proc/{}/cmdline", cat.id()));
+        let read = read_file_capped(&path, 64);
+        drop(cat.stdin.take());
+        cat.wait().unwrap();
+        assert_eq!(read.unwrap(), format!("cat\0-\0{arg}\0").into_bytes());
+    }
+
     /// A file named on the command line: symlinks are followed, but a FIFO
     /// or a directory is refused at once and the size is capped.
     #[test]
