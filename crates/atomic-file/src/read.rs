@@ -865,6 +865,13 @@ mod tests {
             .spawn()
             .unwrap();
         let path = PathBuf::from(format!("/proc/{}/cmdline", cat.id()));
+        // The exec that `spawn` waited for sets the command line a moment
+        // after it closes the descriptors: until then it reads empty.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(&path).unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no command line");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let read = read_file_capped(&path, 64);
         drop(cat.stdin.take());
         cat.wait().unwrap();
