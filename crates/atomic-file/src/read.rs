@@ -790,6 +790,230 @@ mod tests {
         assert_eq!(crate::escape("a\nb\r\u{1b}[2J"), "a\\nb\\r\\u{1b}[2J");
     }
 
+    /// Only absence is `None`: a file that is there but cannot be read as
+    /// a state file is an error, not "missing".
+    #[test]
+    fn only_a_missing_file_is_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = read_optional(tmp.path()).unwrap_err();
+        assert!(!err.is_not_found(), "{err}");
+        assert!(
+            matches!(
+                err,
+                ReadError::NotRegular {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    /// Files of this user and root's are trusted, other users' are not.
+    #[test]
+    fn only_this_user_and_root_are_trusted_owners() {
+        // SAFETY: geteuid has no failure modes and no memory effects.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(effective_uid(), me);
+        assert!(trusted_owner(me) && trusted_owner(0));
+        let other = if me == 4242 { 4243 } else { 4242 };
+        assert!(!trusted_owner(other));
+    }
+
+    /// A file far larger than memory (sparse) is refused from its size,
+    /// never read or given a buffer.
+    #[test]
+    fn a_huge_sparse_file_is_refused_without_being_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        File::create(&file).unwrap().set_len(1 << 40).unwrap();
+        assert!(matches!(
+            read_file(&file).unwrap_err(),
+            ReadError::TooLarge {
+                size: 0x100_0000_0000,
+                limit: STATE_FILE_LIMIT,
+                ..
+            }
+        ));
+    }
+
+    /// `/proc` files report size 0 and are read to their end all the same.
+    #[test]
+    fn a_proc_file_is_read_whole_and_capped() {
+        let path = Path::new("/proc/self/cmdline");
+        let expected = std::fs::read(path).unwrap();
+        assert!(expected.len() > 3);
+        assert_eq!(read_file(path).unwrap(), expected);
+        let cap = expected.len() as u64 - 1;
+        assert!(matches!(
+            read_file_capped(path, cap).unwrap_err(),
+            ReadError::TooLarge { limit, .. } if limit == cap
+        ));
+    }
+
+    /// A `/proc` file exactly as long as the cap (a power of two, where the
+    /// growing buffer is full at exactly the cap) is read, not refused.
+    #[test]
+    fn a_proc_file_exactly_at_the_cap_is_read() {
+        // `cat - <57 bytes>`: a command line of 4 + 2 + 58 = 64 bytes.
+        let arg = "a".repeat(57);
+        let mut cat = Command::new("cat")
+            .args(["-", &arg])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let path = PathBuf::from(format!("/proc/{}/cmdline", cat.id()));
+        // The exec that `spawn` waited for sets the command line a moment
+        // after it closes the descriptors: until then it reads empty.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(&path).unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no command line");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let read = read_file_capped(&path, 64);
+        drop(cat.stdin.take());
+        cat.wait().unwrap();
+        assert_eq!(read.unwrap(), format!("cat\0-\0{arg}\0").into_bytes());
+    }
+
+    /// A file named on the command line: symlinks are followed, but a FIFO
+    /// or a directory is refused at once and the size is capped.
+    #[test]
+    fn input_files_follow_symlinks_and_refuse_fifos_and_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = tmp.path().join("spec.json");
+        std::fs::write(&spec, "{\"a\":1}").unwrap();
+        let link = tmp.path().join("link.json");
+        symlink(&spec, &link).unwrap();
+        assert_eq!(read_input_file(&link).unwrap(), b"{\"a\":1}");
+        let fifo = tmp.path().join("fifo.json");
+        mkfifo(&fifo);
+        assert!(matches!(
+            read_input_file(&fifo).unwrap_err(),
+            ReadError::NotRegular { kind: "FIFO", .. }
+        ));
+        assert!(matches!(
+            read_input_file(tmp.path()).unwrap_err(),
+            ReadError::NotRegular {
+                kind: "directory",
+                ..
+            }
+        ));
+        let big = tmp.path().join("big.json");
+        File::create(&big)
+            .unwrap()
+            .set_len(STATE_FILE_LIMIT + 1)
+            .unwrap();
+        assert!(matches!(
+            read_input_file(&big).unwrap_err(),
+            ReadError::TooLarge { .. }
+        ));
+    }
+
+    /// A socket cannot be opened (`ENXIO`): refused as not a regular file.
+    #[test]
+    fn a_socket_is_refused_as_not_a_regular_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("status.json");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let err = read_file(&path).unwrap_err();
+        assert!(matches!(err, ReadError::NotRegular { .. }), "{err}");
+    }
+
+    /// `open_regular` hands back the open file, and refuses what
+    /// `read_file` refuses.
+    #[test]
+    fn open_regular_opens_regular_files_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("events.jsonl");
+        std::fs::write(&log, "line\n").unwrap();
+        let mut text = String::new();
+        open_regular(&log)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "line\n");
+        let link = tmp.path().join("link");
+        symlink(&log, &link).unwrap();
+        assert!(matches!(
+            open_regular(&link).unwrap_err(),
+            ReadError::Symlink { .. }
+        ));
+        let fifo = tmp.path().join("fifo");
+        mkfifo(&fifo);
+        assert!(matches!(
+            open_regular(&fifo).unwrap_err(),
+            ReadError::NotRegular { kind: "FIFO", .. }
+        ));
+    }
+
+    /// A lock file's handle is not inherited by a program started while it
+    /// is open (`O_CLOEXEC`).
+    #[test]
+    fn a_lock_file_handle_is_not_inherited() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("pool.lock");
+        let lock = open_lock_file(&path).unwrap();
+        let out = Command::new("ls")
+            .args(["-l", "/proc/self/fd/"])
+            .output()
+            .unwrap();
+        drop(lock);
+        let listing = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && listing.contains("/proc/"),
+            "{listing}"
+        );
+        assert!(!listing.contains("pool.lock"), "{listing}");
+    }
+
+    /// Stamps and entry times are the file's own metadata, to the
+    /// nanosecond (change time) and the millisecond (modification time).
+    #[test]
+    fn stamps_and_entry_times_are_the_files_metadata() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("status.json");
+        std::fs::write(&file, "{}").unwrap();
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_234_567);
+        File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+        let handle = DirHandle::open(tmp.path()).unwrap();
+        assert_eq!(handle.path(), tmp.path());
+        assert_eq!(handle.stat("status.json").unwrap().modified_ms, 1_234_567);
+        let meta = std::fs::metadata(&file).unwrap();
+        let (bytes, stamp) = handle.read_file_stamped("status.json", 100).unwrap();
+        assert_eq!(bytes, b"{}");
+        assert_eq!(stamp, Stamp::of(&meta));
+        assert_eq!(handle.stamp("status.json").unwrap(), stamp);
+        assert_eq!(stamp.mtime, (1_234, 567_000_000));
+        assert_eq!(
+            stamp.ctime_ns(),
+            i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
+        );
+        assert!(matches!(
+            handle.read_file_stamped("status.json", 1).unwrap_err(),
+            ReadError::TooLarge { .. }
+        ));
+        // A regular file is not a directory to open.
+        assert!(DirHandle::open(&file).is_err());
+    }
+
+    #[test]
+    fn sizes_are_named_in_bytes_kib_or_mib() {
+        assert_eq!(human_size(900), "900 bytes");
+        assert_eq!(human_size(1023), "1023 bytes");
+        assert_eq!(human_size(1024), "1 KiB");
+        assert_eq!(human_size(1024 * 1024 - 1), "1023 KiB");
+        assert_eq!(human_size(1024 * 1024), "1 MiB");
+        assert_eq!(human_size(3 * 1024 * 1024 + 5), "3 MiB");
+    }
+
     #[test]
     fn missing_files_are_none_and_errors_stay_on_one_line() {
         let tmp = tempfile::tempdir().unwrap();

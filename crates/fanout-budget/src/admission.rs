@@ -529,4 +529,82 @@ mod tests {
         assert_eq!(temp_owner(".claim.0.x.tmp"), None);
         assert_eq!(temp_owner("000001.json"), None);
     }
+
+    /// The thread of this process named `admission-lock` once it sleeps in
+    /// `flock(2)` (its `/proc/self/task/<tid>/syscall` names the call only
+    /// while it is blocked in it).
+    fn blocked_lock_waiter() -> Option<i32> {
+        for task in fs::read_dir("/proc/self/task").ok()? {
+            let dir = task.ok()?.path();
+            let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            let call = fs::read_to_string(dir.join("syscall")).unwrap_or_default();
+            let number = call.split_whitespace().next().unwrap_or_default();
+            if comm.trim_end() == "admission-lock" && number == libc::SYS_flock.to_string() {
+                return dir.file_name()?.to_str()?.parse().ok();
+            }
+        }
+        None
+    }
+
+    static HANDLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    extern "C" fn count(_: libc::c_int) {
+        HANDLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A signal that interrupts the wait for the admission lock (a handler
+    /// installed without `SA_RESTART`: `flock` fails with `EINTR`) does not
+    /// end the wait: the claim still waits for the holder and is admitted.
+    #[test]
+    fn a_signal_during_the_lock_wait_does_not_fail_the_claim() {
+        use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+        let action = SigAction::new(
+            SigHandler::Handler(count),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        // SAFETY: the handler only bumps an atomic; no other test uses SIGUSR2.
+        unsafe { sigaction(Signal::SIGUSR2, &action) }.unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = budget(&tmp);
+        let holder = fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(budget.descriptor.directory.join(crate::LOCK_FILE))
+            .unwrap();
+        holder.lock().unwrap();
+        let result = thread::scope(|s| {
+            let claim = s.spawn(|| budget.claim(&["a"]));
+            let deadline = Instant::now() + std::time::Duration::from_secs(20);
+            let tid = loop {
+                if let Some(tid) = blocked_lock_waiter() {
+                    break tid;
+                }
+                assert!(Instant::now() < deadline, "no thread waits in flock");
+                thread::yield_now();
+            };
+            // SAFETY: tgkill with this process's id, a live thread of it,
+            // and a signal whose handler only counts.
+            let sent = unsafe { libc::tgkill(libc::getpid(), tid, libc::SIGUSR2) };
+            assert_eq!(sent, 0, "{}", io::Error::last_os_error());
+            // The handler ran, so flock returned EINTR; then the waiter is
+            // back in flock (or, with the retry gone, out of the wait).
+            while HANDLED.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline, "the signal was not handled");
+                thread::yield_now();
+            }
+            while blocked_lock_waiter().is_none() && !claim.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the waiter neither waits nor ends"
+                );
+                thread::yield_now();
+            }
+            holder.unlock().unwrap();
+            claim.join().unwrap()
+        });
+        assert_eq!(result.unwrap(), Snapshot::new(1, 3));
+    }
 }

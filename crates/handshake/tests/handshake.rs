@@ -207,6 +207,32 @@ fn happy_path_commits_and_leaves_no_handshake_files() {
     }
 }
 
+/// The points the launcher reached, recorded by this process's fault hook.
+static LAUNCHER_POINTS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Crash tests kill a side at the fault point `after-ack` through the hook
+/// the host installs: both sides call it once the ack is on disk, before
+/// the commit (here the hooks only record it).
+#[test]
+fn both_sides_call_the_installed_fault_hook_after_the_ack() {
+    handshake::install_fault_hook(|point| LAUNCHER_POINTS.lock().unwrap().push(point.into()));
+    let fx = Fixture::new();
+    let mut child = fx.spawn("follow-with-fault-hook");
+    run_launcher_side(
+        &fx.dir,
+        &fx.binding,
+        None,
+        Runner::Child(&mut child),
+        &patient(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(fx.dir.join("runner-reached-after-ack").exists());
+    let points = LAUNCHER_POINTS.lock().unwrap().clone();
+    assert!(points.iter().all(|p| p == "after-ack"), "{points:?}");
+    assert!(!points.is_empty());
+}
+
 #[test]
 fn stale_files_of_an_earlier_attempt_are_removed_before_spawn() {
     let fx = Fixture::new();
@@ -699,6 +725,13 @@ fn fake_runner() {
             Ok(()) => fs::write(dir.join("committed"), &token).unwrap(),
             Err(_) => std::process::exit(1),
         },
+        "follow-with-fault-hook" => {
+            handshake::install_fault_hook(|point| {
+                let dir = PathBuf::from(std::env::var(DIR).unwrap());
+                fs::write(dir.join(format!("runner-reached-{point}")), "").unwrap();
+            });
+            hs.startup(&owner).unwrap();
+        }
         "exit-before-ready" => std::process::exit(3),
         "lease-conflict" => {
             report_startup_failure(&dir, &binding, CONFLICT).unwrap();

@@ -724,3 +724,62 @@ fn untrusted_slots_and_owner_records_are_refused_when_read() {
     );
     drop(handle);
 }
+
+/// A slot directory its handle holds, swapped for a symlink to a copy
+/// elsewhere (same `owner.json`), is refused when the handle reads it: the
+/// rollback neither follows the link nor frees anything.
+#[test]
+fn a_held_slot_swapped_for_a_symlink_is_refused_not_followed() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 2);
+    let slot = handle.slot_dir().to_path_buf();
+    let outside = tempfile::tempdir().unwrap();
+    let planted = outside.path().join("slot");
+    fs::create_dir(&planted).unwrap();
+    fs::copy(slot.join("owner.json"), planted.join("owner.json")).unwrap();
+    let kept = slot.with_file_name("kept");
+    fs::rename(&slot, &kept).unwrap();
+    std::os::unix::fs::symlink(&planted, &slot).unwrap();
+    let err = handle.rollback().unwrap_err();
+    assert!(matches!(err, CapacityError::Untrusted { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&format!("'{}'", slot.display())),
+        "{err}"
+    );
+    assert!(slot.is_symlink() && planted.join("owner.json").exists());
+}
+
+/// A FIFO in place of `owner.json` is an unreadable record (the slot still
+/// counts), found without waiting for a writer.
+#[test]
+fn an_owner_record_replaced_by_a_fifo_is_unreadable_without_blocking() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 2);
+    let owner = handle.slot_dir().join("owner.json");
+    fs::remove_file(&owner).unwrap();
+    nix::unistd::mkfifo(&owner, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let snapshot = fx.cap.count(SESSION, Some(2)).unwrap();
+    assert_eq!(snapshot.used, 1);
+    assert!(!snapshot.slots[0].readable);
+    assert_eq!(snapshot.slots[0].run_id, None);
+}
+
+/// A pool directory that is a symlink (to a private directory elsewhere) is
+/// refused as a symlink, whatever the mode of what it points to.
+#[test]
+fn a_symlinked_pool_is_refused_as_a_symlink() {
+    let fx = Fixture::new();
+    drop(fx.acquire("run-a", 2));
+    let pool = fx.cap.pool_dir(SESSION);
+    let outside = tempfile::tempdir().unwrap();
+    let moved = outside.path().join("pool");
+    fs::rename(&pool, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &pool).unwrap();
+    let err = fx.cap.count(SESSION, Some(2)).unwrap_err();
+    assert!(matches!(err, CapacityError::Untrusted { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("'{}'", pool.display())) && text.contains("symbolic link"),
+        "{text}"
+    );
+}
