@@ -279,6 +279,19 @@ fn a_lease_directory_others_could_have_planted_is_unreadable_and_blocks_the_sess
 }
 
 #[test]
+fn a_lease_that_cannot_be_looked_at_is_unreadable_not_free() {
+    // Only "nothing at that name" is free; here the lease root is a file,
+    // so looking up the lease fails with ENOTDIR.
+    let f = fixture();
+    fs::write(&f.root, "not a directory").unwrap();
+    assert_eq!(
+        inspect_lease(&f.root, &f.session).unwrap().state,
+        LeaseState::Unreadable
+    );
+    assert!(acquire_lease(&f.root, &request(&f.session, "run-1")).is_err());
+}
+
+#[test]
 fn a_stale_lease_whose_tombstone_name_is_taken_stays_in_place_as_a_conflict() {
     let f = fixture();
     let holder = plant(&f, |o| o.pid = dead_pid());
