@@ -455,3 +455,50 @@ fn an_index_naming_a_run_twice_is_ignored() {
     assert_eq!((indexed, &blocks), (0, &live));
     assert_eq!(std::fs::read_to_string(index_path(&layout)).unwrap(), good);
 }
+
+/// The index with its first row's head line padded (JSON whitespace) to
+/// `len` bytes before its newline, checksum recomputed.
+fn with_first_head_of(good: &str, len: usize) -> String {
+    let lines: Vec<&str> = good.split_inclusive('\n').collect();
+    let head = lines[2].trim_end_matches('\n');
+    assert!(
+        head.starts_with("{\"name\"") && head.ends_with('}'),
+        "{head}"
+    );
+    let pad = " ".repeat(len - head.len());
+    let padded = format!("{}{pad}}}\n", &head[..head.len() - 1]);
+    assert_eq!(padded.len(), len + 1);
+    let mut body = String::new();
+    for (i, line) in lines[..lines.len() - 1].iter().enumerate() {
+        body.push_str(if i == 2 { &padded } else { line });
+    }
+    let mut sum = Sum::new();
+    sum.update(body.as_bytes());
+    format!("{body}end {:016x}\n", sum.finish())
+}
+
+#[test]
+fn a_row_line_of_the_longest_length_is_read_and_a_longer_one_is_not() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    let good = std::fs::read_to_string(index_path(&layout)).unwrap();
+    for (len, indexed) in [(LINE_LIMIT, 3), (LINE_LIMIT + 1, 0)] {
+        let forged = with_first_head_of(&good, len);
+        atomic_file::write_private(&index_path(&layout), forged.as_bytes()).unwrap();
+        let (blocks, n) = listed(&layout, &later());
+        assert_eq!((n, &blocks), (indexed, &live), "a line of {len} bytes");
+    }
+}
+
+#[test]
+fn a_run_whose_row_line_would_be_too_long_is_read_live_and_the_others_indexed() {
+    let (_tmp, layout) = root_with_runs();
+    let mut long = frozen(&layout, "f-long-session", RunState::Complete, 5);
+    long.session_id = Some("s".repeat(LINE_LIMIT));
+    write_status(&layout.run_dir("f-long-session"), &long).unwrap();
+    let live = without_index(&layout);
+    assert_eq!(live.len(), 6);
+    assert_eq!(header_rows(&layout), 3, "the long row is not written");
+    let (warm, indexed) = listed(&layout, &later());
+    assert_eq!((indexed, &warm), (3, &live));
+}
