@@ -319,6 +319,9 @@ fn live_run(layout: &Layout, id: &str, state: RunState) {
     write_status(&dir, &RunStatus::new(id, state)).unwrap();
 }
 
+/// A change made to a file through a handle of its own.
+type InPlace<'a> = dyn Fn(&mut std::fs::File) + 'a;
+
 #[test]
 fn an_index_changed_in_place_after_its_check_ends_the_listing_with_an_error() {
     use std::io::{Seek, SeekFrom, Write};
@@ -334,7 +337,7 @@ fn an_index_changed_in_place_after_its_check_ends_the_listing_with_an_error() {
     let rows_at = text.find('\n').unwrap() + 1;
     let rows_at = rows_at + text[rows_at..].find('\n').unwrap() + 1;
     let block_at = rows_at + text[rows_at..].find('\n').unwrap() + 1;
-    let changes: [(&str, &dyn Fn(&mut std::fs::File)); 3] = [
+    let changes: [(&str, &InPlace<'_>); 3] = [
         ("cut after its header", &|f| {
             f.set_len(rows_at as u64).unwrap()
         }),
