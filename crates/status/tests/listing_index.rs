@@ -69,7 +69,8 @@ fn an_index_of_a_few_mebibytes_is_read() {
     assert!(size > 2 * 1024 * 1024, "{size}");
     let (warm, indexed) = listed(&layout);
     assert_eq!(indexed, 24, "every row taken from the index");
-    assert_eq!(warm, live);
+    // Not assert_eq!: a failure would print megabytes of blocks.
+    assert!(warm == live, "the blocks differ from a live listing's");
 }
 
 /// The index's checksum (version 2): FNV-1a's multiply over 8-byte
@@ -309,4 +310,168 @@ fn an_intact_index_whose_row_is_shorter_than_its_block_is_rebuilt() {
     let (blocks, indexed) = listed(&layout);
     assert_eq!((indexed, &blocks), (0, &live));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), good, "rebuilt");
+}
+
+/// A run that is read live at every listing: `state` (active, or finished
+/// without frozen facts).
+fn live_run(layout: &Layout, id: &str, state: RunState) {
+    let dir = layout.run_dir(id);
+    atomic_file::ensure_private_dir(&dir).unwrap();
+    write_status(&dir, &RunStatus::new(id, state)).unwrap();
+}
+
+/// A change made to a file through a handle of its own.
+type InPlace<'a> = dyn Fn(&mut std::fs::File) + 'a;
+
+#[test]
+fn an_index_changed_in_place_after_its_check_ends_the_listing_with_an_error() {
+    use std::io::{Seek, SeekFrom, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "a", Some("boom".into()));
+    frozen(&layout, "b", None);
+    live_run(&layout, "c-running", RunState::Running);
+    let (live, _) = listed(&layout);
+    let path = index_path(&layout);
+    let good = std::fs::read(&path).unwrap();
+    let text = String::from_utf8(good.clone()).unwrap();
+    let rows_at = text.find('\n').unwrap() + 1;
+    let rows_at = rows_at + text[rows_at..].find('\n').unwrap() + 1;
+    let block_at = rows_at + text[rows_at..].find('\n').unwrap() + 1;
+    let last_head = text.rfind("{\"name\":").unwrap();
+    let last_block_at = last_head + text[last_head..].find('\n').unwrap() + 1;
+    let changes: [(&str, &InPlace<'_>); 3] = [
+        ("cut after its header", &|f| {
+            f.set_len(rows_at as u64).unwrap()
+        }),
+        ("cut inside its last block", &|f| {
+            f.set_len(last_block_at as u64 + 4).unwrap()
+        }),
+        ("a block no longer UTF-8", &|f| {
+            f.seek(SeekFrom::Start(block_at as u64)).unwrap();
+            f.write_all(b"\xff\xfe").unwrap();
+        }),
+    ];
+    for (what, change) in changes {
+        atomic_file::write_private(&path, &good).unwrap();
+        let listing = list_text(&layout, &options(), &later()).unwrap();
+        assert_eq!(listing.indexed, 2, "{what}");
+        assert_eq!((listing.len(), listing.is_empty()), (3, false), "{what}");
+        assert_eq!(listing.blocks().unwrap(), live, "{what}: before the change");
+        // Changed in place by another program (the same inode): the file
+        // checked no longer reads back as checked.
+        change(&mut std::fs::File::options().write(true).open(&path).unwrap());
+        let err = listing.blocks().unwrap_err().to_string();
+        assert!(
+            err.starts_with("failed to read the listing index"),
+            "{what}: {err}"
+        );
+        assert!(err.contains(&path.display().to_string()), "{what}: {err}");
+    }
+}
+
+#[test]
+fn a_row_larger_than_a_read_chunk_is_taken_from_the_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // 300 KiB: more than the 256 KiB read at once.
+    frozen(&layout, "big", Some("y".repeat(300 * 1024)));
+    frozen(&layout, "small", None);
+    let (live, _) = listed(&layout);
+    assert!(live.iter().any(|b| b.len() > 300 * 1024));
+    let (warm, indexed) = listed(&layout);
+    assert_eq!(indexed, 2);
+    assert!(warm == live, "the blocks differ from a live listing's");
+}
+
+#[test]
+fn a_run_frozen_after_the_index_was_written_is_indexed_and_live_runs_cause_no_rewrite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    frozen(&layout, "a", None);
+    live_run(&layout, "b-running", RunState::Running);
+    live_run(&layout, "c-unfrozen", RunState::Complete);
+    let path = index_path(&layout);
+    let (live, _) = listed(&layout);
+    let written = inode(&path);
+    let (warm, indexed) = listed(&layout);
+    assert_eq!((indexed, &warm), (1, &live));
+    assert_eq!(
+        inode(&path),
+        written,
+        "runs read live add no row: not rewritten"
+    );
+    // A run frozen after the index was written: its row is added.
+    frozen(&layout, "d", None);
+    let (with_d, indexed) = listed(&layout);
+    assert_eq!((with_d.len(), indexed), (4, 1));
+    assert_ne!(inode(&path), written, "a row added: rewritten");
+    let (warm, indexed) = listed(&layout);
+    assert_eq!((indexed, &warm), (2, &with_d));
+}
+
+#[test]
+fn a_damaged_index_is_rewritten_even_when_no_run_is_indexed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    live_run(&layout, "a-running", RunState::Running);
+    let path = index_path(&layout);
+    atomic_file::ensure_private_dir(path.parent().unwrap()).unwrap();
+    atomic_file::write_private(&path, b"subagents-listing-index 2\n{damaged").unwrap();
+    let (blocks, indexed) = listed(&layout);
+    assert_eq!((blocks.len(), indexed), (1, 0));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[1].contains("\"rows\":0"), "{text}");
+    let body_len = text.len() - lines[2].len() - 1;
+    assert_eq!(
+        lines[2],
+        format!("end {:016x}", fnv(&text.as_bytes()[..body_len]))
+    );
+}
+
+#[test]
+fn the_checksum_written_is_the_one_the_format_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // Rows of several lengths, so that lines and blocks start at every
+    // offset within an 8-byte word.
+    for (i, id) in ["a", "bb", "ccc", "dddd", "eeeee", "f", "g", "h"]
+        .iter()
+        .enumerate()
+    {
+        frozen(&layout, id, Some("e".repeat(i)));
+    }
+    listed(&layout);
+    let text = std::fs::read_to_string(index_path(&layout)).unwrap();
+    let body_end = text.trim_end_matches('\n').rfind('\n').unwrap() + 1;
+    assert_eq!(
+        &text[body_end..],
+        format!("end {:016x}\n", fnv(&text.as_bytes()[..body_end]))
+    );
+}
+
+#[test]
+fn an_index_repeating_a_row_of_a_deleted_run_is_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    for id in ["a", "b", "c"] {
+        frozen(&layout, id, None);
+    }
+    listed(&layout);
+    let path = index_path(&layout);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_dir_all(layout.run_dir("c")).unwrap();
+    let (live, _) = listed(&layout);
+    // The last row (run c's, gone), head line and block, twice: the same
+    // name under the same rank and time.
+    let body_end = text.trim_end_matches('\n').rfind('\n').unwrap() + 1;
+    let last_row = text[..body_end].rfind("{\"name\":\"c\"").unwrap();
+    let row = &text[last_row..body_end];
+    let body = format!("{}{row}", &text[..body_end]).replacen("\"rows\":3", "\"rows\":4", 1);
+    let forged = format!("{body}end {:016x}\n", fnv(body.as_bytes()));
+    atomic_file::write_private(&path, forged.as_bytes()).unwrap();
+    let (blocks, indexed) = listed(&layout);
+    assert_eq!((indexed, &blocks), (0, &live));
 }

@@ -531,3 +531,145 @@ fn a_spill_whose_file_fails_to_write_holds_the_rest() {
         assert_eq!(spill.text(range.clone(), &mut buf).unwrap(), piece);
     }
 }
+
+/// The index with its first row's head line padded (JSON whitespace) to
+/// `len` bytes before its newline, checksum recomputed.
+fn with_first_head_of(good: &str, len: usize) -> String {
+    let lines: Vec<&str> = good.split_inclusive('\n').collect();
+    let head = lines[2].trim_end_matches('\n');
+    assert!(
+        head.starts_with("{\"name\"") && head.ends_with('}'),
+        "{head}"
+    );
+    let pad = " ".repeat(len - head.len());
+    let padded = format!("{}{pad}}}\n", &head[..head.len() - 1]);
+    assert_eq!(padded.len(), len + 1);
+    let mut body = String::new();
+    for (i, line) in lines[..lines.len() - 1].iter().enumerate() {
+        body.push_str(if i == 2 { &padded } else { line });
+    }
+    let mut sum = Sum::new();
+    sum.update(body.as_bytes());
+    format!("{body}end {:016x}\n", sum.finish())
+}
+
+#[test]
+fn a_row_line_of_the_longest_length_is_read_and_a_longer_one_is_not() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    let good = std::fs::read_to_string(index_path(&layout)).unwrap();
+    for (len, indexed) in [(LINE_LIMIT, 3), (LINE_LIMIT + 1, 0)] {
+        let forged = with_first_head_of(&good, len);
+        atomic_file::write_private(&index_path(&layout), forged.as_bytes()).unwrap();
+        let (blocks, n) = listed(&layout, &later());
+        assert_eq!((n, &blocks), (indexed, &live), "a line of {len} bytes");
+    }
+}
+
+#[test]
+fn a_run_whose_row_line_would_be_too_long_is_read_live_and_the_others_indexed() {
+    let (_tmp, layout) = root_with_runs();
+    let mut long = frozen(&layout, "f-long-session", RunState::Complete, 5);
+    long.session_id = Some("s".repeat(LINE_LIMIT));
+    write_status(&layout.run_dir("f-long-session"), &long).unwrap();
+    let live = without_index(&layout);
+    assert_eq!(live.len(), 6);
+    assert_eq!(header_rows(&layout), 3, "the long row is not written");
+    let (warm, indexed) = listed(&layout, &later());
+    assert_eq!((indexed, &warm), (3, &live));
+}
+
+/// The checksum as the format defines it, over the whole text at once.
+fn reference_sum(bytes: &[u8]) -> u64 {
+    let mix = |state: u64, word: u64| {
+        let h = (state ^ word).wrapping_mul(0x0100_0000_01b3);
+        h ^ (h >> 32)
+    };
+    let state = bytes.chunks(8).fold(0xcbf2_9ce4_8422_2325, |state, chunk| {
+        let mut word = [0; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        mix(state, u64::from_le_bytes(word))
+    });
+    mix(state, bytes.len() as u64)
+}
+
+#[test]
+fn the_checksum_is_the_same_whatever_the_pieces_it_is_fed_in() {
+    let text: Vec<u8> = (0..40u8).map(|b| b.wrapping_mul(37) ^ 0x5a).collect();
+    for len in 0..=text.len() {
+        let bytes = &text[..len];
+        let want = reference_sum(bytes);
+        // Whole, then cut in two anywhere, then in three anywhere.
+        let mut sum = Sum::new();
+        sum.update(bytes);
+        assert_eq!(sum.finish(), want, "length {len}");
+        for a in 0..=len {
+            let mut sum = Sum::new();
+            sum.update(&bytes[..a]);
+            sum.update(&bytes[a..]);
+            assert_eq!(sum.finish(), want, "length {len} cut at {a}");
+            for b in a..=len {
+                let mut sum = Sum::new();
+                for piece in [&bytes[..a], &bytes[a..b], &bytes[b..]] {
+                    sum.update(piece);
+                }
+                assert_eq!(sum.finish(), want, "length {len} cut at {a} and {b}");
+            }
+        }
+    }
+    assert_ne!(reference_sum(b""), reference_sum(&[0]), "the length counts");
+}
+
+#[test]
+fn a_dismissed_run_with_a_long_error_is_indexed_hidden() {
+    let (_tmp, layout) = root_with_runs();
+    // Read live first (its name sorts first), its record alone in the
+    // arena: a block longer than the record that holds no block.
+    let mut dismissed = frozen(&layout, "0-dismissed", RunState::Failed, 60);
+    dismissed.display_dismissed_at = Some(70);
+    dismissed.error = Some("e".repeat(4096));
+    write_status(&layout.run_dir("0-dismissed"), &dismissed).unwrap();
+    let live = without_index(&layout);
+    assert_eq!(live.len(), 5, "not shown");
+    assert_eq!(header_rows(&layout), 4, "indexed, hidden");
+    let text = std::fs::read_to_string(index_path(&layout)).unwrap();
+    assert!(!text.contains("eeee"), "a hidden row holds no block");
+    let (warm, indexed) = listed(&layout, &later());
+    assert_eq!((indexed, &warm), (4, &live));
+}
+
+/// Run `id` (frozen, failed) whose one step has a context of `context`
+/// bytes, with an error of `error` bytes. The block shows the context
+/// twice (the run's and the step's) and the error once, so it can be
+/// longer than the status file, which is capped at 16 MiB.
+fn with_context_and_error(layout: &Layout, id: &str, context: usize, error: usize) {
+    let mut status = frozen(layout, id, RunState::Failed, 10);
+    let step = &mut status.steps.as_mut().unwrap()[0];
+    step.extra
+        .insert("context".into(), serde_json::json!("c".repeat(context)));
+    status.error = Some("x".repeat(error));
+    write_status(&layout.run_dir(id), &status).unwrap();
+}
+
+#[test]
+fn a_block_of_the_longest_length_is_indexed_and_a_longer_one_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    with_context_and_error(&layout, "a-at-limit", 1, 1);
+    let one = listed(&layout, &later()).0[0].len();
+    // Each byte of context adds two to the block, each byte of error one.
+    let context = BLOCK_LIMIT / 2 - 4096;
+    let error = BLOCK_LIMIT - one - 2 * (context - 1) + 1;
+    with_context_and_error(&layout, "a-at-limit", context, error);
+    // The same length of name: the name is shown twice too.
+    with_context_and_error(&layout, "b-past-lim", context, error + 1);
+    frozen(&layout, "c-small", RunState::Complete, 5);
+    let live = without_index(&layout);
+    let lengths: Vec<usize> = live.iter().map(String::len).collect();
+    assert_eq!(lengths[..2], [BLOCK_LIMIT, BLOCK_LIMIT + 1]);
+    assert_eq!(header_rows(&layout), 2, "the longer block is not written");
+    let (warm, indexed) = listed(&layout, &later());
+    assert_eq!(indexed, 2);
+    // Not assert_eq!: a failure would print 64 MiB of blocks.
+    assert!(warm == live, "the blocks differ from a live listing's");
+}
