@@ -488,6 +488,35 @@ fn spilled_text_reads_back_as_pushed_and_leaves_no_file() {
 }
 
 #[test]
+fn a_spill_moves_its_text_to_the_file_at_spill_at_then_every_chunk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spill = Spill::new(tmp.path().join(INDEX_DIR));
+    spill.push("a".repeat(SPILL_AT - 1).as_bytes());
+    spill.flush();
+    assert!(
+        spill.file.is_none(),
+        "under SPILL_AT a listing makes no file"
+    );
+    assert_eq!(spill.held.len(), SPILL_AT - 1);
+    spill.push(b"b");
+    assert!(spill.file.is_some(), "at SPILL_AT the text goes to a file");
+    assert_eq!((spill.flushed(), spill.held.len()), (SPILL_AT as u64, 0));
+    assert!(
+        spill.held.capacity() <= 2 * CHUNK,
+        "the buffer that held SPILL_AT is let go"
+    );
+    spill.push(&vec![b'c'; CHUNK - 1]);
+    assert_eq!(spill.flushed(), SPILL_AT as u64, "then held up to a CHUNK");
+    spill.push(b"d");
+    let end = (SPILL_AT + CHUNK) as u64;
+    assert_eq!((spill.flushed(), spill.len()), (end, end));
+    let mut buf = Vec::new();
+    let at = SPILL_AT as u64;
+    assert_eq!(spill.text(at - 2..at + 1, &mut buf).unwrap(), "abc");
+    assert_eq!(spill.text(end - 2..end, &mut buf).unwrap(), "cd");
+}
+
+#[test]
 fn a_spill_that_cannot_make_its_file_holds_the_text() {
     let tmp = tempfile::tempdir().unwrap();
     // A regular file where the index directory would go.
