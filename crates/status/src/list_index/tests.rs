@@ -303,6 +303,21 @@ fn a_listing_with_a_limit_or_a_session_takes_rows_in_order() {
     assert_eq!(listing.indexed, 3, "the rows held; none is shown");
 }
 
+#[test]
+fn runs_indexed_by_a_listing_that_shows_none_of_them_keep_their_blocks() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    std::fs::remove_file(index_path(&layout)).unwrap();
+    let mut opts = options();
+    opts.session = Some("nobody".into());
+    let listing = list_text(&layout, &opts, &later()).unwrap();
+    assert!(listing.is_empty());
+    assert_eq!(header_rows(&layout), 3, "the frozen runs are indexed");
+    let (warm, indexed) = listed(&layout, &later());
+    assert_eq!(indexed, 3, "their rows hold");
+    assert_eq!(warm, live);
+}
+
 /// A frozen run with a fan-out budget of 4 of which `used` are claimed,
 /// its claims in `claims`, its descriptor written before the freeze.
 fn budgeted(layout: &Layout, id: &str, claims: &Path, used: u64) {
