@@ -303,6 +303,21 @@ fn a_listing_with_a_limit_or_a_session_takes_rows_in_order() {
     assert_eq!(listing.indexed, 3, "the rows held; none is shown");
 }
 
+#[test]
+fn runs_indexed_by_a_listing_that_shows_none_of_them_keep_their_blocks() {
+    let (_tmp, layout) = root_with_runs();
+    let live = without_index(&layout);
+    std::fs::remove_file(index_path(&layout)).unwrap();
+    let mut opts = options();
+    opts.session = Some("nobody".into());
+    let listing = list_text(&layout, &opts, &later()).unwrap();
+    assert!(listing.is_empty());
+    assert_eq!(header_rows(&layout), 3, "the frozen runs are indexed");
+    let (warm, indexed) = listed(&layout, &later());
+    assert_eq!(indexed, 3, "their rows hold");
+    assert_eq!(warm, live);
+}
+
 /// A frozen run with a fan-out budget of 4 of which `used` are claimed,
 /// its claims in `claims`, its descriptor written before the freeze.
 fn budgeted(layout: &Layout, id: &str, claims: &Path, used: u64) {
@@ -485,6 +500,35 @@ fn spilled_text_reads_back_as_pushed_and_leaves_no_file() {
         assert_eq!(spill.text(range.clone(), &mut buf).unwrap(), piece);
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn a_spill_moves_its_text_to_the_file_at_spill_at_then_every_chunk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spill = Spill::new(tmp.path().join(INDEX_DIR));
+    spill.push("a".repeat(SPILL_AT - 1).as_bytes());
+    spill.flush();
+    assert!(
+        spill.file.is_none(),
+        "under SPILL_AT a listing makes no file"
+    );
+    assert_eq!(spill.held.len(), SPILL_AT - 1);
+    spill.push(b"b");
+    assert!(spill.file.is_some(), "at SPILL_AT the text goes to a file");
+    assert_eq!((spill.flushed(), spill.held.len()), (SPILL_AT as u64, 0));
+    assert!(
+        spill.held.capacity() <= 2 * CHUNK,
+        "the buffer that held SPILL_AT is let go"
+    );
+    spill.push(&vec![b'c'; CHUNK - 1]);
+    assert_eq!(spill.flushed(), SPILL_AT as u64, "then held up to a CHUNK");
+    spill.push(b"d");
+    let end = (SPILL_AT + CHUNK) as u64;
+    assert_eq!((spill.flushed(), spill.len()), (end, end));
+    let mut buf = Vec::new();
+    let at = SPILL_AT as u64;
+    assert_eq!(spill.text(at - 2..at + 1, &mut buf).unwrap(), "abc");
+    assert_eq!(spill.text(end - 2..end, &mut buf).unwrap(), "cd");
 }
 
 #[test]
