@@ -557,6 +557,50 @@ mod tests {
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "no name left");
     }
 
+    /// Where the file system has `O_TMPFILE`, the scratch file never gets a
+    /// name, not even for a moment: a watcher of the directory sees no
+    /// entry created or removed.
+    #[test]
+    fn a_scratch_file_never_has_a_name_where_unnamed_files_exist() {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let probe = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_TMPFILE)
+            .open(tmp.path());
+        if probe.is_err() {
+            eprintln!("no O_TMPFILE in {}: nothing to check", tmp.path().display());
+            return;
+        }
+        // SAFETY: plain system calls on a descriptor this test owns.
+        let watch = unsafe {
+            OwnedFd::from_raw_fd(libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC))
+        };
+        let dir = std::ffi::CString::new(tmp.path().as_os_str().as_bytes()).unwrap();
+        let mask = libc::IN_CREATE | libc::IN_DELETE | libc::IN_MOVED_TO;
+        // SAFETY: as above; `dir` is a valid C string.
+        let added = unsafe { libc::inotify_add_watch(watch.as_raw_fd(), dir.as_ptr(), mask) };
+        assert!(
+            added >= 0,
+            "failed to watch: {}",
+            io::Error::last_os_error()
+        );
+
+        let file = scratch_private(tmp.path()).unwrap();
+        drop(file);
+
+        let mut events = [0u8; 4096];
+        // SAFETY: reads into a buffer of the length given.
+        let read =
+            unsafe { libc::read(watch.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) };
+        let error = io::Error::last_os_error();
+        assert_eq!(read, -1, "the scratch file had a name in the directory");
+        assert_eq!(error.raw_os_error(), Some(libc::EAGAIN), "{error}");
+    }
+
     #[test]
     fn remove_if_exists_ignores_missing() {
         let tmp = tempfile::tempdir().unwrap();
