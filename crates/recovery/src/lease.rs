@@ -763,6 +763,19 @@ mod tests {
             .env(WRITER_TOKEN_ENV, &token)
             .spawn()
             .unwrap();
+        // Until the child has exec'ed, its environment is still ours.
+        let environ = format!("/proc/{}/environ", writer.id());
+        let needle = format!("{WRITER_TOKEN_ENV}={token}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !fs::read(&environ)
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer never exec'ed"
+            );
+            std::thread::yield_now();
+        }
         let start = process_identity::read_stat(writer.id()).unwrap().start_time;
         let carried = [
             token_carried_by_a_process(&token, None),
