@@ -125,24 +125,7 @@ fi
 
 # --- memory of one run's processes -------------------------------------------
 note "## memory of monitor + runner (MiB): RSS, and PSS (shared pages of the one binary split between them)"
-for i in 1 2 3; do
-    id="$("$S" --root "$R" run -- sleep 30)"
-    json="$("$S" --root "$R" status "$id" --json)"
-    python3 - "$json" <<'PY' | tee -a "$OUT"
-import json, sys
-s = json.loads(sys.argv[1])
-def mem(pid):
-    f = {}
-    for line in open(f"/proc/{pid}/smaps_rollup"):
-        parts = line.split()
-        if len(parts) >= 2 and parts[1].isdigit():
-            f[parts[0].rstrip(":")] = int(parts[1]) / 1024
-    return f["Rss"], f["Pss"]
-(mr, mp), (rr, rp) = mem(s["monitorIdentity"]["pid"]), mem(s["runnerIdentity"]["pid"])
-print(f"RSS monitor {mr:.2f} + runner {rr:.2f} = {mr + rr:.2f}; PSS {mp:.2f} + {rp:.2f} = {mp + rp:.2f}")
-PY
-    "$S" --root "$R" stop "$id" >/dev/null
-done
+"$BENCH_DIR/memory.sh" "$S" 3 | tee -a "$OUT"
 
 # --- history growth ------------------------------------------------------------
 for H in $HISTORIES; do
