@@ -618,3 +618,72 @@ fn the_monitor_and_the_runner_release_their_code_pages_before_waiting() {
         );
     }
 }
+
+/// System calls `list` may make per active run: the observer and the
+/// listing share one read of its `status.json` (`fstatat` of the directory,
+/// then `openat` + `fstat` + `read` + `close`), look for its proof (1 each)
+/// and check its monitor in `/proc` (`openat`, two `read`s, `close`, each);
+/// the stale-run check looks for a result file (1); its fan-out budget is
+/// read live (the persisted descriptor 4, the budget directory held and read
+/// back 2, its two trust checks 2, the manifest 4, the claims listed 7 and
+/// the handle closed 1); its capacity slot's owner is read and, the run
+/// being listed active, its status is not read again (slot directory open,
+/// `fstat`, `owner.json` 5, two `close`s). It was 94, in two passes that
+/// read each status three times, until the observer handed its read to the
+/// listing.
+const LIST_SYSCALLS_PER_ACTIVE_RUN: usize = 48;
+
+#[test]
+fn list_costs_a_fixed_number_of_system_calls_per_active_run_and_reads_its_status_once() {
+    let env = Env::new();
+    let session = ["run", "--session", "costs", "--", "sleep", "600"];
+    let measure = |env: &Env| traced(env, "all", &["list"]);
+    let mut ids = vec![env.ok(&session).trim().to_owned()];
+    let Some(few) = measure(&env) else {
+        return;
+    };
+    let batch = 4;
+    for _ in 0..batch {
+        ids.push(env.ok(&session).trim().to_owned());
+    }
+    let Some(more) = measure(&env) else {
+        return;
+    };
+    for id in &ids {
+        env.ok(&["stop", id]);
+    }
+    let grown = syscalls(&more).saturating_sub(syscalls(&few));
+    eprintln!("{batch} more active runs: {grown} more system calls");
+    // A little slack for the allocator growing the heap once more.
+    let most = batch * LIST_SYSCALLS_PER_ACTIVE_RUN + 2;
+    assert!(
+        grown <= most,
+        "{batch} more active runs cost {grown} more system calls (at most {most}):\n{more}"
+    );
+    for id in &ids {
+        let status = format!("/{id}/status.json\"");
+        let reads = more
+            .lines()
+            .filter(|l| l.contains(" openat(") && l.contains(&status))
+            .count();
+        assert_eq!(
+            reads, 1,
+            "the status of {id} was opened {reads} times:\n{more}"
+        );
+    }
+    // Paths are resolved once per listing, not once per run: the runs and
+    // budgets roots' `canonicalize` (one `readlink` per component) are not
+    // repeated for each run; the one `readlink` per run reads back the
+    // budget directory's handle.
+    let readlinks = |t: &str| {
+        calls(t, "readlink")
+            .into_iter()
+            .filter(|l| !l.contains("\"/proc/self/fd/"))
+            .count()
+    };
+    assert_eq!(
+        readlinks(&more),
+        readlinks(&few),
+        "path resolutions grew with the active runs:\n{more}"
+    );
+}

@@ -478,6 +478,27 @@ impl Capacity {
         self.reconcile_locked(&pool, session_id, limit, live_workflows)
     }
 
+    /// Frees the session's slots whose run is provably over, as
+    /// [`Capacity::reconcile`] does, but passes over the slots of
+    /// `listed_active`: runs the caller has just read as active, whose slots
+    /// the verdict would keep (one that ended since keeps its slot until the
+    /// next reconcile, as if it had ended a moment later). Takes no snapshot:
+    /// a listing frees slots on its way and counts none of them.
+    pub fn release_over(
+        &self,
+        session_id: &str,
+        listed_active: &HashSet<String>,
+    ) -> Result<(), CapacityError> {
+        let pool = self.pool_dir(session_id);
+        if !pool.is_dir() {
+            return Ok(());
+        }
+        let _lock = lock_pool(&pool)?;
+        self.release_locked(&pool, session_id, &HashSet::new(), listed_active)?;
+        pool::sweep_leftovers(&pool);
+        Ok(())
+    }
+
     fn reconcile_locked(
         &self,
         pool: &Path,
@@ -485,13 +506,29 @@ impl Capacity {
         limit: u32,
         live_workflows: &HashSet<String>,
     ) -> Result<Snapshot, CapacityError> {
+        self.release_locked(pool, session_id, live_workflows, &HashSet::new())?;
+        pool::sweep_leftovers(pool);
+        snapshot_of(pool, limit)
+    }
+
+    fn release_locked(
+        &self,
+        pool: &Path,
+        session_id: &str,
+        live_workflows: &HashSet<String>,
+        listed_active: &HashSet<String>,
+    ) -> Result<(), CapacityError> {
         let key = session_key(session_id);
         for slot in list_slots(pool)? {
             let Some(owner) = slot.owner()? else { continue };
             let ours = owner.owner_session_id == session_id
                 && owner.owner_session_key == key
                 && owner.slot == slot.index;
-            if ours && release_verdict(&owner, live_workflows).state == ReleaseState::Releasable {
+            let listed = owner.kind == Kind::Runner && listed_active.contains(&owner.run_id);
+            if ours
+                && !listed
+                && release_verdict(&owner, live_workflows).state == ReleaseState::Releasable
+            {
                 with_claim(&slot.path, || {
                     let still = read_owner(&slot.path)?.is_some_and(|o| o.identity_matches(&owner));
                     if still {
@@ -501,8 +538,7 @@ impl Capacity {
                 })?;
             }
         }
-        pool::sweep_leftovers(pool);
-        snapshot_of(pool, limit)
+        Ok(())
     }
 
     /// Counts the session's slots without changing anything.

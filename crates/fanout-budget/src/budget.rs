@@ -139,6 +139,49 @@ pub fn read_manifest(budget_dir: &Path) -> Result<Manifest> {
     Manifest::parse(&text, budget_dir)
 }
 
+/// The managed budget root (e.g. `<state root>/run-fanout-budgets`) with its
+/// real path, resolved once.
+#[derive(Debug)]
+pub struct BudgetsRoot {
+    path: PathBuf,
+    real: std::result::Result<PathBuf, std::io::ErrorKind>,
+}
+
+impl BudgetsRoot {
+    /// Resolves `root`; a root that does not resolve refuses every budget
+    /// with the reason it did not.
+    pub fn resolve(root: &Path) -> Self {
+        Self {
+            path: root.to_path_buf(),
+            real: fs::canonicalize(root).map_err(|e| e.kind()),
+        }
+    }
+
+    /// The root as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens `dir` and returns the handle with the real path it refers to,
+    /// which must lie inside the real root. The path is resolved by the open
+    /// itself and read back from the handle, so a path swapped at any moment
+    /// cannot pass one directory's check and hand over another.
+    pub(crate) fn hold(&self, dir: &Path) -> Result<(OwnedFd, PathBuf)> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let fd =
+            open(dir, flags, Mode::empty()).map_err(|e| Error::DirectoryUnavailable(e.into()))?;
+        let real_dir = fs::read_link(fd_path(&fd)).map_err(Error::DirectoryUnavailable)?;
+        let real_root = self
+            .real
+            .as_ref()
+            .map_err(|kind| Error::DirectoryUnavailable((*kind).into()))?;
+        if !real_dir.starts_with(real_root) {
+            return Err(Error::OutsideRoot);
+        }
+        Ok((fd, real_dir))
+    }
+}
+
 /// A validated budget held open by a directory handle.
 ///
 /// Every later file operation (manifest, claims, lock) is relative to the
@@ -157,25 +200,17 @@ impl OpenBudget {
     /// The real directory must lie inside the real root, and the manifest is
     /// authoritative: a descriptor whose rootRunId or limit differs is refused.
     pub fn open(root: &Path, descriptor: &Descriptor) -> Result<Self> {
+        Self::open_in(&BudgetsRoot::resolve(root), descriptor)
+    }
+
+    /// [`OpenBudget::open`] against a root resolved once, for a caller that
+    /// opens many budgets (a listing opens one per active run).
+    pub fn open_in(root: &BudgetsRoot, descriptor: &Descriptor) -> Result<Self> {
         // A descriptor built in code has skipped the JSON field rules.
         if descriptor.version != 1 || descriptor.directory.as_os_str().is_empty() {
             return Err(Error::DescriptorInvalid);
         }
-        let real_dir =
-            fs::canonicalize(&descriptor.directory).map_err(Error::DirectoryUnavailable)?;
-        let real_root = fs::canonicalize(root).map_err(Error::DirectoryUnavailable)?;
-        if !real_dir.starts_with(&real_root) {
-            return Err(Error::OutsideRoot);
-        }
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let dir = open(&real_dir, flags, Mode::empty())
-            .map_err(|e| Error::DirectoryUnavailable(e.into()))?;
-        // The path may have been swapped between canonicalize and open; trust
-        // only what the handle itself refers to.
-        let held = fs::read_link(fd_path(&dir)).map_err(Error::DirectoryUnavailable)?;
-        if held != real_dir {
-            return Err(Error::OutsideRoot);
-        }
+        let (dir, real_dir) = root.hold(&descriptor.directory)?;
         // Checked here, when a budget is used, rather than for every budget
         // of the root at every command (one budget per root run).
         for trusted in [real_dir.clone(), real_dir.join("claims")] {

@@ -10,7 +10,9 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{BUDGET_ENV, BUDGET_ENV_ALIAS, Error, MAX_LIMIT, OpenBudget, PERSISTED_FILE, Result};
+use crate::{
+    BUDGET_ENV, BUDGET_ENV_ALIAS, BudgetsRoot, Error, MAX_LIMIT, OpenBudget, PERSISTED_FILE, Result,
+};
 
 /// A budget descriptor: `{version, rootRunId, directory, limit, parentPath?}`.
 ///
@@ -205,6 +207,12 @@ pub fn write_persisted(run_dir: &Path, root: &Path, descriptor: &Descriptor) -> 
 /// A missing run directory or file is `None`; anything else that fails is
 /// `Invalid persisted run fan-out budget '<file>': <message>`.
 pub fn read_persisted(run_dir: &Path, root: &Path) -> Result<Option<OpenBudget>> {
+    read_persisted_in(run_dir, &BudgetsRoot::resolve(root))
+}
+
+/// [`read_persisted`] against a root resolved once, for a caller that reads
+/// many runs' budgets.
+pub fn read_persisted_in(run_dir: &Path, root: &BudgetsRoot) -> Result<Option<OpenBudget>> {
     let file = run_dir.join(PERSISTED_FILE);
     let text = match atomic_file::read::read_to_string(&file) {
         Err(e) if e.is_not_found() => return Ok(None),
@@ -216,37 +224,37 @@ pub fn read_persisted(run_dir: &Path, root: &Path) -> Result<Option<OpenBudget>>
     };
     let descriptor =
         Descriptor::from_json(&text.map_err(|e| invalid(e.to_string()))?).map_err(invalid)?;
-    let descriptor = rebased(root, descriptor);
-    let budget = OpenBudget::open(root, &descriptor).map_err(|e| invalid(e.to_string()))?;
-    Ok(Some(budget))
+    let budget = match OpenBudget::open_in(root, &descriptor) {
+        Err(e @ (Error::OutsideRoot | Error::DirectoryUnavailable(_))) => {
+            match rebased(root.path(), &descriptor) {
+                Some(moved) => OpenBudget::open_in(root, &moved),
+                None => Err(e),
+            }
+        }
+        opened => opened,
+    };
+    Ok(Some(budget.map_err(|e| invalid(e.to_string()))?))
 }
 
 /// A state root that was moved or copied keeps its budget directories under
 /// the new `root`, while its run files still record the old absolute path.
-/// When the recorded directory does not resolve inside `root` but a budget of
-/// the same name exists there, use that one. [`OpenBudget::open`] still
-/// checks the result, so a symlink out of the root stays refused.
-fn rebased(root: &Path, descriptor: Descriptor) -> Descriptor {
-    let inside = |dir: &Path| {
-        let real_root = fs::canonicalize(root);
-        fs::canonicalize(dir).is_ok_and(|d| real_root.is_ok_and(|r| d.starts_with(r)))
-    };
-    if inside(&descriptor.directory) {
-        return descriptor;
-    }
+/// When the recorded directory does not open inside `root` but a budget of
+/// the same name exists there, that one is tried. [`OpenBudget::open_in`]
+/// checks it as any other, so a symlink out of the root stays refused.
+fn rebased(root: &Path, descriptor: &Descriptor) -> Option<Descriptor> {
     let recorded = &descriptor.directory;
     let same_layout = recorded.parent().and_then(Path::file_name) == root.file_name();
     let candidate = match recorded.file_name() {
         Some(name) if same_layout => root.join(name),
-        _ => return descriptor,
+        _ => return None,
     };
-    if fs::symlink_metadata(&candidate).is_err() {
-        return descriptor;
+    if candidate == *recorded || fs::symlink_metadata(&candidate).is_err() {
+        return None;
     }
-    Descriptor {
+    Some(Descriptor {
         directory: candidate,
-        ..descriptor
-    }
+        ..descriptor.clone()
+    })
 }
 
 #[cfg(test)]

@@ -33,12 +33,12 @@ mod sources;
 use std::time::Duration;
 
 pub use budget::{
-    Manifest, OpenBudget, Snapshot, budget_dir_name, budget_dir_name_with, create_budget,
-    create_budget_with, read_manifest,
+    BudgetsRoot, Manifest, OpenBudget, Snapshot, budget_dir_name, budget_dir_name_with,
+    create_budget, create_budget_with, read_manifest,
 };
 pub use descriptor::{
     Descriptor, decode_env, decode_env_descriptor, inherited_from_env, read_persisted,
-    write_persisted,
+    read_persisted_in, write_persisted,
 };
 pub use error::{CommitError, Error, Rejection, RejectionCode, Result, RunFanoutLimitError};
 pub use limit::{

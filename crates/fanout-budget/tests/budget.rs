@@ -7,8 +7,9 @@ use std::process::Command;
 
 use anyhow::Result;
 use fanout_budget::{
-    BUDGET_ROOT_DIR, CLAIMS_DIR, Descriptor, Error, LOCK_FILE, MANIFEST_FILE, OpenBudget,
-    PERSISTED_FILE, Snapshot, create_budget, decode_env, read_persisted, write_persisted,
+    BUDGET_ROOT_DIR, BudgetsRoot, CLAIMS_DIR, Descriptor, Error, LOCK_FILE, MANIFEST_FILE,
+    OpenBudget, PERSISTED_FILE, Snapshot, create_budget, decode_env, read_persisted,
+    read_persisted_in, write_persisted,
 };
 use serde_json::Value;
 
@@ -740,5 +741,33 @@ fn an_unreadable_persisted_descriptor_is_an_error_not_absent() -> Result<()> {
     );
     // Only a missing file (or run directory) means "none".
     assert!(read_persisted(&tmp.path().join("no-run"), &root)?.is_none());
+    Ok(())
+}
+
+#[test]
+fn a_budgets_root_resolved_once_opens_each_budget_and_a_missing_one_opens_none() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = managed_root(&tmp);
+    let first = create_budget(&root, "r1", 2)?;
+    let second = create_budget(&root, "r2", 3)?;
+    let resolved = BudgetsRoot::resolve(&root);
+    assert_eq!(resolved.path(), root.as_path());
+    for budget in [&first, &second] {
+        let opened = OpenBudget::open_in(&resolved, budget.descriptor())?;
+        assert_eq!(opened.descriptor(), budget.descriptor());
+    }
+    let run_dir = tmp.path().join("run");
+    fs::create_dir_all(&run_dir)?;
+    write_persisted(&run_dir, &root, second.descriptor())?;
+    let read = read_persisted_in(&run_dir, &resolved)?.expect("persisted");
+    assert_eq!(read.descriptor().limit, 3);
+    // A root that does not resolve refuses every budget, naming why.
+    let missing = BudgetsRoot::resolve(&tmp.path().join("nowhere"));
+    let err = OpenBudget::open_in(&missing, first.descriptor()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Run fan-out budget directory is unavailable: "),
+        "{err}"
+    );
     Ok(())
 }

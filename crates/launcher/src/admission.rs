@@ -203,3 +203,18 @@ pub fn release_finished<'a>(layout: &Layout, sessions: impl IntoIterator<Item = 
         let _ = capacity.reconcile(session, None, &HashSet::new());
     }
 }
+
+/// [`release_finished`] for a listing: the slots of `listed_active`, runs it
+/// has just read as active, are passed over without reading their runs
+/// again (the verdict would keep them).
+pub fn release_over<'a>(
+    layout: &Layout,
+    sessions: impl IntoIterator<Item = &'a str>,
+    listed_active: &HashSet<String>,
+) {
+    let capacity = pools(layout);
+    let unique: HashSet<&str> = sessions.into_iter().collect();
+    for session in unique {
+        let _ = capacity.release_over(session, listed_active);
+    }
+}

@@ -249,7 +249,9 @@ pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result 
     // sorting by start, the dismissed runs and the one-line table need every
     // row first.
     if !query.dismissed && !by_start && (display.json || !table) {
-        observer::observe_active(layout, &observer_options(layout));
+        if query.all {
+            observer::observe_active(layout, &observer_options(layout));
+        }
         return crate::listing::list(layout, query, display.json);
     }
     let listing = crate::service::list(layout, query)?;

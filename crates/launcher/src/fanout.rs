@@ -127,10 +127,11 @@ pub fn rejection_hint(
 /// The live `{used, limit, remaining}` of a run's persisted budget, for
 /// listings; an invalid persisted descriptor is an error naming the file.
 pub fn live_snapshot(
-    root: &std::path::Path,
+    root: &fanout_budget::BudgetsRoot,
     run_dir: &std::path::Path,
 ) -> Result<Option<serde_json::Value>, String> {
-    let Some(budget) = fanout_budget::read_persisted(run_dir, root).map_err(|e| e.to_string())?
+    let Some(budget) =
+        fanout_budget::read_persisted_in(run_dir, root).map_err(|e| e.to_string())?
     else {
         return Ok(None);
     };

@@ -4,7 +4,7 @@
 //! never with whole statuses. `list --all` as text takes finished runs'
 //! blocks from the listing index (`status::list_index`) where they hold.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::{BufWriter, Write};
 
 use status::Layout;
@@ -26,8 +26,14 @@ enum JsonRow {
 
 /// `subagents list [--all] [--session S] [--limit N] [--json]`.
 pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
-    let budgets = layout.fanout_budgets_dir();
+    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let fanout = |dir: &std::path::Path| crate::fanout::live_snapshot(&budgets, dir);
+    // The active index's runs are observed as they are listed (one read of
+    // each status for both); `--all` observes them before, see `commands`.
+    let observer = crate::runs::observer_options(layout);
+    let observe = |dir: &std::path::Path, status| {
+        supervisor::observer::observe_status(dir, status, &observer)
+    };
     let started = std::time::SystemTime::now();
     let now = status::now_ms();
     let options = ListOptions {
@@ -39,14 +45,19 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
         hooks: Hooks {
             fanout: Some(&fanout),
             on_repaired: Some(&crate::procs::kill_step_groups),
+            observe: (!args.all).then_some(&observe),
         },
     };
     let mut sessions = BTreeSet::new();
+    let mut active = HashSet::new();
     let mut note_session = |summary: &RunSummary| {
         if let Some(session) = &summary.status.session_id
             && !sessions.contains(session)
         {
             sessions.insert(session.clone());
+        }
+        if summary.status.state.is_active() {
+            active.insert(summary.id.clone());
         }
     };
     let stdout = std::io::stdout();
@@ -60,10 +71,11 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
             }
         })?;
         report_skipped(&rows.skipped_repairs);
-        admission::release_finished(layout, sessions.iter().map(String::as_str));
+        admission::release_over(layout, sessions.iter().map(String::as_str), &active);
         let reload = Hooks {
             fanout: Some(&fanout),
             on_repaired: None,
+            observe: None,
         };
         let mut unreadable = rows.unreadable;
         let mut array = JsonArray::default();
@@ -128,7 +140,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
         })?;
         let blocks: Vec<&str> = rows.rows.iter().map(|r| &text[r.clone()]).collect();
         report_skipped(&rows.skipped_repairs);
-        admission::release_finished(layout, sessions.iter().map(String::as_str));
+        admission::release_over(layout, sessions.iter().map(String::as_str), &active);
         let heading = if args.all {
             "Async runs"
         } else {

@@ -44,11 +44,12 @@ pub fn load(layout: &Layout, id: &str) -> Result<RunSummary> {
 pub fn load_observed(layout: &Layout, id: &str) -> Result<(RunSummary, observer::Observation)> {
     let id = resolve(layout, id)?;
     let observation = observe(layout, &id);
-    let budgets = layout.fanout_budgets_dir();
+    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
     let hooks = Hooks {
         fanout: Some(&fanout),
         on_repaired: Some(&crate::procs::kill_step_groups),
+        observe: None,
     };
     let mut skipped = Vec::new();
     let run = status::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);

@@ -127,9 +127,15 @@ pub fn list(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
             unreadable: Vec::new(),
         });
     }
-    observer::observe_active(layout, &observer_options(layout));
+    // The active index's runs are observed as they are listed (one read of
+    // each status for both); `--all` observes them first.
+    let observer = observer_options(layout);
+    if query.all {
+        observer::observe_active(layout, &observer);
+    }
+    let observe = |dir: &std::path::Path, status| observer::observe_status(dir, status, &observer);
     let by_start = query.sort == Some(ListSort::Started);
-    let budgets = layout.fanout_budgets_dir();
+    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let options = ListOptions {
         all: query.all,
         session: query.session.clone(),
@@ -140,6 +146,7 @@ pub fn list(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
         hooks: Hooks {
             fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
             on_repaired: Some(&crate::procs::kill_step_groups),
+            observe: (!query.all).then_some(&observe),
         },
     };
     let listing = status::list::list(layout, &options)?;
@@ -149,9 +156,15 @@ pub fn list(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
         runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
         runs.truncate(query.limit.unwrap_or(usize::MAX));
     }
-    admission::release_finished(
+    let active = runs
+        .iter()
+        .filter(|r| r.status.state.is_active())
+        .map(|r| r.id.clone())
+        .collect();
+    admission::release_over(
         layout,
         runs.iter().filter_map(|r| r.status.session_id.as_deref()),
+        &active,
     );
     Ok(ListOutcome {
         runs,
@@ -164,6 +177,7 @@ fn list_dismissed(layout: &Layout, query: &ListQuery) -> Result<Vec<RunSummary>>
     let hooks = Hooks {
         fanout: None,
         on_repaired: None,
+        observe: None,
     };
     let now = now_ms();
     let mut runs: Vec<RunSummary> = status::list::run_names(layout)?

@@ -294,7 +294,7 @@ fn read_end(path: &Path) -> String {
 
 /// Reads the active runs grouped by session, with each session's capacity.
 pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
-    let budgets = layout.fanout_budgets_dir();
+    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let options = ListOptions {
         all: false,
         session: None,
@@ -304,6 +304,7 @@ pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
         hooks: Hooks {
             fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
             on_repaired: Some(&crate::procs::kill_step_groups),
+            observe: None,
         },
     };
     let listing = status::list::list(layout, &options)?;

@@ -279,6 +279,7 @@ fn load_all(layout: &Layout, ids: &[String]) -> Result<Vec<RunSummary>> {
     let hooks = status::list::Hooks {
         fanout: None,
         on_repaired: Some(&crate::procs::kill_step_groups),
+        observe: None,
     };
     ids.iter()
         .map(|id| {

@@ -411,7 +411,15 @@ pub struct Hooks<'a> {
     /// Called with every status the listing repaired as stale (e.g. to end
     /// the commands a dead runner left behind).
     pub on_repaired: Option<&'a dyn Fn(&RunStatus)>,
+    /// Called before the stale-run check with the status of each run read
+    /// live and reconciled (e.g. the launcher's observer, so that an active
+    /// listing reads each status once for both): returns the status to go
+    /// on with, `None` when the run has no status any more.
+    pub observe: Option<ObserveHook<'a>>,
 }
+
+/// See [`Hooks::observe`].
+pub type ObserveHook<'a> = &'a dyn Fn(&Path, RunStatus) -> Result<Option<RunStatus>>;
 
 /// How to list.
 pub struct ListOptions<'a> {
@@ -467,6 +475,13 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
 pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
     layout.runs_dir().canonicalize().ok()?;
     run_dir_under(layout, id).map(|(dir, _)| dir)
+}
+
+/// [`exact_run_dir`] for many ids: the runs root is resolved once, here
+/// (`None` when it does not resolve), not once per id.
+pub fn exact_run_dirs(layout: &Layout) -> Option<impl Fn(&str) -> Option<PathBuf> + '_> {
+    layout.runs_dir().canonicalize().ok()?;
+    Some(move |id: &str| run_dir_under(layout, id).map(|(dir, _)| dir))
 }
 
 /// [`exact_run_dir`] once the runs root is known to resolve (listings check
@@ -545,7 +560,17 @@ fn load_dir(
         None => atomic_file::read::check_private_dir(dir)?,
     }
     let status = if reconcile {
-        match reconcile::reconcile_run(dir, reconcile::Options::at(now)) {
+        let Some(read) = read_status(dir)? else {
+            return Ok(None);
+        };
+        let read = match hooks.observe {
+            Some(observe) => match observe(dir, read)? {
+                Some(status) => status,
+                None => return Ok(None),
+            },
+            None => read,
+        };
+        match reconcile::reconcile_read(dir, read, reconcile::Options::at(now)) {
             Ok(outcome) => {
                 if let (reconcile::Outcome::Repaired { status, .. }, Some(hook)) =
                     (&outcome, hooks.on_repaired)

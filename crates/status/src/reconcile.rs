@@ -73,6 +73,12 @@ pub fn reconcile_run(run_dir: &Path, options: Options) -> Result<Outcome> {
     let Some(status) = read_status(run_dir)? else {
         return Ok(Outcome::NoStatus);
     };
+    reconcile_read(run_dir, status, options)
+}
+
+/// [`reconcile_run`] of the status the caller just read from `run_dir`
+/// (a repair still re-checks the file under its lock).
+pub fn reconcile_read(run_dir: &Path, status: RunStatus, options: Options) -> Result<Outcome> {
     if let Some(outcome) = repair_with_result(run_dir, &status, options)? {
         return Ok(outcome);
     }

@@ -268,10 +268,13 @@ impl Observation {
 /// Observes every run of the active index; returns `(run id, observation)`.
 pub fn observe_active(layout: &Layout, options: &Options) -> Vec<(String, Observation)> {
     let names = index::read_index(&layout.runs_dir()).unwrap_or_default();
+    let Some(run_dir) = status::list::exact_run_dirs(layout) else {
+        return Vec::new();
+    };
     names
         .into_iter()
         .filter_map(|id| {
-            let dir = status::list::exact_run_dir(layout, &id)?;
+            let dir = run_dir(&id)?;
             Some((id, observe(&dir, options)))
         })
         .collect()
@@ -283,10 +286,29 @@ pub fn observe(run_dir: &Path, options: &Options) -> Observation {
     let Ok(Some(status)) = read_status(run_dir) else {
         return Observation::NoStatus;
     };
+    observe_read(run_dir, &status, options)
+}
+
+/// [`observe`] of the status a listing just read from `run_dir`; returns
+/// the status to list: the one given when the observer left the run to its
+/// live monitor (the common case), else the file read again, since the
+/// observer may have written it.
+pub fn observe_status(
+    run_dir: &Path,
+    status: RunStatus,
+    options: &Options,
+) -> status::Result<Option<RunStatus>> {
+    match observe_read(run_dir, &status, options) {
+        Observation::MonitorAlive(_) => Ok(Some(status)),
+        _ => read_status(run_dir),
+    }
+}
+
+fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observation {
     // Cheap exit before any /proc scan or lock: most runs are final. A
     // finalizer that died right after writing the proof left its overlay,
     // event or marker release undone: finish them here.
-    if let Some(proof) = final_proof(run_dir, &status) {
+    if let Some(proof) = final_proof(run_dir, status) {
         // A live monitor is still persisting it itself.
         let monitor_alive = matches!(
             Presence::of(status.monitor_identity.as_ref()),
@@ -298,15 +320,21 @@ pub fn observe(run_dir: &Path, options: &Options) -> Observation {
         {
             proof::complete_persisted(
                 run_dir,
-                &reconcile::run_id_of(run_dir, &status),
+                &reconcile::run_id_of(run_dir, status),
                 &proof,
                 now_ms(),
             );
         }
         return Observation::Final;
     }
-    if proof_is_final(run_dir, &status) {
+    if projects_not_started(status) {
         return Observation::Final;
+    }
+    // A live monitor finalizes its run itself: nothing to lock or re-read
+    // (the common case of `list`, once per active run). Decided as `judge`
+    // decides it under the lock.
+    if let Presence::Alive(monitor) = Presence::of(status.monitor_identity.as_ref()) {
+        return Observation::MonitorAlive(monitor.pid);
     }
     let Some(_lock) = ObserverLock::try_take(run_dir) else {
         return Observation::Waiting("another observer is finalizing this run".into());
@@ -349,12 +377,17 @@ pub fn gather(run_dir: &Path, status: &RunStatus) -> Facts {
 }
 
 fn proof_is_final(run_dir: &Path, status: &RunStatus) -> bool {
+    projects_not_started(status) || final_proof(run_dir, status).is_some()
+}
+
+/// The status records a `not-started` proof: the run never started.
+fn projects_not_started(status: &RunStatus) -> bool {
     let projected = status
         .process_terminal
         .as_ref()
         .and_then(|p| p.get("state"))
         .and_then(Value::as_str);
-    projected == Some(ProofState::NotStarted.as_str()) || final_proof(run_dir, status).is_some()
+    projected == Some(ProofState::NotStarted.as_str())
 }
 
 /// The run's `process-terminal.json` when it is final (observed or unknown).

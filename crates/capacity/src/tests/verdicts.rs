@@ -373,3 +373,33 @@ fn inspecting_all_pools_of_a_missing_or_broken_root() {
     let err = fx.cap.inspect(&query, &fx.none_live).unwrap_err();
     assert!(err.to_string().starts_with("failed to list "), "{err}");
 }
+
+#[test]
+fn a_listing_frees_over_runs_and_passes_over_the_runs_it_listed_active() {
+    let fx = Fixture::new();
+    let mut a = fx.acquire("run-a", 3);
+    a.mark_started("rid-a").unwrap();
+    let mut b = fx.acquire("run-b", 3);
+    b.mark_started("rid-b").unwrap();
+    for (run, runner) in [("run-a", "rid-a"), ("run-b", "rid-b")] {
+        let dir = fx.write_status(run, "complete", runner);
+        write_proof(&dir, "observed", run, runner);
+    }
+    // Both are over; the caller read run-b as active a moment before it
+    // ended, so its slot waits for the next reconcile.
+    let listed: HashSet<String> = ["run-b".to_owned()].into();
+    fx.cap.release_over(SESSION, &listed).unwrap();
+    assert!(!a.slot_dir().exists(), "the over run's slot is freed");
+    assert!(
+        b.slot_dir().exists(),
+        "the listed run's slot is passed over"
+    );
+    assert_eq!(fx.used(), 1);
+    fx.cap.release_over(SESSION, &HashSet::new()).unwrap();
+    assert_eq!(fx.used(), 0);
+    // A session without a pool is left without one.
+    fx.cap
+        .release_over("/home/u/.pi/sessions/none.jsonl", &HashSet::new())
+        .unwrap();
+    assert_eq!(fs::read_dir(fx.root()).unwrap().count(), 1);
+}

@@ -297,6 +297,42 @@ fn observe_defers_to_a_live_monitor() {
 }
 
 #[test]
+fn a_listing_is_handed_back_the_status_it_read_while_the_monitor_lives() {
+    // Starts and ends a child (`dead()`): its SIGCHLD must not reach a
+    // `procs` test waiting for its own signals.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let me = ProcessIdentity::current().unwrap();
+    orphaned(&dir, me.clone());
+    // Another observer holds the run's lock: a live monitor is deferred to
+    // without waiting for it or taking it.
+    let held = ObserverLock::try_take(&dir).expect("the lock is free");
+    let mut read = read_status(&dir).unwrap().unwrap();
+    // What the listing read is what it gets back, not the file again.
+    read.current_step = Some(7);
+    let kept = observe_status(&dir, read.clone(), &Options::new(tmp.path())).unwrap();
+    assert_eq!(kept.unwrap().current_step, Some(7));
+    assert!(matches!(
+        observe(&dir, &Options::new(tmp.path())),
+        Observation::MonitorAlive(pid) if pid == me.pid
+    ));
+    drop(held);
+    // Once the monitor is gone the observer finalizes, and the listing gets
+    // the status it wrote.
+    let monitor = dead();
+    orphaned(&dir, monitor);
+    for i in 0..2 {
+        let fields = json!({"stepIndex": i});
+        events::append(&dir, "subagent.step.completed", "r", 1, fields).unwrap();
+    }
+    let stale = read_status(&dir).unwrap().unwrap();
+    assert_eq!(stale.state, RunState::Running);
+    let settled = observe_status(&dir, stale, &Options::new(tmp.path())).unwrap();
+    assert_eq!(settled.unwrap().state, RunState::Complete);
+}
+
+#[test]
 fn observe_gives_up_a_queued_run_whose_launcher_died() {
     // Starts and ends a child (`dead()`): its SIGCHLD must not reach a
     // `procs` test waiting for its own signals.
