@@ -11,7 +11,10 @@
 #             (bench/memory.sh BIN [N]: the same for one build, N times)
 #   history   list, list --all, status, run -- true at HISTORIES finished runs
 #             (+1 active); peak RSS of list --all; the reference's
-#             listAsyncRuns+formatAsyncRunList on the same root, interleaved
+#             listAsyncRuns+formatAsyncRunList on the same root, interleaved;
+#             at MANY_ACTIVE_AT (10000) finished runs, `list` again with
+#             MANY_ACTIVE (50) runs active, interleaved with the reference
+#             and the baseline
 #   active    run --max-active, list, status with ACTIVES runs active in one
 #             session; CAPACITY_SLOTS slots held (cloned slot records)
 #   handshake ready -> proceed, both sides in one process (divan)
@@ -33,6 +36,8 @@ WARMUP="${WARMUP:-3}"
 ROUNDS="${ROUNDS:-5}"
 HISTORIES="${HISTORIES:-1000 10000}"
 ACTIVES="${ACTIVES:-10 100}"
+MANY_ACTIVE="${MANY_ACTIVE:-50}"
+MANY_ACTIVE_AT="${MANY_ACTIVE_AT:-10000}"
 CAPACITY_SLOTS="${CAPACITY_SLOTS:-1000}"
 RACES="${RACES:-3}"
 REF_RACES="${REF_RACES:-1}"
@@ -190,7 +195,26 @@ PY
             "node floor=node -e 0" \
             ${BASELINE_BIN:+"baseline list --all=$BASELINE_BIN --root $R list --all"} | tee -a "$OUT"
     fi
-    "$S" --root "$R" stop "$active" >/dev/null
+    if [ "$H" = "$MANY_ACTIVE_AT" ] && [ "$MANY_ACTIVE" -gt 1 ]; then
+        # The row: this history with MANY_ACTIVE runs active.
+        for _ in $(seq $((MANY_ACTIVE - 1))); do
+            "$S" --root "$R" run --timeout 2h -- sleep 3600 >/dev/null
+        done
+        note "## history $H finished + $MANY_ACTIVE active"
+        wait_quiet "$OUT"
+        hf --export-json "$OUTDIR/history-$H-active-$MANY_ACTIVE.json" "$S --root $R list"
+        summarize "$OUTDIR/history-$H-active-$MANY_ACTIVE.json" | tee -a "$OUT"
+        if [ -n "$REF" ] || [ -n "$BASELINE_BIN" ]; then
+            wait_quiet "$OUT"
+            note "interleaved ($ROUNDS rounds; whole processes):"
+            TMPDIR="$R/ref-tmp" python3 "$BENCH_DIR/interleave.py" "$ROUNDS" \
+                "ours list=$S --root $R list" \
+                ${REF:+"reference list=$REF/list.mjs $D active"} \
+                ${BASELINE_BIN:+"baseline list=$BASELINE_BIN --root $R list"} | tee -a "$OUT"
+        fi
+        stop_all "$R"
+    fi
+    "$S" --root "$R" stop "$active" >/dev/null 2>&1 || true
     if [ "$own_root" = 1 ]; then rm -rf "$R"; fi
     unset HF_RUNS HF_WARMUP
 done
