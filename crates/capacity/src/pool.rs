@@ -83,7 +83,8 @@ pub(crate) fn read_owner(slot_dir: &Path) -> Result<Option<OwnerRecord>, Capacit
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let dir = match open(slot_dir, flags, Mode::empty()) {
         Ok(fd) => File::from(fd),
-        Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(symlink_refused(slot_dir)),
+        // With O_DIRECTORY a symlink may fail as ENOTDIR, as a file does.
+        Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(not_a_slot_directory(slot_dir)),
         Err(_) => return Ok(None),
     };
     let meta = dir
@@ -133,6 +134,18 @@ fn check_trusted(
             ),
         }),
         Err(e) => Err(io_error("inspect", path, e.into_io())),
+    }
+}
+
+/// A slot entry that would not open as a directory: a symlink, or a file.
+fn not_a_slot_directory(path: &Path) -> CapacityError {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_symlink() => CapacityError::Untrusted {
+            what: "capacity slot entry",
+            path: path.to_path_buf(),
+            why: "it is not a directory".to_owned(),
+        },
+        _ => symlink_refused(path),
     }
 }
 

@@ -749,6 +749,25 @@ fn a_held_slot_swapped_for_a_symlink_is_refused_not_followed() {
     assert!(slot.is_symlink() && planted.join("owner.json").exists());
 }
 
+/// A slot path that holds a plain file (a slot replaced after the pool
+/// was listed) is refused as what it is, not as a symlink.
+#[test]
+fn a_slot_replaced_by_a_file_is_refused_as_not_a_directory() {
+    let fx = Fixture::new();
+    let handle = fx.acquire("run-a", 2);
+    let slot = handle.slot_dir().to_path_buf();
+    fs::rename(&slot, slot.with_file_name("kept")).unwrap();
+    fs::write(&slot, "not a slot").unwrap();
+    let err = crate::pool::read_owner(&slot).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, CapacityError::Untrusted { .. }), "{text}");
+    assert!(text.contains("it is not a directory"), "{text}");
+    fs::remove_file(&slot).unwrap();
+    std::os::unix::fs::symlink(slot.with_file_name("kept"), &slot).unwrap();
+    let err = crate::pool::read_owner(&slot).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+}
+
 /// A FIFO in place of `owner.json` is an unreadable record (the slot still
 /// counts), found without waiting for a writer.
 #[test]
