@@ -687,3 +687,30 @@ fn list_costs_a_fixed_number_of_system_calls_per_active_run_and_reads_its_status
         "path resolutions grew with the active runs:\n{more}"
     );
 }
+
+#[test]
+fn status_of_an_active_run_reads_no_capacity_slot() {
+    let env = Env::new();
+    let launch = ["run", "--session", "costs", "--", "sleep", "600"];
+    let ids: Vec<String> = (0..3).map(|_| env.ok(&launch).trim().to_owned()).collect();
+    let traced_status = traced(&env, "openat,openat2", &["status", &ids[0]]);
+    for id in &ids {
+        env.ok(&["stop", id]);
+    }
+    let Some(trace) = traced_status else {
+        return;
+    };
+    // Freeing a session's over slots reads every slot's owner (and its run's
+    // status): `status` of an active run, which has no slot to give back,
+    // does not, so it costs the same however many runs are active.
+    let owners: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains("/owner.json\""))
+        .collect();
+    assert!(owners.is_empty(), "status read slot owners: {owners:#?}");
+    let others: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains("/status.json\"") && !l.contains(&format!("/{}/", ids[0])))
+        .collect();
+    assert!(others.is_empty(), "status read other runs: {others:#?}");
+}

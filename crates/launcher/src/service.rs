@@ -59,7 +59,13 @@ impl Launcher {
     /// One run's summary (observed and reconciled first).
     pub fn status(&self, run: &str) -> Result<RunView> {
         let (run, observation) = load_observed(&self.layout, run)?;
-        admission::release_finished(&self.layout, run.status.session_id.as_deref());
+        // Freeing the session's over slots reads every slot's owner; an
+        // active run has no slot to give back, so asking about it costs the
+        // same however many runs are active (a full pool is reconciled by
+        // the launch that needs a slot, and `list` frees slots too).
+        if !run.status.state.is_active() {
+            admission::release_finished(&self.layout, run.status.session_id.as_deref());
+        }
         let observer = match observation {
             observer::Observation::Unproven(why) => Some(format!("retained: {why}")),
             observer::Observation::RunnerAlive(pid) => {
