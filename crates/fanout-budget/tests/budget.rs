@@ -723,6 +723,22 @@ fn a_persisted_budget_recorded_under_another_layout_is_not_rebased() -> Result<(
             .contains("Run fan-out budget directory is unavailable"),
         "{err}"
     );
+    // Recorded under another budget root's layout, outside this root, with
+    // no budget of that name here: refused for where it is, not for a
+    // missing look-alike.
+    let other_root = tmp.path().join("other").join(BUDGET_ROOT_DIR);
+    fs::create_dir_all(&other_root)?;
+    let elsewhere = create_budget(&other_root, "r", 3)?;
+    fs::write(
+        run_dir.join(PERSISTED_FILE),
+        format!("{}\n", elsewhere.descriptor().to_json()),
+    )?;
+    let err = read_persisted(&run_dir, &root).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("resolves outside the managed budget root"),
+        "{err}"
+    );
     Ok(())
 }
 

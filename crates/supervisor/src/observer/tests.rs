@@ -554,6 +554,32 @@ fn a_run_given_up_before_it_started_is_final() {
 }
 
 #[test]
+fn a_listing_that_read_a_run_before_another_observer_gave_it_up_finds_it_final() {
+    // `dead()` starts and ends a child: its SIGCHLD must not reach a
+    // `procs` test's signalfd.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    let launcher = dead();
+    // What the listing read: queued, its launcher gone.
+    let mut read = RunStatus::new("r", RunState::Queued);
+    read.launcher_identity = Some(launcher.clone());
+    // What is on disk by the time this observer holds the lock: another
+    // observer gave the run up (failed, `not-started`).
+    let mut given_up = RunStatus::new("r", RunState::Failed);
+    given_up.launcher_identity = Some(launcher);
+    given_up.process_terminal =
+        Some(ProcessTerminal::new(ProofState::NotStarted, "r", "runner-1").to_value());
+    status::model::write_status(&dir, &given_up).unwrap();
+    assert!(matches!(
+        observe_read(&dir, &read, &Options::new(tmp.path())),
+        Observation::Final
+    ));
+    let listed = observe_status(&dir, read, &Options::new(tmp.path())).unwrap();
+    assert_eq!(listed.unwrap().state, RunState::Failed);
+}
+
+#[test]
 fn observe_gives_up_a_queued_run_whose_monitor_died_before_its_runner() {
     // `dead()` starts and ends a child: its SIGCHLD must not reach a
     // `procs` test's signalfd.
