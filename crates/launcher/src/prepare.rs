@@ -258,7 +258,7 @@ fn write_run(
         session_root: request.session_root.clone(),
     };
     if config.mode == "single" {
-        persist(&config, request, persisted.descriptor(), &mut files)?;
+        stage_persist(&config, request, persisted.descriptor(), &mut files)?;
     }
     write_queued(&config, budget.snapshot().ok(), files)?;
     deferred.commit()?;
@@ -574,10 +574,18 @@ fn session_file(config: &LaunchConfig) -> PathBuf {
     }
 }
 
-/// Stages `launch-contract.json`, `recovery-descriptor.json` and
-/// `recovery-seal.json` of a single run in `files` (written when the caller
-/// commits them).
-pub fn persist(
+/// Writes `launch-contract.json`, `recovery-descriptor.json` and
+/// `recovery-seal.json` for a single run.
+pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) -> Result {
+    let mut files = atomic_file::Batch::new();
+    stage_persist(config, request, budget, &mut files)?;
+    files.commit()?;
+    Ok(())
+}
+
+/// [`persist`] that stages the three files in `files` (written when the
+/// caller commits them).
+fn stage_persist(
     config: &LaunchConfig,
     request: &Request,
     budget: &Descriptor,

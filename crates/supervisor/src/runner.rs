@@ -689,7 +689,7 @@ impl<'a> Execution<'a> {
             written
         })?;
         self.append_end_events(state, error.as_deref(), now);
-        if !early.take().is_some_and(|staged| staged.commit().is_ok()) {
+        if early.take().is_none_or(|staged| staged.commit().is_err()) {
             durable::retry("the candidate", || {
                 write_candidate(&config.run_dir, &candidate)
             })?;
