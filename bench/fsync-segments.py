@@ -7,9 +7,9 @@ alike); prints the medians in ms.
 * launcher: from creating the temp file of `run-fanout-budget.json` to the
   end of the directory fsync after the queued `status.json`'s rename: the
   five run files written, fsynced and renamed, and the run directory synced.
-* runner: from creating the temp file of the final `status.json` (or of the
-  candidate, when that is created first) to the end of the directory fsync
-  after `process-terminal-candidate.json`'s rename.
+* runner: from opening the status lock for the final `status.json` (or
+  creating the candidate's temp file, when that comes first) to the end of
+  the directory fsync after `process-terminal-candidate.json`'s rename.
 
 strace slows every system call, so the figures are larger than untraced
 ones; compare rows, not absolute values. ROOT should already hold a
@@ -61,8 +61,10 @@ def runner_segment(calls):
     j = next(i for i, c in enumerate(mine) if renamed_onto(c, "process-terminal-candidate.json"))
     created = [(i, c) for i, c in enumerate(mine[:j]) if "openat(" in c[2] and "O_EXCL" in c[2]]
     status = max(i for i, c in created if "/.status.json." in c[2])
+    # The final status's read-modify-write starts with taking its lock.
+    locked = max(i for i, c in enumerate(mine[:status]) if "openat(" in c[2] and "/.status.lock" in c[2])
     candidate = [i for i, c in created if "/.process-terminal-candidate.json." in c[2]]
-    start = mine[min([status] + candidate)][1]
+    start = mine[min([locked] + candidate)][1]
     return (ends_at_next_fsync(mine, j) - start) * 1000
 
 

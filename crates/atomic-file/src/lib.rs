@@ -13,9 +13,6 @@
 //!   [`write_private`] does, their writeback started together so their
 //!   fsyncs share journal commits, renamed in order, each directory
 //!   fsynced once.
-//! * [`stage_private`]: the first half of [`write_private`] (temp file
-//!   written, writeback started), committed later, for a file whose content
-//!   is known before the durable write that must precede it.
 //! * [`create_new_private`]: the same durability for files that must not exist
 //!   yet (claim slots, lock-free ownership records).
 //! * [`replace_private_with`] / [`create_new_private_transient_name`]: the
@@ -276,12 +273,11 @@ impl Batch {
     }
 }
 
-/// A file written under a temp name next to its target, its writeback
-/// started, not yet fsynced nor renamed (see [`stage_private`]). Dropped
-/// before [`Staged::commit`] renames it, the temp file is removed.
+/// A file of a [`Batch`] written under a temp name next to its target, its
+/// writeback started, not yet fsynced nor renamed (see [`stage_private`]).
+/// Dropped before it is renamed, the temp file is removed.
 #[derive(Debug)]
-#[must_use = "commit the staged file"]
-pub struct Staged {
+struct Staged {
     path: PathBuf,
     tmp: PathBuf,
     file: Option<File>,
@@ -291,11 +287,9 @@ pub struct Staged {
 
 /// The first half of [`write_private`]: writes `bytes` to a new temp file
 /// in `path`'s directory (created 0700 if missing; the file 0600,
-/// `O_EXCL`) and starts its writeback without waiting for it. Staged
-/// before other durable writes, its data goes to disk alongside theirs, so
-/// [`Staged::commit`] later has little left to wait for. Nothing at `path`
-/// changes until the commit.
-pub fn stage_private(path: &Path, bytes: &[u8]) -> Result<Staged> {
+/// `O_EXCL`) and starts its writeback without waiting for it. Nothing at
+/// `path` changes until it is renamed.
+fn stage_private(path: &Path, bytes: &[u8]) -> Result<Staged> {
     ensure_private_dir(parent_of(path))?;
     let tmp = temp_path(path);
     let mut file = OpenOptions::new()
@@ -322,18 +316,6 @@ pub fn stage_private(path: &Path, bytes: &[u8]) -> Result<Staged> {
 }
 
 impl Staged {
-    /// Fsyncs the file, renames it onto its target and fsyncs the
-    /// directory, as [`write_private`] does.
-    pub fn commit(mut self) -> Result<()> {
-        self.sync()?;
-        self.rename()?;
-        let dir = parent_of(&self.path);
-        if is_deferred(dir) {
-            return Ok(());
-        }
-        sync_dir(dir)
-    }
-
     /// Fsyncs and closes the temp file. An empty new file has no data to
     /// flush; the directory fsync after the rename makes it durable.
     fn sync(&mut self) -> Result<()> {
@@ -991,28 +973,23 @@ mod tests {
     }
 
     #[test]
-    fn a_staged_file_changes_nothing_until_committed_and_leaves_nothing_when_dropped() {
+    fn a_staged_file_changes_nothing_and_leaves_nothing_when_dropped() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("run");
-        let target = dir.join("candidate.json");
-        let staged = stage_private(&target, b"first").unwrap();
-        assert_eq!(mode(&dir), DIR_MODE);
-        assert!(!target.exists());
+        let target = dir.join("status.json");
+        fs::create_dir(&dir).unwrap();
+        fs::write(&target, "old").unwrap();
+        let staged = stage_private(&target, b"new").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"old");
         let names = names_in(&dir);
-        assert_eq!(names.len(), 1, "{names:?}");
+        assert_eq!(names.len(), 2, "{names:?}");
         assert!(
-            names[0].starts_with(".candidate.json.") && names[0].ends_with(".tmp"),
+            names[0].starts_with(".status.json.") && names[0].ends_with(".tmp"),
             "{names:?}"
         );
         drop(staged);
-        assert!(names_in(&dir).is_empty());
-
-        let staged = stage_private(&target, b"second").unwrap();
-        write_private(&dir.join("status.json"), b"status").unwrap();
-        staged.commit().unwrap();
-        assert_eq!(fs::read(&target).unwrap(), b"second");
-        assert_eq!(mode(&target), FILE_MODE);
-        assert_eq!(names_in(&dir), ["candidate.json", "status.json"]);
+        assert_eq!(names_in(&dir), ["status.json"]);
+        assert_eq!(fs::read(&target).unwrap(), b"old");
     }
 
     #[test]

@@ -565,19 +565,6 @@ pub fn write_candidate(run_dir: &Path, candidate: &Candidate) -> crate::Result<(
     Ok(())
 }
 
-/// [`write_candidate`]'s first half (see [`atomic_file::stage_private`]):
-/// nothing changes on disk until the returned file is committed.
-pub fn stage_candidate(
-    run_dir: &Path,
-    candidate: &Candidate,
-) -> crate::Result<atomic_file::Staged> {
-    let bytes = atomic_file::to_pretty_json(candidate);
-    Ok(atomic_file::stage_private(
-        &run_dir.join(files::CANDIDATE),
-        &bytes,
-    )?)
-}
-
 /// State of a session's revival lease as the finalizer needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {

@@ -24,7 +24,7 @@ use process_identity::ProcessIdentity;
 use recovery::lease::{LeaseRequest, SessionLease, Writer, acquire_lease};
 use serde_json::json;
 use status::model::{update_status, update_status_unsynced_dir};
-use status::proof::{Candidate, ProcessTree, WriterRecord, stage_candidate, write_candidate};
+use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
 
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
@@ -661,18 +661,8 @@ impl<'a> Execution<'a> {
         let (state, error) = self.run_verdict(stop_reason);
         let timed_out = self.interruption == Some(Interruption::TimedOut);
         let stopped = self.interruption == Some(Interruption::Stopped);
-        let mut candidate = self.candidate();
-        // The candidate does not depend on the status: staged now, its data
-        // goes to disk with the final status's; it is still renamed only
-        // once that status is durable. Written whole below when a lease
-        // rewrites it or staging failed.
-        let mut early = self
-            .lease
-            .is_none()
-            .then(|| stage_candidate(&config.run_dir, &candidate).ok())
-            .flatten();
         durable::retry("status.json", || {
-            let written = update_status(&config.run_dir, |s| {
+            update_status(&config.run_dir, |s| {
                 Some(transitions::finished(
                     s?,
                     state,
@@ -681,19 +671,13 @@ impl<'a> Execution<'a> {
                     stopped,
                     now,
                 ))
-            });
-            if written.is_err() {
-                // A full disk: give the staged file's blocks back first.
-                early = None;
-            }
-            written
+            })
         })?;
         self.append_end_events(state, error.as_deref(), now);
-        if early.take().is_none_or(|staged| staged.commit().is_err()) {
-            durable::retry("the candidate", || {
-                write_candidate(&config.run_dir, &candidate)
-            })?;
-        }
+        let mut candidate = self.candidate();
+        durable::retry("the candidate", || {
+            write_candidate(&config.run_dir, &candidate)
+        })?;
         if let Some(lease) = self.lease.take() {
             // The proof needs to know the lease was given back, and by whom.
             candidate.session_file = config
