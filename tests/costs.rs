@@ -119,6 +119,34 @@ fn a_launch_syncs_each_file_once_and_the_run_directory_once() {
     );
 }
 
+/// The launcher's run files (persisted budget, launch contract, recovery
+/// descriptor, seal, queued status) are written as one batch: the
+/// writeback of all five starts before the first of their fsyncs, so the
+/// fsyncs share journal commits instead of making one each.
+#[test]
+fn a_launch_starts_the_writeback_of_its_run_files_before_syncing_them() {
+    let env = Env::new();
+    let trace = "fsync,fdatasync,sync_file_range";
+    let Some(trace) = traced(&env, trace, &["run", "--", "true"]) else {
+        return;
+    };
+    let pid = first_pid(&trace);
+    let mine: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(pid))
+        .collect();
+    let started = |l: &str| l.contains(" sync_file_range(") && l.contains("SYNC_FILE_RANGE_WRITE");
+    let first = mine.iter().position(|l| started(l));
+    let first = first.unwrap_or_else(|| panic!("no writeback started:\n{trace}"));
+    let run = mine[first..].iter().take_while(|l| started(l)).count();
+    assert_eq!(run, 5, "writebacks started in one go:\n{trace}");
+    let synced = mine[first + 5..]
+        .iter()
+        .take_while(|l| l.contains(" fsync("))
+        .count();
+    assert!(synced >= 5, "the five files fsynced right after:\n{trace}");
+}
+
 /// The pid that ran `subagents <role>` in an `execve` trace.
 fn pid_of_role<'a>(trace: &'a str, role: &str) -> &'a str {
     calls(trace, "execve")

@@ -9,6 +9,10 @@
 //!   then the directory is fsynced.
 //! * [`defer_dir_sync`]: several files written into one new directory share
 //!   a single directory fsync.
+//! * [`Batch`] / [`write_private_batch`]: several files written as
+//!   [`write_private`] does, their writeback started together so their
+//!   fsyncs share journal commits, renamed in order, each directory
+//!   fsynced once.
 //! * [`create_new_private`]: the same durability for files that must not exist
 //!   yet (claim slots, lock-free ownership records).
 //! * [`replace_private_with`] / [`create_new_private_transient_name`]: the
@@ -176,6 +180,194 @@ pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce(
         return Ok(());
     }
     sync_dir(dir)
+}
+
+/// Several files written durably together, each as [`write_private`]
+/// writes one, for a process that writes them in series anyway.
+///
+/// [`Batch::commit`] writes every temp file first (0600, `O_EXCL`, in the
+/// target's directory, created 0700 if missing), starts the writeback of
+/// all of them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), then fsyncs
+/// each, renames them onto their targets in the order they were added, and
+/// fsyncs each distinct directory once, after its last rename. The fsyncs
+/// are the same as one [`write_private`] per file (minus the repeated
+/// directory fsyncs); starting all writebacks first lets the file system
+/// allocate the blocks of every file in one journal transaction instead of
+/// one per fsync, which roughly halves the time of five small files on
+/// ext4.
+///
+/// Every file is complete and fsynced before the first rename, so a reader
+/// that sees a file of the batch also finds every file added before it
+/// complete. A failure before the renames leaves every target as it was;
+/// a failed rename leaves the targets added before it replaced (complete)
+/// and the rest as they were. No temp file stays behind either way.
+#[derive(Debug, Default)]
+#[must_use = "commit the batch"]
+pub struct Batch {
+    targets: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `path` with `bytes`, to be renamed after the targets added before.
+    pub fn add(&mut self, path: impl Into<PathBuf>, bytes: impl Into<Vec<u8>>) -> &mut Self {
+        self.targets.push((path.into(), bytes.into()));
+        self
+    }
+
+    /// Adds `path` with `value` as [`write_json`] writes it.
+    pub fn add_json<T: Serialize + ?Sized>(
+        &mut self,
+        path: impl Into<PathBuf>,
+        value: &T,
+    ) -> &mut Self {
+        self.add(path, to_pretty_json(value))
+    }
+
+    /// The number of targets added.
+    pub fn len(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    /// Writes, fsyncs and renames every target (see [`Batch`]).
+    pub fn commit(self) -> Result<()> {
+        self.commit_with(|| {})
+    }
+
+    /// [`Batch::commit`] that calls `before_rename` once every temp file is
+    /// written and fsynced, just before the first rename (crash tests die
+    /// there; no target of the batch may then have changed).
+    pub fn commit_with(self, before_rename: impl FnOnce()) -> Result<()> {
+        let mut staged = self
+            .targets
+            .iter()
+            .map(|(path, bytes)| stage_private(path, bytes))
+            .collect::<Result<Vec<_>>>()?;
+        for file in &mut staged {
+            file.sync()?;
+        }
+        before_rename();
+        for file in &mut staged {
+            file.rename()?;
+        }
+        let mut synced: Vec<&Path> = Vec::new();
+        for dir in self.targets.iter().map(|(path, _)| parent_of(path)) {
+            if synced.contains(&dir) {
+                continue;
+            }
+            if !is_deferred(dir) {
+                sync_dir(dir)?;
+            }
+            synced.push(dir);
+        }
+        Ok(())
+    }
+}
+
+/// A file of a [`Batch`] written under a temp name next to its target, its
+/// writeback started, not yet fsynced nor renamed (see [`stage_private`]).
+/// Dropped before it is renamed, the temp file is removed.
+#[derive(Debug)]
+struct Staged {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: Option<File>,
+    empty: bool,
+    renamed: bool,
+}
+
+/// The first half of [`write_private`]: writes `bytes` to a new temp file
+/// in `path`'s directory (created 0700 if missing; the file 0600,
+/// `O_EXCL`) and starts its writeback without waiting for it. Nothing at
+/// `path` changes until it is renamed.
+fn stage_private(path: &Path, bytes: &[u8]) -> Result<Staged> {
+    ensure_private_dir(parent_of(path))?;
+    let tmp = temp_path(path);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(|e| Error::new("create", &tmp, e))?;
+    let mut staged = Staged {
+        path: path.to_path_buf(),
+        tmp,
+        file: None,
+        empty: bytes.is_empty(),
+        renamed: false,
+    };
+    file.write_all(bytes)
+        .map_err(|e| Error::new("write", &staged.tmp, e))?;
+    if !staged.empty {
+        start_writeback(&file);
+    }
+    staged.file = Some(file);
+    Ok(staged)
+}
+
+impl Staged {
+    /// Fsyncs and closes the temp file. An empty new file has no data to
+    /// flush; the directory fsync after the rename makes it durable.
+    fn sync(&mut self) -> Result<()> {
+        let Some(file) = self.file.take() else {
+            return Ok(());
+        };
+        if self.empty {
+            return Ok(());
+        }
+        file.sync_all()
+            .map_err(|e| Error::new("write", &self.tmp, e))
+    }
+
+    fn rename(&mut self) -> Result<()> {
+        fs::rename(&self.tmp, &self.path)
+            .map_err(|e| Error::new("rename temp file onto", &self.path, e))?;
+        self.renamed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.renamed {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Starts writing `file`'s dirty pages without waiting for them. Only a
+/// hint: the fsync that follows is what makes the data durable, so where
+/// the call is unsupported nothing changes but the timing.
+fn start_writeback(file: &File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on a descriptor `file` owns.
+        let _ =
+            unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
+}
+
+/// Writes `targets` as one [`Batch`]: all complete and fsynced before the
+/// first rename, renamed in the order given, each directory fsynced once.
+pub fn write_private_batch(targets: &[(&Path, &[u8])]) -> Result<()> {
+    let mut batch = Batch::new();
+    for (path, bytes) in targets {
+        batch.add(*path, *bytes);
+    }
+    batch.commit()
 }
 
 /// [`write_private_with`] without the directory fsync: the new content is
@@ -599,6 +791,205 @@ mod tests {
         let error = io::Error::last_os_error();
         assert_eq!(read, -1, "the scratch file had a name in the directory");
         assert_eq!(error.raw_os_error(), Some(libc::EAGAIN), "{error}");
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_batch_writes_every_target_private_and_leaves_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("run");
+        let nested = tmp.path().join("a/b");
+        let mut batch = Batch::new();
+        batch
+            .add(run.join("one.json"), b"1".to_vec())
+            .add_json(nested.join("two.json"), &serde_json::json!({"n": 2}))
+            .add(run.join("empty"), Vec::new())
+            .add(run.join("one.json"), b"1 again".to_vec());
+        assert_eq!(batch.len(), 4);
+        batch.commit().unwrap();
+        assert_eq!(fs::read(run.join("one.json")).unwrap(), b"1 again");
+        assert_eq!(
+            fs::read_to_string(nested.join("two.json")).unwrap(),
+            "{\n  \"n\": 2\n}"
+        );
+        assert_eq!(fs::read(run.join("empty")).unwrap(), b"");
+        for file in [
+            run.join("one.json"),
+            nested.join("two.json"),
+            run.join("empty"),
+        ] {
+            assert_eq!(mode(&file), FILE_MODE, "{}", file.display());
+        }
+        for dir in [&run, &nested, &tmp.path().join("a")] {
+            assert_eq!(mode(dir), DIR_MODE, "{}", dir.display());
+        }
+        assert_eq!(names_in(&run), ["empty", "one.json"]);
+        assert_eq!(names_in(&nested), ["two.json"]);
+    }
+
+    #[test]
+    fn write_private_batch_replaces_existing_targets() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        fs::write(&a, "old").unwrap();
+        fs::set_permissions(&a, fs::Permissions::from_mode(0o644)).unwrap();
+        write_private_batch(&[(&a, b"new a"), (&b, b"new b")]).unwrap();
+        assert_eq!(fs::read(&a).unwrap(), b"new a");
+        assert_eq!(fs::read(&b).unwrap(), b"new b");
+        assert_eq!(mode(&a), FILE_MODE);
+    }
+
+    /// Before the first rename every temp file is complete and no target
+    /// has changed; the renames then land in the order the targets were
+    /// added (a watcher sees them in that order).
+    #[test]
+    fn a_batch_renames_complete_files_in_the_order_given() {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        fs::write(dir.join("c"), "old c").unwrap();
+        // SAFETY: plain system calls on a descriptor this test owns.
+        let watch = unsafe {
+            OwnedFd::from_raw_fd(libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC))
+        };
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: as above; `path` is a valid C string.
+        let added =
+            unsafe { libc::inotify_add_watch(watch.as_raw_fd(), path.as_ptr(), libc::IN_MOVED_TO) };
+        assert!(
+            added >= 0,
+            "failed to watch: {}",
+            io::Error::last_os_error()
+        );
+
+        let mut batch = Batch::new();
+        batch
+            .add(dir.join("c"), b"new c".to_vec())
+            .add(dir.join("a"), b"new a".to_vec())
+            .add(dir.join("b"), b"new b".to_vec());
+        let mut before = Vec::new();
+        batch
+            .commit_with(|| {
+                for name in names_in(dir) {
+                    before.push((name.clone(), fs::read_to_string(dir.join(&name)).unwrap()));
+                }
+            })
+            .unwrap();
+        let temps: Vec<_> = before.iter().filter(|(n, _)| n.ends_with(".tmp")).collect();
+        assert_eq!(temps.len(), 3, "{before:?}");
+        let mut contents: Vec<_> = temps.iter().map(|(_, text)| text.as_str()).collect();
+        contents.sort();
+        assert_eq!(contents, ["new a", "new b", "new c"]);
+        assert!(
+            before.contains(&("c".to_owned(), "old c".to_owned())),
+            "{before:?}"
+        );
+        assert_eq!(before.len(), 4, "{before:?}");
+
+        let mut events = [0u8; 4096];
+        // SAFETY: reads into a buffer of the length given.
+        let read =
+            unsafe { libc::read(watch.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) };
+        assert!(read > 0, "no rename seen: {}", io::Error::last_os_error());
+        let mut renamed = Vec::new();
+        let mut at = 0;
+        let header = std::mem::size_of::<libc::inotify_event>();
+        while at + header <= read as usize {
+            // SAFETY: the kernel wrote a whole event at `at`; read unaligned.
+            let event: libc::inotify_event =
+                unsafe { std::ptr::read_unaligned(events[at..].as_ptr().cast()) };
+            let name = &events[at + header..at + header + event.len as usize];
+            let name = name.split(|b| *b == 0).next().unwrap_or_default();
+            renamed.push(String::from_utf8_lossy(name).into_owned());
+            at += header + event.len as usize;
+        }
+        assert_eq!(renamed, ["c", "a", "b"]);
+        assert_eq!(names_in(dir), ["a", "b", "c"]);
+    }
+
+    /// A rename that fails in the middle: the targets before it are
+    /// replaced and complete, the one that failed and those after it are
+    /// as they were, and no temp file is left.
+    #[test]
+    fn a_failed_rename_in_a_batch_leaves_no_half_written_target_and_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let blocker = dir.join("b");
+        fs::create_dir(&blocker).unwrap();
+        fs::write(blocker.join("keep"), "x").unwrap();
+        fs::write(dir.join("c"), "old c").unwrap();
+        let err = write_private_batch(&[
+            (&dir.join("a"), b"new a"),
+            (&blocker, b"new b"),
+            (&dir.join("c"), b"new c"),
+        ])
+        .unwrap_err();
+        assert_eq!(err.op, "rename temp file onto");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "failed to rename temp file onto '{}': ",
+                blocker.display()
+            )),
+            "{err}"
+        );
+        assert_eq!(fs::read(dir.join("a")).unwrap(), b"new a");
+        assert_eq!(fs::read(blocker.join("keep")).unwrap(), b"x");
+        assert_eq!(fs::read(dir.join("c")).unwrap(), b"old c");
+        assert_eq!(names_in(dir), ["a", "b", "c"]);
+    }
+
+    /// A target that cannot even be staged (its directory cannot be made)
+    /// fails the batch before any rename: no target changes, no temp file
+    /// stays in any directory.
+    #[test]
+    fn a_batch_that_fails_before_the_renames_changes_no_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        fs::write(dir.join("a"), "old a").unwrap();
+        fs::write(dir.join("not-a-dir"), "file").unwrap();
+        let mut batch = Batch::new();
+        batch
+            .add(dir.join("a"), b"new a".to_vec())
+            .add(dir.join("sub/b"), b"new b".to_vec())
+            .add(dir.join("not-a-dir/c"), b"new c".to_vec())
+            .add(dir.join("d"), b"new d".to_vec());
+        let err = batch.commit().unwrap_err();
+        assert!(
+            err.to_string().starts_with("failed to create directory"),
+            "{err}"
+        );
+        assert_eq!(fs::read(dir.join("a")).unwrap(), b"old a");
+        assert_eq!(names_in(dir), ["a", "not-a-dir", "sub"]);
+        assert!(names_in(&dir.join("sub")).is_empty());
+    }
+
+    #[test]
+    fn a_staged_file_changes_nothing_and_leaves_nothing_when_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let target = dir.join("status.json");
+        fs::create_dir(&dir).unwrap();
+        fs::write(&target, "old").unwrap();
+        let staged = stage_private(&target, b"new").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"old");
+        let names = names_in(&dir);
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(
+            names[0].starts_with(".status.json.") && names[0].ends_with(".tmp"),
+            "{names:?}"
+        );
+        drop(staged);
+        assert_eq!(names_in(&dir), ["status.json"]);
+        assert_eq!(fs::read(&target).unwrap(), b"old");
     }
 
     #[test]

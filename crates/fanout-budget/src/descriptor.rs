@@ -197,9 +197,23 @@ fn lenient_base64url(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
 /// `<run_dir>/run-fanout-budget.json` (compact JSON + newline, as the
 /// reference writes it; written atomically, 0600).
 pub fn write_persisted(run_dir: &Path, root: &Path, descriptor: &Descriptor) -> Result<OpenBudget> {
+    let mut batch = atomic_file::Batch::new();
+    let budget = stage_persisted(run_dir, root, descriptor, &mut batch)?;
+    batch.commit()?;
+    Ok(budget)
+}
+
+/// [`write_persisted`] that adds the file to `batch` instead of writing it:
+/// nothing is on disk until the caller commits the batch.
+pub fn stage_persisted(
+    run_dir: &Path,
+    root: &Path,
+    descriptor: &Descriptor,
+    batch: &mut atomic_file::Batch,
+) -> Result<OpenBudget> {
     let budget = OpenBudget::open(root, descriptor)?;
     let text = format!("{}\n", budget.descriptor().to_json());
-    atomic_file::write_private(&run_dir.join(PERSISTED_FILE), text.as_bytes())?;
+    batch.add(run_dir.join(PERSISTED_FILE), text);
     Ok(budget)
 }
 

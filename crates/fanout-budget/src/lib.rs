@@ -38,7 +38,7 @@ pub use budget::{
 };
 pub use descriptor::{
     Descriptor, decode_env, decode_env_descriptor, inherited_from_env, read_persisted,
-    read_persisted_in, write_persisted,
+    read_persisted_in, stage_persisted, write_persisted,
 };
 pub use error::{CommitError, Error, Rejection, RejectionCode, Result, RunFanoutLimitError};
 pub use limit::{

@@ -219,16 +219,29 @@ fn write_run(
     let run_dir = layout.run_dir(run_id);
     // The files below land in a directory nothing points to until the active
     // marker exists: each is fsynced, their names once, before the marker.
+    // They are staged in one batch: all written, all fsynced (their
+    // writeback started together), then renamed in this order.
     let deferred = atomic_file::defer_dir_sync(&run_dir);
-    let persisted =
-        fanout_budget::write_persisted(&run_dir, &layout.fanout_budgets_dir(), budget.descriptor())
-            .map_err(|e| {
-                Error::failed(format!(
-                    "failed to create async run directory '{}': {e}",
-                    run_dir.display()
-                ))
-            })?;
-    let steps = step_configs(&request.plan, &run_dir, &request.cwd, &request.tasks)?;
+    let mut files = atomic_file::Batch::new();
+    let persisted = fanout_budget::stage_persisted(
+        &run_dir,
+        &layout.fanout_budgets_dir(),
+        budget.descriptor(),
+        &mut files,
+    )
+    .map_err(|e| {
+        Error::failed(format!(
+            "failed to create async run directory '{}': {e}",
+            run_dir.display()
+        ))
+    })?;
+    let steps = step_configs(
+        &request.plan,
+        &run_dir,
+        &request.cwd,
+        &request.tasks,
+        &mut files,
+    )?;
     let config = LaunchConfig {
         run_id: run_id.to_owned(),
         root: layout.root().to_path_buf(),
@@ -245,9 +258,9 @@ fn write_run(
         session_root: request.session_root.clone(),
     };
     if config.mode == "single" {
-        persist(&config, request, persisted.descriptor())?;
+        stage_persist(&config, request, persisted.descriptor(), &mut files)?;
     }
-    write_queued(&config, budget.snapshot().ok())?;
+    write_queued(&config, budget.snapshot().ok(), files)?;
     deferred.commit()?;
     atomic_file::sync_dir(&layout.runs_dir())?;
     index::create_marker(&config.run_dir)?;
@@ -485,6 +498,7 @@ fn step_configs(
     run_dir: &Path,
     cwd: &Path,
     tasks: &[Option<String>],
+    files: &mut atomic_file::Batch,
 ) -> Result<Vec<StepConfig>> {
     let single = plan.steps.len() == 1 && plan.mode == "single";
     let mut steps = Vec::new();
@@ -497,7 +511,7 @@ fn step_configs(
                     format!("task-{i}.md")
                 };
                 let path = run_dir.join(name);
-                atomic_file::write_private(&path, text.as_bytes())?;
+                files.add(&path, text.as_bytes());
                 Some(path)
             }
             None => None,
@@ -518,7 +532,13 @@ fn step_configs(
     Ok(steps)
 }
 
-fn write_queued(config: &LaunchConfig, fanout: Option<fanout_budget::Snapshot>) -> Result {
+/// Commits `files`, the run's files staged before it, with the queued
+/// status renamed last.
+fn write_queued(
+    config: &LaunchConfig,
+    fanout: Option<fanout_budget::Snapshot>,
+    files: atomic_file::Batch,
+) -> Result {
     let fanout = fanout.and_then(|s| serde_json::to_value(s).ok());
     let queued = crate::transitions::queued(
         config,
@@ -526,7 +546,7 @@ fn write_queued(config: &LaunchConfig, fanout: Option<fanout_budget::Snapshot>) 
         ProcessIdentity::current().ok(),
         status::now_ms(),
     );
-    status::model::write_status(&config.run_dir, &queued)?;
+    status::model::write_status_after(files, &config.run_dir, &queued)?;
     Ok(())
 }
 
@@ -554,8 +574,23 @@ fn session_file(config: &LaunchConfig) -> PathBuf {
     }
 }
 
-/// Writes `launch-contract.json` and `recovery-descriptor.json` for a single run.
+/// Writes `launch-contract.json`, `recovery-descriptor.json` and
+/// `recovery-seal.json` for a single run.
 pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) -> Result {
+    let mut files = atomic_file::Batch::new();
+    stage_persist(config, request, budget, &mut files)?;
+    files.commit()?;
+    Ok(())
+}
+
+/// [`persist`] that stages the three files in `files` (written when the
+/// caller commits them).
+fn stage_persist(
+    config: &LaunchConfig,
+    request: &Request,
+    budget: &Descriptor,
+    files: &mut atomic_file::Batch,
+) -> Result {
     let step = &config.steps[0];
     let contract = LaunchContract {
         version: 1,
@@ -588,10 +623,18 @@ pub fn persist(config: &LaunchConfig, request: &Request, budget: &Descriptor) ->
         serde_json::from_value(descriptor).map_err(|e| fail(e.to_string()))?;
     let task = request.tasks.first().cloned().flatten().unwrap_or_default();
     let key = RootKey::load_or_create(&config.root).map_err(|e| fail(e.to_string()))?;
-    match recovery::persist_recovery(&config.run_dir, &contract, &mut descriptor, &task, &key) {
+    let staged = recovery::stage_recovery(
+        &config.run_dir,
+        &contract,
+        &mut descriptor,
+        &task,
+        &key,
+        files,
+    );
+    match staged {
         // A task that equals a value the contract needs anyway (argv, cwd,
         // session) cannot be written without "containing" it: the run goes
-        // on, but it cannot be resumed. Nothing was written.
+        // on, but it cannot be resumed. Nothing was staged.
         Err(recovery::ContractError::TaskText { .. }) => Ok(()),
         other => other.map(drop).map_err(|e| fail(e.to_string())),
     }

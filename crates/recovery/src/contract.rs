@@ -148,8 +148,9 @@ pub enum ContractError {
     /// The descriptor was refused or could not be written.
     #[error(transparent)]
     Descriptor(#[from] DescriptorError),
-    /// The contract could not be stored.
-    #[error("failed to write launch contract: {0}")]
+    /// The contract, the descriptor or the seal could not be stored (the
+    /// cause names the file).
+    #[error("failed to write recovery files: {0}")]
     Write(#[from] atomic_file::Error),
 }
 
@@ -442,6 +443,24 @@ pub fn persist_recovery(
     task_text: &str,
     key: &RootKey,
 ) -> Result<PersistedRecovery, ContractError> {
+    let mut batch = atomic_file::Batch::new();
+    let persisted = stage_recovery(run_dir, contract, descriptor, task_text, key, &mut batch)?;
+    batch.commit()?;
+    Ok(persisted)
+}
+
+/// [`persist_recovery`] that adds the three files to `batch` (contract,
+/// descriptor, seal, in that order: the batch renames them so) instead of
+/// writing them. Nothing is added when [`persist_recovery`] would write
+/// nothing; nothing is on disk until the caller commits the batch.
+pub fn stage_recovery(
+    run_dir: &Path,
+    contract: &LaunchContract,
+    descriptor: &mut RecoveryDescriptor,
+    task_text: &str,
+    key: &RootKey,
+    batch: &mut atomic_file::Batch,
+) -> Result<PersistedRecovery, ContractError> {
     let contract_path = launch_contract_path(run_dir);
     let contract_bytes = atomic_file::to_pretty_json(contract);
     parse_launch_contract(&contract_bytes, &contract_path)?;
@@ -451,11 +470,12 @@ pub fn persist_recovery(
     let descriptor_path = descriptor_path(run_dir);
     let descriptor_bytes = encode_descriptor(descriptor, &descriptor_path)?;
     refuse_task_text(&descriptor_bytes, task_text, &descriptor_path)?;
-    atomic_file::write_private(&contract_path, &contract_bytes)?;
-    atomic_file::write_private(&descriptor_path, &descriptor_bytes)
-        .map_err(DescriptorError::from)?;
     let seal_path = run_dir.join(SEAL_FILE);
-    atomic_file::write_json(&seal_path, &key.seal(&contract_bytes, &descriptor_bytes))?;
+    let seal = key.seal(&contract_bytes, &descriptor_bytes);
+    batch
+        .add(&contract_path, contract_bytes)
+        .add(&descriptor_path, descriptor_bytes)
+        .add_json(&seal_path, &seal);
     Ok(PersistedRecovery {
         contract_path,
         descriptor_path,

@@ -31,7 +31,7 @@ mod validate;
 pub use contract::{
     ContractError, LAUNCH_CONTRACT_FILE, LaunchContract, PersistedRecovery, Recovery,
     check_binding, launch_contract_path, load_recovery, parse_launch_contract, persist_recovery,
-    read_launch_contract, sha256_hex,
+    read_launch_contract, sha256_hex, stage_recovery,
 };
 pub use descriptor::{
     DescriptorError, FanoutBudgetCheck, check_fanout_budget, descriptor_path, encode_descriptor,

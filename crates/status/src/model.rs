@@ -480,6 +480,20 @@ pub fn write_status(run_dir: &Path, status: &RunStatus) -> Result<()> {
     Ok(())
 }
 
+/// [`write_status`] as the last file of `earlier`: every file of the batch
+/// is written and fsynced before any is renamed, and `status.json` is
+/// renamed last, so a reader that finds the status finds the batch's other
+/// files complete (see [`atomic_file::Batch`]).
+pub fn write_status_after(
+    mut earlier: atomic_file::Batch,
+    run_dir: &Path,
+    status: &RunStatus,
+) -> Result<()> {
+    earlier.add_json(run_dir.join(files::STATUS), status);
+    earlier.commit_with(|| crate::fault_point("mid-status-write"))?;
+    Ok(())
+}
+
 /// An exclusive advisory lock on the run's status; released on drop or when
 /// the holder dies.
 pub struct StatusLock {
