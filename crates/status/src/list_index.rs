@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::layout::{Layout, files};
 use crate::list::{
-    Alone, FrozenFanout, ListOptions, RunSummary, Scan, UnreadableRun, keep, run_names, state_rank,
+    Alone, FrozenFanout, ListOptions, RunSummary, Scan, UnreadableRun, run_names, state_rank,
 };
 
 /// The index directory under the root.
@@ -514,6 +514,7 @@ fn renderer() -> String {
         include_str!("list.rs"),
         include_str!("model.rs"),
         include_str!("list_index.rs"),
+        include_str!("list_index/live.rs"),
     ] {
         h.update(source.as_bytes());
         h.update(&[0]);
@@ -780,13 +781,17 @@ pub fn list_text(
         }
         None => vec![false; names.len()],
     };
-    for (i, name) in names.iter().enumerate() {
-        if !covered[i] {
-            let indexable = keys.is_some();
-            changed |=
-                read_live(&mut out, layout, &scan, options, text, i, name, indexable) == Some(true);
-        }
-    }
+    let live = live::Live {
+        layout,
+        scan: &scan,
+        now: options.now,
+        all: options.all,
+        session: options.session.as_deref(),
+        home: text.home,
+        started: nanos(text.started),
+        indexable: keys.is_some(),
+    };
+    changed |= live::read_all(&mut out, &live, options, &names, &covered);
     out.spill.flush();
     // Keys are unique (names are): no need for a stable sort's buffer.
     out.live.sort_unstable_by_key(Row::key);
@@ -801,91 +806,6 @@ pub fn list_text(
     out.len = options.limit.map_or(shown, |limit| shown.min(limit));
     out.names = names;
     Ok(out)
-}
-
-/// Reads run `name` (the `i`th) live into `out`. Returns whether it made a
-/// new index record, or `None` when the run is not listed.
-#[allow(clippy::too_many_arguments)]
-fn read_live(
-    out: &mut TextListing,
-    layout: &Layout,
-    scan: &Scan,
-    options: &ListOptions<'_>,
-    text: &TextOptions<'_>,
-    i: usize,
-    name: &str,
-    indexable: bool,
-) -> Option<bool> {
-    let dir = layout.run_dir(name);
-    match scan.check_dir(layout, name) {
-        Ok(true) => {}
-        Ok(false) => return None,
-        Err(e) => {
-            out.unreadable.push(UnreadableRun::new(name, &dir, &e));
-            return None;
-        }
-    }
-    let scanned = match scan.load_checked(layout, name, options, &mut out.skipped_repairs) {
-        Ok(Some(scanned)) => scanned,
-        Ok(None) => return None,
-        Err(e) => {
-            out.unreadable.push(UnreadableRun::new(name, &dir, &e));
-            return None;
-        }
-    };
-    let summary = scanned.summary;
-    let block = render(&summary, options.now, text.home);
-    let started = nanos(text.started);
-    let alone = scanned.from_status_alone.filter(|a| {
-        indexable
-            && settled(&a.stamp, started)
-            && a.claims.as_ref().is_none_or(|c| settled(c, started))
-            // A row that shows a time relative to now is never indexed.
-            && render(&summary, 0, text.home) == block
-            && render(&summary, u64::MAX, text.home) == block
-    });
-    let shown = keep(&summary, options);
-    let hidden = summary.status.display_dismissed_at.is_some();
-    let head = alone.and_then(|a| record_head(name, &summary, a, &block, hidden));
-    let made = head.is_some();
-    // A row not shown and not indexed needs no text.
-    let body = if hidden || (!made && !shown) {
-        ""
-    } else {
-        &block
-    };
-    let Ok(len) = u32::try_from(body.len()) else {
-        let e = io::Error::new(io::ErrorKind::InvalidData, "a listing row over 4 GiB");
-        let e = crate::io_err("render the listing row of", &dir, e);
-        out.unreadable.push(UnreadableRun::new(name, &dir, &e));
-        return None;
-    };
-    let at = out.spill.len();
-    if let Some(head) = &head {
-        out.spill.push(head.as_bytes());
-    }
-    out.spill.push(body.as_bytes());
-    if made {
-        out.spill.push(b"\n");
-    }
-    if shown
-        && let Some(session) = &summary.status.session_id
-        && !out.sessions.contains(session)
-    {
-        out.sessions.insert(session.clone());
-    }
-    if shown || made {
-        out.live.push(Row {
-            rank: state_rank(&summary.status),
-            time: summary.status.sort_time(),
-            name: i as u32,
-            at,
-            head: head.map_or(0, |h| h.len() as u32),
-            block: len,
-            shown,
-        });
-    }
-    Some(made)
 }
 
 /// The head line (with its newline) of the index record of a run read
@@ -918,7 +838,7 @@ fn record_head(
     Some(line)
 }
 
-/// [`keep`]'s session filter for a row that is not hidden.
+/// [`crate::list::keep`]'s session filter for a row that is not hidden.
 fn session_kept(session: Option<&str>, wanted: Option<&str>) -> bool {
     wanted.is_none_or(|s| s.is_empty() || session == Some(s))
 }
@@ -966,6 +886,8 @@ fn write_index(
         writeln!(out, "end {:016x}", sum.finish())
     })
 }
+
+mod live;
 
 #[cfg(test)]
 mod tests;
