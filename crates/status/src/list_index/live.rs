@@ -26,7 +26,7 @@ use crate::list::{ListOptions, RunSummary, Scan, Scanned, UnreadableRun, keep_by
 use crate::model::RunStatus;
 
 /// How many run names a worker reads at a time.
-const CHUNK_RUNS: usize = 64;
+const CHUNK_RUNS: usize = 16;
 /// How many read chunks a worker may hold that the main thread has not
 /// taken yet.
 const AHEAD: usize = 2;
