@@ -414,6 +414,105 @@ impl<'de> DeserializeSeed<'de> for StepSeed {
     }
 }
 
+/// A run's `processTerminal` for a listing: `Option<Value>`, accepted
+/// exactly where one would be, but of an object only the keys a listing
+/// reads kept (see [`LISTED_PROOF_KEYS`]).
+struct ListedProof;
+
+/// The keys of a run's `processTerminal` a listing reads: whether the
+/// proof is observed, and whose it is (a fallback when the status does not
+/// name its runner).
+const LISTED_PROOF_KEYS: [&str; 3] = ["state", "runId", "runnerProcessInstanceId"];
+
+impl<'de> DeserializeSeed<'de> for ListedProof {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ListedProof {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("option")
+    }
+
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(ListedProofValue).map(Some)
+    }
+}
+
+/// A `processTerminal` value: anything but an object as a [`Value`]
+/// reads it, an object with only [`LISTED_PROOF_KEYS`] kept.
+struct ListedProofValue;
+
+impl<'de> Visitor<'de> for ListedProofValue {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> std::result::Result<Value, A::Error> {
+        Value::deserialize(de::value::SeqAccessDeserializer::new(seq))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+        let mut kept = Map::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            if LISTED_PROOF_KEYS.contains(&key.0.as_ref()) {
+                let value: Value = map.next_value()?;
+                kept.insert(key.0.into_owned(), value);
+            } else {
+                map.next_value::<AnyJson>()?;
+            }
+        }
+        Ok(Value::Object(kept))
+    }
+}
+
 /// Any JSON value, accepted exactly where a [`Value`] would be (the same
 /// number, string and nesting checks) and dropped: nothing is allocated.
 struct AnyJson;
@@ -510,6 +609,9 @@ impl<'de> Visitor<'de> for RunStatusVisitor {
                 "cwd" => out.cwd = map.next_value()?,
                 "currentStep" => out.current_step = map.next_value()?,
                 "chainStepCount" => out.chain_step_count = map.next_value()?,
+                "processTerminal" if self.listed => {
+                    out.process_terminal = map.next_value_seed(ListedProof)?
+                }
                 "processTerminal" => out.process_terminal = map.next_value()?,
                 "runFanoutBudget" => out.run_fanout_budget = map.next_value()?,
                 "steps" => {
@@ -591,9 +693,10 @@ pub fn parse_status(path: &Path, text: &str) -> Result<RunStatus> {
     parse_status_as(path, text, RunStatusVisitor { listed: false })
 }
 
-/// [`parse_status`] for a listing: the same checks, but the steps'
-/// `processTerminal` (which no listing shows) is not kept. Never write
-/// back a status parsed so.
+/// [`parse_status`] for a text listing: the same checks, but of the
+/// proofs (which a text listing does not show) only what it reads is
+/// kept: nothing of the steps' `processTerminal`, and of the run's only
+/// [`LISTED_PROOF_KEYS`]. Never write back or show a status parsed so.
 pub(crate) fn parse_listed_status(path: &Path, text: &str) -> Result<RunStatus> {
     parse_status_as(path, text, RunStatusVisitor { listed: true })
 }
@@ -789,11 +892,11 @@ mod tests {
     }
 
     #[test]
-    fn a_listed_status_is_the_status_without_its_steps_proofs() {
+    fn a_listed_status_is_the_status_with_only_the_proof_facts_a_listing_reads() {
         let path = Path::new("s.json");
         let deep = format!("{}1{}", "[".repeat(140), "]".repeat(140));
         let proofs = [
-            r#"{"state":"observed","instances":[{"kind":"runner","exitCode":0,"signal":null}]}"#,
+            r#"{"state":"observed","runId":"r","instances":[{"kind":"runner","exitCode":0}],"runnerProcessInstanceId":"i"}"#,
             "null",
             "[1, -0, 2.5e-3, 18446744073709551615, -9223372036854775808, true, \"\\u00e9\"]",
             "1e400",
@@ -806,17 +909,21 @@ mod tests {
             "[1,]",
             "01",
             "{\"k\":1,\"k\":2}",
+            "{\"state\":\"failed\",\"x\":[{}],\"state\":\"observed\"}",
         ];
         let mut refused = Vec::new();
         for proof in proofs {
             let text = format!(
-                r#"{{"runId":"r","state":"complete","steps":[{{"agent":"a","status":"complete","processTerminal":{proof},"label":"l"}}]}}"#
+                r#"{{"runId":"r","state":"complete","processTerminal":{proof},"steps":[{{"agent":"a","status":"complete","processTerminal":{proof},"label":"l"}}]}}"#
             );
             let full = parse_status(path, &text);
             let listed = parse_listed_status(path, &text);
             match (full, listed) {
                 (Ok(mut full), Ok(listed)) => {
                     full.steps.as_mut().unwrap()[0].process_terminal = None;
+                    if let Some(Value::Object(proof)) = &mut full.process_terminal {
+                        proof.retain(|k, _| LISTED_PROOF_KEYS.contains(&k.as_str()));
+                    }
                     assert_eq!(full, listed, "{proof}");
                 }
                 (Err(full), Err(listed)) => {
