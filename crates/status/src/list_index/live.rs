@@ -4,14 +4,14 @@
 //! A finished run whose frozen facts still hold needs nothing but its
 //! status and a few `stat`s: no repair, no hook, no write. When many runs
 //! are read live (the first listing of a large history) those are read and
-//! rendered by a few worker threads, a chunk of names at a time; the main
-//! thread takes the chunks in name order, so the listing, the index and
-//! the scratch file are what one thread would make. Every other run
-//! (active, unfrozen, facts no longer holding) is handed to the main
-//! thread as its parsed status and goes on there as before: repairs,
-//! proofs and live fan-out counts stay on one thread. Memory stays
-//! bounded: each worker is at most [`AHEAD`] chunks ahead of the main
-//! thread.
+//! rendered by one thread per core, a chunk of names at a time: the main
+//! thread reads every n-th chunk itself and takes the chunks of all in
+//! name order, so the listing, the index and the scratch file are what one
+//! thread would make. Every other run (active, unfrozen, facts no longer
+//! holding) is handed to the main thread as its parsed status and goes on
+//! there as before: repairs, proofs and live fan-out counts stay on one
+//! thread. Memory stays bounded: a worker is at most [`AHEAD`] chunks
+//! ahead of the main thread.
 
 use std::io;
 use std::path::Path;
@@ -32,8 +32,8 @@ const CHUNK_RUNS: usize = 16;
 const AHEAD: usize = 2;
 /// Below this many runs to read live, one thread reads them all.
 pub(super) const PARALLEL_AT: usize = 1024;
-/// The most worker threads.
-const MOST_WORKERS: usize = 4;
+/// The most threads that read runs (the main thread among them).
+const MOST_READERS: usize = 4;
 
 /// What reading a run live needs; shared by the worker threads (no hook).
 pub(super) struct Live<'a> {
@@ -221,32 +221,36 @@ pub(super) fn read_all(
     covered: &[bool],
 ) -> bool {
     let todo = covered.iter().filter(|c| !**c).count();
-    let workers = workers(todo);
+    let readers = readers(todo);
+    let chunk = |c: usize| {
+        let end = names.len().min((c + 1) * CHUNK_RUNS);
+        (c * CHUNK_RUNS..end)
+            .filter(|&i| !covered[i])
+            .map(|i| (i, read(cx, &names[i])))
+            .collect::<Vec<_>>()
+    };
+    let chunks = names.len().div_ceil(CHUNK_RUNS);
     let mut changed = false;
-    if workers < 2 {
-        for (i, name) in names.iter().enumerate() {
-            if !covered[i] {
-                changed |= take(out, cx, options, i, name, read(cx, name)) == Some(true);
-            }
+    let mut take_all = |reads: Vec<(usize, Read)>| {
+        for (i, read) in reads {
+            changed |= take(out, cx, options, i, &names[i], read) == Some(true);
         }
+    };
+    if readers < 2 {
+        (0..chunks).for_each(|c| take_all(chunk(c)));
         return changed;
     }
-    let chunks = names.len().div_ceil(CHUNK_RUNS);
     std::thread::scope(|s| {
-        // Worker `w` reads chunks w, w + workers, ...: the main thread takes
-        // chunk `c` from worker `c % workers`, so the order is kept.
-        let results: Vec<Receiver<Vec<(usize, Read)>>> = (0..workers)
-            .map(|w| {
+        // Reader `r` reads chunks r, r + readers, ...: reader 0 is the main
+        // thread, which reads its own chunks between taking the others'
+        // (one thread per core, none left waiting), in order.
+        let results: Vec<Receiver<Vec<(usize, Read)>>> = (1..readers)
+            .map(|r| {
                 let (send, results) = sync_channel(AHEAD);
                 s.spawn(move || {
-                    for c in (w..chunks).step_by(workers) {
-                        let end = names.len().min((c + 1) * CHUNK_RUNS);
-                        let reads = (c * CHUNK_RUNS..end)
-                            .filter(|&i| !covered[i])
-                            .map(|i| (i, read(cx, &names[i])))
-                            .collect();
+                    for c in (r..chunks).step_by(readers) {
                         // The main thread stopped taking: stop too.
-                        if send.send(reads).is_err() {
+                        if send.send(chunk(c)).is_err() {
                             return;
                         }
                     }
@@ -255,35 +259,38 @@ pub(super) fn read_all(
             })
             .collect();
         for c in 0..chunks {
-            // A worker that panicked sends no more; the scope then
-            // propagates its panic once the others have stopped.
-            let Ok(reads) = results[c % workers].recv() else {
-                return;
+            let reads = match c % readers {
+                0 => chunk(c),
+                r => match results[r - 1].recv() {
+                    Ok(reads) => reads,
+                    // A worker that panicked sends no more; the scope then
+                    // propagates its panic once the others have stopped.
+                    Err(_) => return,
+                },
             };
-            for (i, read) in reads {
-                changed |= take(out, cx, options, i, &names[i], read) == Some(true);
-            }
+            take_all(reads);
         }
     });
     changed
 }
 
-/// How many worker threads read `todo` runs: none below [`PARALLEL_AT`],
-/// else one per core, at most [`MOST_WORKERS`].
-fn workers(todo: usize) -> usize {
+/// How many threads read `todo` runs (the main thread and workers): the
+/// main thread alone below [`PARALLEL_AT`], else one per core, at most
+/// [`MOST_READERS`].
+fn readers(todo: usize) -> usize {
     #[cfg(test)]
-    if let Some(n) = WORKERS.get() {
+    if let Some(n) = READERS.get() {
         return n;
     }
     if todo < PARALLEL_AT {
         return 1;
     }
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_WORKERS))
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_READERS))
 }
 
 #[cfg(test)]
 thread_local! {
-    /// Tests: how many workers this thread's listings use, whatever the
-    /// number of runs.
-    pub(super) static WORKERS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    /// Tests: how many threads (this one among them) this thread's
+    /// listings read with, whatever the number of runs.
+    pub(super) static READERS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }

@@ -729,13 +729,13 @@ type Outcome = (
     Vec<u8>,
 );
 
-/// A listing without an index read by `workers` threads (1: the main
+/// A listing without an index read by `readers` threads (1: the main
 /// thread alone).
-fn listed_by(layout: &Layout, options: &ListOptions<'_>, workers: usize) -> Outcome {
+fn listed_by(layout: &Layout, options: &ListOptions<'_>, readers: usize) -> Outcome {
     let _ = std::fs::remove_file(index_path(layout));
-    live::WORKERS.set(Some(workers));
+    live::READERS.set(Some(readers));
     let listing = list_text(layout, options, &later()).unwrap();
-    live::WORKERS.set(None);
+    live::READERS.set(None);
     let unreadable = listing.unreadable.iter();
     (
         listing.blocks().unwrap(),
@@ -750,7 +750,7 @@ fn listed_by(layout: &Layout, options: &ListOptions<'_>, workers: usize) -> Outc
 }
 
 #[test]
-fn worker_threads_list_and_index_what_the_main_thread_alone_does() {
+fn threads_list_and_index_what_the_main_thread_alone_does() {
     let tmp = tempfile::tempdir().unwrap();
     let layout = Layout::new(tmp.path());
     // Several chunks of frozen runs: equal times (kept in name order),
@@ -789,10 +789,10 @@ fn worker_threads_list_and_index_what_the_main_thread_alone_does() {
         assert!(alone.0.len() > 30, "{}", alone.0.len());
         assert_eq!(alone.1.len(), 4, "{:?}", alone.1);
         assert!(alone.5.len() > 300 * 100);
-        for workers in [2, 3] {
+        for readers in [2, 3] {
             assert!(
-                listed_by(&layout, &options, workers) == alone,
-                "{workers} workers listed or indexed otherwise"
+                listed_by(&layout, &options, readers) == alone,
+                "{readers} threads listed or indexed otherwise"
             );
         }
     }
