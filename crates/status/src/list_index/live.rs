@@ -5,17 +5,19 @@
 //! status and a few `stat`s: no repair, no hook, no write. When many runs
 //! are read live (the first listing of a large history) those are read and
 //! rendered by one thread per core, a chunk of names at a time: the main
-//! thread reads every n-th chunk itself and takes the chunks of all in
-//! name order, so the listing, the index and the scratch file are what one
-//! thread would make. Every other run (active, unfrozen, facts no longer
-//! holding) is handed to the main thread as its parsed status and goes on
-//! there as before: repairs, proofs and live fan-out counts stay on one
-//! thread. Memory stays bounded: a worker is at most [`AHEAD`] chunks
-//! ahead of the main thread.
+//! thread and the workers claim the next unread chunk, and the main thread
+//! takes the chunks in name order, so the listing, the index and the
+//! scratch file are what one thread would make. Every other run (active,
+//! unfrozen, facts no longer holding) is handed to the main thread as its
+//! parsed status and goes on there as before: repairs, proofs and live
+//! fan-out counts stay on one thread. Memory stays bounded: no chunk is
+//! read more than [`AHEAD`] chunks past the one the main thread takes
+//! next.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
-use std::sync::mpsc::{Receiver, sync_channel};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use atomic_file::read::Stamp;
 
@@ -27,9 +29,10 @@ use crate::model::RunStatus;
 
 /// How many run names a worker reads at a time.
 const CHUNK_RUNS: usize = 16;
-/// How many read chunks a worker may hold that the main thread has not
-/// taken yet.
-const AHEAD: usize = 2;
+/// How many chunks past the one the main thread takes next may be read
+/// (and held) before it takes that one: enough work for the others while
+/// one thread is held up for a scheduler's time slice.
+const AHEAD: usize = 8;
 /// Below this many runs to read live, one thread reads them all.
 pub(super) const PARALLEL_AT: usize = 1024;
 /// The most threads that read runs (the main thread among them).
@@ -240,38 +243,147 @@ pub(super) fn read_all(
         (0..chunks).for_each(|c| take_all(chunk(c)));
         return changed;
     }
+    in_order(readers, chunks, chunk, take_all);
+    changed
+}
+
+/// Calls `take` with `read(c)` for every chunk `c` in order, the chunks
+/// read by `readers` threads (this one among them). A panic of any reader
+/// ends it (and is propagated) instead of leaving the others waiting.
+fn in_order(
+    readers: usize,
+    chunks: usize,
+    read: impl Fn(usize) -> Reads + Sync,
+    mut take: impl FnMut(Reads),
+) {
+    let queue = Queue::new(chunks);
     std::thread::scope(|s| {
-        // Reader `r` reads chunks r, r + readers, ...: reader 0 is the main
-        // thread, which reads its own chunks between taking the others'
-        // (one thread per core, none left waiting), in order.
-        let results: Vec<Receiver<Vec<(usize, Read)>>> = (1..readers)
-            .map(|r| {
-                let (send, results) = sync_channel(AHEAD);
-                s.spawn(move || {
-                    for c in (r..chunks).step_by(readers) {
-                        // The main thread stopped taking: stop too.
-                        if send.send(chunk(c)).is_err() {
-                            return;
-                        }
-                    }
-                });
-                results
-            })
-            .collect();
+        for _ in 1..readers {
+            s.spawn(|| {
+                let _failed = FailOnPanic(&queue);
+                while let Some(c) = queue.claim() {
+                    queue.done(c, read(c));
+                }
+            });
+        }
+        let _failed = FailOnPanic(&queue);
         for c in 0..chunks {
-            let reads = match c % readers {
-                0 => chunk(c),
-                r => match results[r - 1].recv() {
-                    Ok(reads) => reads,
-                    // A worker that panicked sends no more; the scope then
-                    // propagates its panic once the others have stopped.
-                    Err(_) => return,
-                },
+            // Reads a chunk itself while the next one to take is not ready.
+            let Some(reads) = queue.take(c, &read) else {
+                return;
             };
-            take_all(reads);
+            take(reads);
         }
     });
-    changed
+}
+
+/// Read chunks and who reads which: any thread claims the next unread
+/// chunk (so one that is held up holds up only the chunk it is reading),
+/// at most [`AHEAD`] chunks past the one the main thread takes next; the
+/// main thread takes them in order.
+struct Queue {
+    state: Mutex<QueueState>,
+    changed: Condvar,
+}
+
+/// Chunks read and not taken yet, by number.
+type Reads = Vec<(usize, Read)>;
+
+struct QueueState {
+    chunks: usize,
+    /// The next chunk to claim.
+    next: usize,
+    /// The next chunk to take.
+    taken: usize,
+    done: BTreeMap<usize, Reads>,
+    /// A worker panicked.
+    failed: bool,
+}
+
+impl Queue {
+    fn new(chunks: usize) -> Self {
+        Self {
+            state: Mutex::new(QueueState {
+                chunks,
+                next: 0,
+                taken: 0,
+                done: BTreeMap::new(),
+                failed: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A worker's next chunk to read, once it is within [`AHEAD`] of the
+    /// next one to take; `None` when all are claimed (or a worker failed).
+    fn claim(&self) -> Option<usize> {
+        let mut state = self.lock();
+        loop {
+            if state.failed || state.next >= state.chunks {
+                return None;
+            }
+            if state.next < state.taken + AHEAD {
+                state.next += 1;
+                return Some(state.next - 1);
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn done(&self, c: usize, reads: Reads) {
+        self.lock().done.insert(c, reads);
+        self.changed.notify_all();
+    }
+
+    /// Chunk `c` (the next in order), reading unclaimed chunks with `read`
+    /// while it is not ready; `None` when a worker failed.
+    fn take(&self, c: usize, read: &impl Fn(usize) -> Reads) -> Option<Reads> {
+        let mut state = self.lock();
+        loop {
+            if let Some(reads) = state.done.remove(&c) {
+                state.taken = c + 1;
+                drop(state);
+                self.changed.notify_all();
+                return Some(reads);
+            }
+            if state.failed {
+                return None;
+            }
+            if state.next < state.chunks && state.next < state.taken + AHEAD {
+                let mine = state.next;
+                state.next += 1;
+                drop(state);
+                let reads = read(mine);
+                state = self.lock();
+                state.done.insert(mine, reads);
+                continue;
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Fails the [`Queue`] when dropped by a panicking thread, so no other
+/// thread waits for the chunk it was reading (or for it to take one).
+struct FailOnPanic<'a>(&'a Queue);
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().failed = true;
+            self.0.changed.notify_all();
+        }
+    }
 }
 
 /// How many threads read `todo` runs (the main thread and workers): the
@@ -293,4 +405,43 @@ thread_local! {
     /// Tests: how many threads (this one among them) this thread's
     /// listings read with, whatever the number of runs.
     pub(super) static READERS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_taken_in_order_whoever_reads_them() {
+        for readers in [1, 2, 3, 5] {
+            let mut taken = Vec::new();
+            let read = |c: usize| {
+                // Uneven work, so chunks are done out of order.
+                let mut sum = 0u64;
+                for i in 0..(c % 7) * 20_000 {
+                    sum = std::hint::black_box(sum.wrapping_add(i as u64));
+                }
+                std::hint::black_box(sum);
+                vec![(c, Read::Skip)]
+            };
+            in_order(readers, 300, read, |reads| {
+                taken.extend(reads.iter().map(|r| r.0))
+            });
+            assert_eq!(taken, (0..300).collect::<Vec<_>>(), "{readers} readers");
+        }
+    }
+
+    #[test]
+    fn a_reader_that_panics_ends_the_listing_instead_of_leaving_the_others_waiting() {
+        for (readers, bad) in [(2, 0), (2, 7), (3, 40), (4, 99)] {
+            let ended = std::panic::catch_unwind(|| {
+                let read = |c: usize| {
+                    assert!(c != bad, "chunk {c} unreadable");
+                    Vec::new()
+                };
+                in_order(readers, 100, read, |_| {});
+            });
+            assert!(ended.is_err(), "{readers} readers, chunk {bad}");
+        }
+    }
 }
