@@ -208,6 +208,7 @@ impl TextListing {
                 head: row.head.map_or(0, |h| h.len() as u32),
                 block: row.body.len() as u32,
                 shown: row.shown,
+                in_index: false,
             });
         }
         made

@@ -797,3 +797,44 @@ fn threads_list_and_index_what_the_main_thread_alone_does() {
         }
     }
 }
+
+thread_local! {
+    /// Called with the index path between writing the index and reading
+    /// its rows back (a listing that replaces it meanwhile).
+    pub(super) static REPLACE_WRITTEN: std::cell::Cell<Option<fn(&Path)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+#[test]
+fn a_listing_reads_back_the_index_it_wrote_and_no_other() {
+    let (_tmp, layout) = root_with_runs();
+    let expected = without_index(&layout);
+    assert_eq!(expected.len(), 5);
+    // Read back: the new records' blocks come from the index.
+    let _ = std::fs::remove_file(index_path(&layout));
+    let listing = list_text(&layout, &options(), &later()).unwrap();
+    let indexed = listing.live.iter().filter(|l| l.indexed());
+    assert_eq!(indexed.clone().count(), 3);
+    assert!(indexed.clone().all(|l| l.in_index));
+    assert_eq!(listing.blocks().unwrap(), expected);
+    // Replaced before it is read back (here: by a file of the same length
+    // with another checksum line, and by a shorter one): the blocks come
+    // from the listing's own scratch text.
+    let replacements: [fn(&Path); 2] = [
+        |path| {
+            let mut text = std::fs::read(path).unwrap();
+            let at = text.len() - 5;
+            text[at] = if text[at] == b'0' { b'1' } else { b'0' };
+            std::fs::write(path, text).unwrap();
+        },
+        |path| std::fs::write(path, "subagents-listing-index 2\n").unwrap(),
+    ];
+    for replace in replacements {
+        let _ = std::fs::remove_file(index_path(&layout));
+        REPLACE_WRITTEN.set(Some(replace));
+        let listing = list_text(&layout, &options(), &later()).unwrap();
+        REPLACE_WRITTEN.set(None);
+        assert!(listing.live.iter().all(|l| !l.in_index));
+        assert_eq!(listing.blocks().unwrap(), expected);
+    }
+}
