@@ -1,6 +1,7 @@
 //! The reference's run-list text (`formatAsyncRunList`), for the fields our
 //! runs and the reference's runs share.
 
+use std::cell::Cell;
 use std::path::Path;
 
 use serde_json::Value;
@@ -28,6 +29,28 @@ pub fn format_run_list(
 
 /// The lines of one run (header, steps, fan-out, error, output, session).
 pub fn run_lines(run: &RunSummary, now: u64, home: Option<&Path>) -> Vec<String> {
+    run_lines_timed(run, now, home).0
+}
+
+/// "Now" for one rendering, noting whether the text showed a time relative
+/// to it.
+struct Now {
+    ms: u64,
+    read: Cell<bool>,
+}
+
+/// [`run_lines`], and whether they show a time relative to `now` (then
+/// they change with it; otherwise any `now` gives the same lines).
+pub fn run_lines_timed(run: &RunSummary, now: u64, home: Option<&Path>) -> (Vec<String>, bool) {
+    let now = Now {
+        ms: now,
+        read: Cell::new(false),
+    };
+    let lines = lines_at(run, &now, home);
+    (lines, now.read.get())
+}
+
+fn lines_at(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
     let status = &run.status;
     let mut header = vec![format!("- {}", run.id), status.state.to_string()];
     if let Some(activity) = activity(
@@ -98,7 +121,7 @@ pub fn fanout_line(snapshot: Option<&Value>) -> Option<String> {
     ))
 }
 
-fn step_line(i: usize, step: &Step, now: u64, home: Option<&Path>) -> String {
+fn step_line(i: usize, step: &Step, now: &Now, home: Option<&Path>) -> String {
     let extra = &step.extra;
     let mut name = String::new();
     if let Some(phase) = extra.get("phase").and_then(Value::as_str) {
@@ -136,7 +159,7 @@ fn activity(
     state: &str,
     last: Option<u64>,
     extra: &serde_json::Map<String, Value>,
-    now: u64,
+    now: &Now,
     home: Option<&Path>,
 ) -> Option<String> {
     // Only a running run or step is "active"; finished ones keep their facts.
@@ -185,8 +208,9 @@ fn activity(
     (!facts.is_empty()).then(|| facts.join(" | "))
 }
 
-fn age(now: u64, then: u64) -> String {
-    let ms = now.saturating_sub(then);
+fn age(now: &Now, then: u64) -> String {
+    now.read.set(true);
+    let ms = now.ms.saturating_sub(then);
     match ms {
         0..1000 => "now".into(),
         1000..60_000 => format!("{}s", ms / 1000),

@@ -287,7 +287,21 @@ impl Scan {
         options: &ListOptions<'_>,
         skipped: &mut Vec<String>,
     ) -> Result<Option<Scanned>> {
-        let dir = layout.run_dir(name);
+        match self.read_status(layout, name, false)? {
+            Some((status, stamp)) => self.finish(layout, name, status, stamp, options, skipped),
+            None => Ok(None),
+        }
+    }
+
+    /// The status of a directory [`Scan::check_dir`] accepted, parsed, with
+    /// the [`Stamp`] of the file read; `None` when it has none. `listed`: for
+    /// a text listing only (see [`crate::model::parse_listed_status`]).
+    pub(crate) fn read_status(
+        &self,
+        layout: &Layout,
+        name: &str,
+        listed: bool,
+    ) -> Result<Option<(RunStatus, Stamp)>> {
         let rel = format!("{name}/{}", files::STATUS);
         let (bytes, stamp) = match self
             .runs
@@ -297,14 +311,33 @@ impl Scan {
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let path = dir.join(files::STATUS);
+        let path = layout.run_dir(name).join(files::STATUS);
         let text = String::from_utf8(bytes).map_err(|e| {
             crate::Error::from(atomic_file::read::ReadError::Io {
                 path: path.clone(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
             })
         })?;
-        let status = crate::model::parse_status(&path, &text)?;
+        let status = if listed {
+            crate::model::parse_listed_status(&path, &text)?
+        } else {
+            crate::model::parse_status(&path, &text)?
+        };
+        Ok(Some((status, stamp)))
+    }
+
+    /// [`Scan::load_checked`] of a status [`Scan::read_status`] read: an
+    /// active run reconciled (read again), any other summarised.
+    pub(crate) fn finish(
+        &self,
+        layout: &Layout,
+        name: &str,
+        status: RunStatus,
+        stamp: Stamp,
+        options: &ListOptions<'_>,
+        skipped: &mut Vec<String>,
+    ) -> Result<Option<Scanned>> {
+        let dir = layout.run_dir(name);
         if options.reconcile && status.state.is_active() {
             let summary = load_dir(&dir, None, name, true, options.now, &options.hooks, skipped)?;
             return Ok(summary.map(|summary| Scanned {
@@ -329,6 +362,42 @@ impl Scan {
             summary,
             from_status_alone,
         }))
+    }
+
+    /// What [`Scan::finish`] makes of a finished run's status whose frozen
+    /// facts still hold — the summary from the status alone — without
+    /// calling a hook or writing anything, so any thread may do it. The
+    /// status is handed back when the facts are missing or no longer hold.
+    pub(crate) fn finish_frozen(
+        &self,
+        layout: &Layout,
+        name: &str,
+        mut status: RunStatus,
+        stamp: Stamp,
+    ) -> std::result::Result<Scanned, Box<RunStatus>> {
+        let frozen = FrozenFanout::of(&status).filter(|_| has_frozen_facts(&status));
+        let Some(fanout) = frozen else {
+            return Err(Box::new(status));
+        };
+        let dir = layout.run_dir(name);
+        let Some(claims) = fanout.check(&dir, Some((self, name))) else {
+            return Err(Box::new(status));
+        };
+        // As `summarize_noting` does; a finished run keeps its own time.
+        status.last_activity_at = crate::reference::listed_last_activity(&dir, &status);
+        let summary = RunSummary {
+            id: run_id_of(&status, name),
+            async_dir: dir,
+            status,
+        };
+        Ok(Scanned {
+            summary,
+            from_status_alone: Some(Alone {
+                stamp,
+                fanout,
+                claims,
+            }),
+        })
     }
 }
 
@@ -804,14 +873,16 @@ pub(crate) fn release(dir: &Path, name: &str, skipped: &mut Vec<String>) {
 }
 
 pub(crate) fn keep(summary: &RunSummary, options: &ListOptions<'_>) -> bool {
+    keep_by(summary, options.all, options.session.as_deref())
+}
+
+/// [`keep`] given what it asks of the options.
+pub(crate) fn keep_by(summary: &RunSummary, all: bool, session: Option<&str>) -> bool {
     let status = &summary.status;
-    if status.display_dismissed_at.is_some() || (!options.all && !status.state.is_active()) {
+    if status.display_dismissed_at.is_some() || (!all && !status.state.is_active()) {
         return false;
     }
-    options
-        .session
-        .as_deref()
-        .is_none_or(|s| s.is_empty() || status.session_id.as_deref() == Some(s))
+    session.is_none_or(|s| s.is_empty() || status.session_id.as_deref() == Some(s))
 }
 
 pub(crate) fn state_rank(status: &RunStatus) -> u8 {

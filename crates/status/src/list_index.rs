@@ -25,7 +25,10 @@
 //! to an unnamed scratch file in the index directory (see [`Spill`]), and
 //! only a few numbers per row stay in memory, so the first listing of a
 //! large history (no index yet, or one written by another build) holds no
-//! more than a warm one.
+//! more than a warm one. A listing that wrote the index shows the rows it
+//! wrote from the new file, in chunks (when the file at the path is still
+//! the one written: its length and checksum line), not with one read of
+//! the scratch file per row.
 //!
 //! The file lives beside `async-subagent-runs/`, not in it, so the
 //! reference (which takes every directory there for a run) never meets it.
@@ -60,7 +63,7 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::layout::{Layout, files};
 use crate::list::{
-    Alone, FrozenFanout, ListOptions, RunSummary, Scan, UnreadableRun, keep, run_names, state_rank,
+    Alone, FrozenFanout, ListOptions, RunSummary, Scan, UnreadableRun, run_names, state_rank,
 };
 
 /// The index directory under the root.
@@ -135,6 +138,10 @@ struct Row {
     head: u32,
     block: u32,
     shown: bool,
+    /// Its record lies in the index (`at` is its place there), not in the
+    /// spill: a row of the index, or a live row whose record a listing
+    /// wrote and reads back (see [`TextListing::reread`]).
+    in_index: bool,
 }
 
 impl Row {
@@ -207,8 +214,8 @@ impl TextListing {
         let shown_live = self.live.iter().filter(|l| l.shown);
         for item in merged(shown_kept, shown_live).take(self.len) {
             match item {
-                Item::Live(l) => f(self.spill.text(l.block(), &mut buf)?)?,
-                Item::Kept(k) => {
+                Item::Live(l) if !l.in_index => f(self.spill.text(l.block(), &mut buf)?)?,
+                Item::Kept(k) | Item::Live(k) => {
                     let (read, path) = (chunks.as_mut(), self.index.as_ref().map(|i| &i.1));
                     let (Some(chunks), Some(path)) = (read, path) else {
                         continue;
@@ -514,6 +521,7 @@ fn renderer() -> String {
         include_str!("list.rs"),
         include_str!("model.rs"),
         include_str!("list_index.rs"),
+        include_str!("list_index/live.rs"),
     ] {
         h.update(source.as_bytes());
         h.update(&[0]);
@@ -697,6 +705,7 @@ impl Checked {
             head: line as u32,
             block: head.text as u32,
             shown,
+            in_index: true,
         });
         Some(())
     }
@@ -780,20 +789,30 @@ pub fn list_text(
         }
         None => vec![false; names.len()],
     };
-    for (i, name) in names.iter().enumerate() {
-        if !covered[i] {
-            let indexable = keys.is_some();
-            changed |=
-                read_live(&mut out, layout, &scan, options, text, i, name, indexable) == Some(true);
-        }
-    }
+    let live = live::Live {
+        layout,
+        scan: &scan,
+        now: options.now,
+        all: options.all,
+        session: options.session.as_deref(),
+        home: text.home,
+        started: nanos(text.started),
+        indexable: keys.is_some(),
+    };
+    changed |= live::read_all(&mut out, &live, options, &names, &covered);
     out.spill.flush();
     // Keys are unique (names are): no need for a stable sort's buffer.
     out.live.sort_unstable_by_key(Row::key);
     if changed && let Some((dir, home)) = keys {
         let any = !out.kept.is_empty() || out.live.iter().any(Row::indexed);
-        if had_index || any {
-            let _ = write_index(&path, dir, home, &renderer, &out);
+        if (had_index || any)
+            && let Ok(written) = write_index(&path, dir, home, &renderer, &out)
+        {
+            #[cfg(test)]
+            if let Some(replace) = tests::REPLACE_WRITTEN.get() {
+                replace(&path);
+            }
+            out.reread(&path, &written);
         }
     }
     let shown =
@@ -801,91 +820,6 @@ pub fn list_text(
     out.len = options.limit.map_or(shown, |limit| shown.min(limit));
     out.names = names;
     Ok(out)
-}
-
-/// Reads run `name` (the `i`th) live into `out`. Returns whether it made a
-/// new index record, or `None` when the run is not listed.
-#[allow(clippy::too_many_arguments)]
-fn read_live(
-    out: &mut TextListing,
-    layout: &Layout,
-    scan: &Scan,
-    options: &ListOptions<'_>,
-    text: &TextOptions<'_>,
-    i: usize,
-    name: &str,
-    indexable: bool,
-) -> Option<bool> {
-    let dir = layout.run_dir(name);
-    match scan.check_dir(layout, name) {
-        Ok(true) => {}
-        Ok(false) => return None,
-        Err(e) => {
-            out.unreadable.push(UnreadableRun::new(name, &dir, &e));
-            return None;
-        }
-    }
-    let scanned = match scan.load_checked(layout, name, options, &mut out.skipped_repairs) {
-        Ok(Some(scanned)) => scanned,
-        Ok(None) => return None,
-        Err(e) => {
-            out.unreadable.push(UnreadableRun::new(name, &dir, &e));
-            return None;
-        }
-    };
-    let summary = scanned.summary;
-    let block = render(&summary, options.now, text.home);
-    let started = nanos(text.started);
-    let alone = scanned.from_status_alone.filter(|a| {
-        indexable
-            && settled(&a.stamp, started)
-            && a.claims.as_ref().is_none_or(|c| settled(c, started))
-            // A row that shows a time relative to now is never indexed.
-            && render(&summary, 0, text.home) == block
-            && render(&summary, u64::MAX, text.home) == block
-    });
-    let shown = keep(&summary, options);
-    let hidden = summary.status.display_dismissed_at.is_some();
-    let head = alone.and_then(|a| record_head(name, &summary, a, &block, hidden));
-    let made = head.is_some();
-    // A row not shown and not indexed needs no text.
-    let body = if hidden || (!made && !shown) {
-        ""
-    } else {
-        &block
-    };
-    let Ok(len) = u32::try_from(body.len()) else {
-        let e = io::Error::new(io::ErrorKind::InvalidData, "a listing row over 4 GiB");
-        let e = crate::io_err("render the listing row of", &dir, e);
-        out.unreadable.push(UnreadableRun::new(name, &dir, &e));
-        return None;
-    };
-    let at = out.spill.len();
-    if let Some(head) = &head {
-        out.spill.push(head.as_bytes());
-    }
-    out.spill.push(body.as_bytes());
-    if made {
-        out.spill.push(b"\n");
-    }
-    if shown
-        && let Some(session) = &summary.status.session_id
-        && !out.sessions.contains(session)
-    {
-        out.sessions.insert(session.clone());
-    }
-    if shown || made {
-        out.live.push(Row {
-            rank: state_rank(&summary.status),
-            time: summary.status.sort_time(),
-            name: i as u32,
-            at,
-            head: head.map_or(0, |h| h.len() as u32),
-            block: len,
-            shown,
-        });
-    }
-    Some(made)
 }
 
 /// The head line (with its newline) of the index record of a run read
@@ -918,7 +852,7 @@ fn record_head(
     Some(line)
 }
 
-/// [`keep`]'s session filter for a row that is not hidden.
+/// [`crate::list::keep`]'s session filter for a row that is not hidden.
 fn session_kept(session: Option<&str>, wanted: Option<&str>) -> bool {
     wanted.is_none_or(|s| s.is_empty() || session == Some(s))
 }
@@ -931,7 +865,7 @@ fn write_index(
     home: Option<&str>,
     renderer: &str,
     listing: &TextListing,
-) -> atomic_file::Result<()> {
+) -> atomic_file::Result<Written> {
     let new = listing.live.iter().filter(|l| l.indexed());
     let header = Header {
         runs_dir: Cow::Borrowed(runs_dir),
@@ -942,6 +876,8 @@ fn write_index(
     let header = serde_json::to_string(&header).unwrap_or_default();
     let mut chunks = listing.index.as_ref().map(|(file, _)| Chunks::new(file));
     let mut buf = Vec::new();
+    let first = (MAGIC.len() + header.len() + 1) as u64;
+    let mut trailer = String::new();
     atomic_file::write_private_streamed(path, |out| {
         let mut sum = Sum::new();
         let mut put = |bytes: &[u8]| {
@@ -963,9 +899,77 @@ fn write_index(
                 }
             }
         }
-        writeln!(out, "end {:016x}", sum.finish())
-    })
+        trailer = format!("end {:016x}\n", sum.finish());
+        out.write_all(trailer.as_bytes())
+    })?;
+    Ok(Written { first, trailer })
 }
+
+/// What [`write_index`] wrote: where its first record starts, and its last
+/// line (the checksum of all before it).
+struct Written {
+    first: u64,
+    trailer: String,
+}
+
+impl TextListing {
+    /// After [`write_index`]: takes the rows it wrote (those of the old
+    /// index and the new records) from the file at `path` from now on, so
+    /// the output reads them in order in chunks instead of one read of the
+    /// scratch file per row. Only when `path` is still the file written
+    /// (its length and last line as written: a listing that replaced it
+    /// since wrote other rows or these); otherwise nothing changes.
+    fn reread(&mut self, path: &Path, written: &Written) {
+        let rows_end = self.relocate(written.first, false);
+        let Ok(file) = atomic_file::read::open_regular(path) else {
+            return;
+        };
+        let end = rows_end + written.trailer.len() as u64;
+        let mut last = vec![0; written.trailer.len()];
+        let same = file.metadata().is_ok_and(|m| m.len() == end)
+            && file.read_exact_at(&mut last, rows_end).is_ok()
+            && last == written.trailer.as_bytes();
+        if !same {
+            return;
+        }
+        self.relocate(written.first, true);
+        self.index = Some((file, path.to_path_buf()));
+    }
+
+    /// Where each row written to a new index starts in it, its records
+    /// following `first` in listing order (as [`write_index`] wrote them),
+    /// set when `apply`; returns where the records end.
+    fn relocate(&mut self, first: u64, apply: bool) -> u64 {
+        let mut at = first;
+        let (mut k, mut l) = (0, 0);
+        loop {
+            while self.live.get(l).is_some_and(|r| !r.indexed()) {
+                l += 1;
+            }
+            let kept = match (self.kept.get(k), self.live.get(l)) {
+                (Some(a), Some(b)) => a.key() < b.key(),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return at,
+            };
+            let row = if kept {
+                k += 1;
+                &mut self.kept[k - 1]
+            } else {
+                l += 1;
+                &mut self.live[l - 1]
+            };
+            let len = row.record().end - row.record().start;
+            if apply {
+                row.at = at;
+                row.in_index = true;
+            }
+            at += len;
+        }
+    }
+}
+
+mod live;
 
 #[cfg(test)]
 mod tests;

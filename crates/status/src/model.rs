@@ -10,7 +10,7 @@ use std::path::Path;
 use process_identity::ProcessIdentity;
 use std::borrow::Cow;
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -267,11 +267,15 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// the whole object first, and listings parse thousands of these.
 impl<'de> Deserialize<'de> for Step {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        deserializer.deserialize_map(StepVisitor)
+        deserializer.deserialize_map(StepVisitor { listed: false })
     }
 }
 
-struct StepVisitor;
+/// `listed`: for a listing, which never shows a step's `processTerminal`:
+/// it is checked as a [`Value`] would be (see [`AnyJson`]) but not kept.
+struct StepVisitor {
+    listed: bool,
+}
 
 impl<'de> Visitor<'de> for StepVisitor {
     type Value = Step;
@@ -297,6 +301,9 @@ impl<'de> Visitor<'de> for StepVisitor {
                 "timedOut" => out.timed_out = map.next_value()?,
                 "stopped" => out.stopped = map.next_value()?,
                 "externalProcess" => out.external_process = map.next_value()?,
+                "processTerminal" if self.listed => {
+                    map.next_value::<Option<AnyJson>>()?;
+                }
                 "processTerminal" => out.process_terminal = map.next_value()?,
                 _ => {
                     let value: Value = map.next_value()?;
@@ -314,11 +321,262 @@ impl<'de> Visitor<'de> for StepVisitor {
 /// the whole object first, and listings parse thousands of these.
 impl<'de> Deserialize<'de> for RunStatus {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        deserializer.deserialize_map(RunStatusVisitor)
+        deserializer.deserialize_map(RunStatusVisitor { listed: false })
     }
 }
 
-struct RunStatusVisitor;
+/// `listed`: see [`StepVisitor`].
+#[derive(Clone, Copy)]
+struct RunStatusVisitor {
+    listed: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for RunStatusVisitor {
+    type Value = RunStatus;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<RunStatus, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+/// `Option<Vec<Step>>`, each step read by a [`StepVisitor`].
+struct StepsSeed {
+    listed: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for StepsSeed {
+    type Value = Option<Vec<Step>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StepsSeed {
+    type Value = Option<Vec<Step>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("option")
+    }
+
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        struct Steps {
+            listed: bool,
+        }
+        impl<'de> Visitor<'de> for Steps {
+            type Value = Vec<Step>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Vec<Step>, A::Error> {
+                let mut steps = Vec::new();
+                let step = StepSeed {
+                    listed: self.listed,
+                };
+                while let Some(next) = seq.next_element_seed(step)? {
+                    steps.push(next);
+                }
+                Ok(steps)
+            }
+        }
+        d.deserialize_seq(Steps {
+            listed: self.listed,
+        })
+        .map(Some)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct StepSeed {
+    listed: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for StepSeed {
+    type Value = Step;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Step, D::Error> {
+        d.deserialize_map(StepVisitor {
+            listed: self.listed,
+        })
+    }
+}
+
+/// A run's `processTerminal` for a listing: `Option<Value>`, accepted
+/// exactly where one would be, but of an object only the keys a listing
+/// reads kept (see [`LISTED_PROOF_KEYS`]).
+struct ListedProof;
+
+/// The keys of a run's `processTerminal` a listing reads: whether the
+/// proof is observed, and whose it is (a fallback when the status does not
+/// name its runner).
+const LISTED_PROOF_KEYS: [&str; 3] = ["state", "runId", "runnerProcessInstanceId"];
+
+impl<'de> DeserializeSeed<'de> for ListedProof {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ListedProof {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("option")
+    }
+
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(ListedProofValue).map(Some)
+    }
+}
+
+/// A `processTerminal` value: anything but an object as a [`Value`]
+/// reads it, an object with only [`LISTED_PROOF_KEYS`] kept.
+struct ListedProofValue;
+
+impl<'de> Visitor<'de> for ListedProofValue {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> std::result::Result<Value, A::Error> {
+        Value::deserialize(de::value::SeqAccessDeserializer::new(seq))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+        let mut kept = Map::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            if LISTED_PROOF_KEYS.contains(&key.0.as_ref()) {
+                let value: Value = map.next_value()?;
+                kept.insert(key.0.into_owned(), value);
+            } else {
+                map.next_value::<AnyJson>()?;
+            }
+        }
+        Ok(Value::Object(kept))
+    }
+}
+
+/// Any JSON value, accepted exactly where a [`Value`] would be (the same
+/// number, string and nesting checks) and dropped: nothing is allocated.
+struct AnyJson;
+
+impl<'de> Deserialize<'de> for AnyJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(AnyJson)
+    }
+}
+
+impl<'de> Visitor<'de> for AnyJson {
+    type Value = AnyJson;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+
+    fn visit_none<E: de::Error>(self) -> std::result::Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<AnyJson, D::Error> {
+        AnyJson::deserialize(d)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<AnyJson, A::Error> {
+        while seq.next_element::<AnyJson>()?.is_some() {}
+        Ok(AnyJson)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<AnyJson, A::Error> {
+        while map.next_key::<AnyJson>()?.is_some() {
+            map.next_value::<AnyJson>()?;
+        }
+        Ok(AnyJson)
+    }
+}
 
 impl<'de> Visitor<'de> for RunStatusVisitor {
     type Value = RunStatus;
@@ -351,9 +609,16 @@ impl<'de> Visitor<'de> for RunStatusVisitor {
                 "cwd" => out.cwd = map.next_value()?,
                 "currentStep" => out.current_step = map.next_value()?,
                 "chainStepCount" => out.chain_step_count = map.next_value()?,
+                "processTerminal" if self.listed => {
+                    out.process_terminal = map.next_value_seed(ListedProof)?
+                }
                 "processTerminal" => out.process_terminal = map.next_value()?,
                 "runFanoutBudget" => out.run_fanout_budget = map.next_value()?,
-                "steps" => out.steps = map.next_value()?,
+                "steps" => {
+                    out.steps = map.next_value_seed(StepsSeed {
+                        listed: self.listed,
+                    })?
+                }
                 "outputFile" => out.output_file = map.next_value()?,
                 "sessionFile" => out.session_file = map.next_value()?,
                 "runnerIdentity" => out.runner_identity = map.next_value()?,
@@ -425,10 +690,26 @@ impl RunStatus {
 
 /// Parses status text; `path` names the file in errors.
 pub fn parse_status(path: &Path, text: &str) -> Result<RunStatus> {
+    parse_status_as(path, text, RunStatusVisitor { listed: false })
+}
+
+/// [`parse_status`] for a text listing: the same checks, but of the
+/// proofs (which a text listing does not show) only what it reads is
+/// kept: nothing of the steps' `processTerminal`, and of the run's only
+/// [`LISTED_PROOF_KEYS`]. Never write back or show a status parsed so.
+pub(crate) fn parse_listed_status(path: &Path, text: &str) -> Result<RunStatus> {
+    parse_status_as(path, text, RunStatusVisitor { listed: true })
+}
+
+fn parse_status_as(path: &Path, text: &str, visitor: RunStatusVisitor) -> Result<RunStatus> {
     // Straight into the typed struct: listings parse thousands of these.
     // Only a file that fails is parsed again, generically, to name the
     // offending field.
-    match serde_json::from_str::<RunStatus>(text) {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = visitor
+        .deserialize(&mut de)
+        .and_then(|s| de.end().map(|()| s));
+    match parsed {
         Ok(status) if status_session_ok(text, &status) => Ok(status),
         _ => parse_status_explained(path, text),
     }
@@ -622,6 +903,52 @@ mod tests {
             err.to_string().contains("sessionId must be a string"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_listed_status_is_the_status_with_only_the_proof_facts_a_listing_reads() {
+        let path = Path::new("s.json");
+        let deep = format!("{}1{}", "[".repeat(140), "]".repeat(140));
+        let proofs = [
+            r#"{"state":"observed","runId":"r","instances":[{"kind":"runner","exitCode":0}],"runnerProcessInstanceId":"i"}"#,
+            "null",
+            "[1, -0, 2.5e-3, 18446744073709551615, -9223372036854775808, true, \"\\u00e9\"]",
+            "1e400",
+            "-1e400",
+            deep.as_str(),
+            "\"\\ud800\"",
+            "\"\\x\"",
+            "\"tab\there\"",
+            "{\"a\":1,}",
+            "[1,]",
+            "01",
+            "{\"k\":1,\"k\":2}",
+            "{\"state\":\"failed\",\"x\":[{}],\"state\":\"observed\"}",
+        ];
+        let mut refused = Vec::new();
+        for proof in proofs {
+            let text = format!(
+                r#"{{"runId":"r","state":"complete","processTerminal":{proof},"steps":[{{"agent":"a","status":"complete","processTerminal":{proof},"label":"l"}}]}}"#
+            );
+            let full = parse_status(path, &text);
+            let listed = parse_listed_status(path, &text);
+            match (full, listed) {
+                (Ok(mut full), Ok(listed)) => {
+                    full.steps.as_mut().unwrap()[0].process_terminal = None;
+                    if let Some(Value::Object(proof)) = &mut full.process_terminal {
+                        proof.retain(|k, _| LISTED_PROOF_KEYS.contains(&k.as_str()));
+                    }
+                    assert_eq!(full, listed, "{proof}");
+                }
+                (Err(full), Err(listed)) => {
+                    assert_eq!(full.to_string(), listed.to_string(), "{proof}");
+                    refused.push(proof);
+                }
+                (full, listed) => panic!("{proof}: {full:?} against {listed:?}"),
+            }
+        }
+        // A value would refuse these (out of range, too deep, bad text).
+        assert_eq!(refused, &proofs[3..12], "refused");
     }
 
     #[test]

@@ -717,3 +717,124 @@ fn a_block_of_the_longest_length_is_indexed_and_a_longer_one_is_not() {
     // Not assert_eq!: a failure would print 64 MiB of blocks.
     assert!(warm == live, "the blocks differ from a live listing's");
 }
+
+/// What a listing shows and leaves: blocks, unreadable runs, sessions,
+/// skipped repairs, rows taken from the index, and the index it wrote.
+type Outcome = (
+    Vec<String>,
+    Vec<(String, String)>,
+    BTreeSet<String>,
+    Vec<String>,
+    usize,
+    Vec<u8>,
+);
+
+/// A listing without an index read by `readers` threads (1: the main
+/// thread alone).
+fn listed_by(layout: &Layout, options: &ListOptions<'_>, readers: usize) -> Outcome {
+    let _ = std::fs::remove_file(index_path(layout));
+    live::READERS.set(Some(readers));
+    let listing = list_text(layout, options, &later()).unwrap();
+    live::READERS.set(None);
+    let unreadable = listing.unreadable.iter();
+    (
+        listing.blocks().unwrap(),
+        unreadable
+            .map(|u| (u.id.clone(), u.error.clone()))
+            .collect(),
+        listing.sessions.clone(),
+        listing.skipped_repairs.clone(),
+        listing.indexed,
+        std::fs::read(index_path(layout)).unwrap(),
+    )
+}
+
+#[test]
+fn threads_list_and_index_what_the_main_thread_alone_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = Layout::new(tmp.path());
+    // Several chunks of frozen runs: equal times (kept in name order),
+    // sessions, dismissed ones.
+    for i in 0..300u64 {
+        let state = [RunState::Complete, RunState::Failed, RunState::Stopped][i as usize % 3];
+        let id = format!("run-{i:03}");
+        let mut status = frozen(&layout, &id, state, i * 7 % 50);
+        status.session_id = Some(format!("s{}", i % 4));
+        if i % 10 == 0 {
+            status.display_dismissed_at = Some(1);
+        }
+        write_status(&layout.run_dir(&id), &status).unwrap();
+    }
+    // Runs the main thread goes on with, and ones that are not listed.
+    for (id, state) in [
+        ("run-050a", RunState::Running),
+        ("run-150a", RunState::Complete),
+    ] {
+        let dir = layout.run_dir(id);
+        atomic_file::ensure_private_dir(&dir).unwrap();
+        write_status(&dir, &RunStatus::new(id, state)).unwrap();
+    }
+    for id in ["run-010a", "run-011a", "run-100a", "run-290a"] {
+        let broken = layout.run_dir(id);
+        atomic_file::ensure_private_dir(&broken).unwrap();
+        std::fs::write(broken.join("status.json"), "{").unwrap();
+    }
+    atomic_file::ensure_private_dir(&layout.run_dir("run-200a")).unwrap();
+    std::fs::write(layout.run_dir("run-250a"), "not a directory").unwrap();
+    let mut some = options();
+    some.session = Some("s1".into());
+    some.limit = Some(40);
+    for options in [options(), some] {
+        let alone = listed_by(&layout, &options, 1);
+        assert!(alone.0.len() > 30, "{}", alone.0.len());
+        assert_eq!(alone.1.len(), 4, "{:?}", alone.1);
+        assert!(alone.5.len() > 300 * 100);
+        for readers in [2, 3] {
+            assert!(
+                listed_by(&layout, &options, readers) == alone,
+                "{readers} threads listed or indexed otherwise"
+            );
+        }
+    }
+}
+
+thread_local! {
+    /// Called with the index path between writing the index and reading
+    /// its rows back (a listing that replaces it meanwhile).
+    pub(super) static REPLACE_WRITTEN: std::cell::Cell<Option<fn(&Path)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+#[test]
+fn a_listing_reads_back_the_index_it_wrote_and_no_other() {
+    let (_tmp, layout) = root_with_runs();
+    let expected = without_index(&layout);
+    assert_eq!(expected.len(), 5);
+    // Read back: the new records' blocks come from the index.
+    let _ = std::fs::remove_file(index_path(&layout));
+    let listing = list_text(&layout, &options(), &later()).unwrap();
+    let indexed = listing.live.iter().filter(|l| l.indexed());
+    assert_eq!(indexed.clone().count(), 3);
+    assert!(indexed.clone().all(|l| l.in_index));
+    assert_eq!(listing.blocks().unwrap(), expected);
+    // Replaced before it is read back (here: by a file of the same length
+    // with another checksum line, and by a shorter one): the blocks come
+    // from the listing's own scratch text.
+    let replacements: [fn(&Path); 2] = [
+        |path| {
+            let mut text = std::fs::read(path).unwrap();
+            let at = text.len() - 5;
+            text[at] = if text[at] == b'0' { b'1' } else { b'0' };
+            std::fs::write(path, text).unwrap();
+        },
+        |path| std::fs::write(path, "subagents-listing-index 2\n").unwrap(),
+    ];
+    for replace in replacements {
+        let _ = std::fs::remove_file(index_path(&layout));
+        REPLACE_WRITTEN.set(Some(replace));
+        let listing = list_text(&layout, &options(), &later()).unwrap();
+        REPLACE_WRITTEN.set(None);
+        assert!(listing.live.iter().all(|l| !l.in_index));
+        assert_eq!(listing.blocks().unwrap(), expected);
+    }
+}
