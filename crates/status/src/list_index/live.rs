@@ -249,8 +249,10 @@ pub(super) fn read_all(
 }
 
 /// Calls `take` with `read(c)` for every chunk `c` in order, the chunks
-/// read by `readers` threads (this one among them). A panic of any reader
-/// ends it (and is propagated) instead of leaving the others waiting.
+/// read by up to `readers` threads (this one among them). A panic of any
+/// reader ends it (and is propagated) instead of leaving the others
+/// waiting; a worker that cannot be started (a process or memory limit)
+/// is one reader fewer, not a failed listing.
 fn in_order(
     readers: usize,
     chunks: usize,
@@ -259,15 +261,21 @@ fn in_order(
 ) {
     let queue = Queue::new(chunks);
     std::thread::scope(|s| {
-        for _ in 1..readers {
-            s.spawn(|| {
+        // Armed before the first worker starts: a worker waiting for this
+        // thread to take a chunk must hear of any panic here.
+        let _failed = FailOnPanic(&queue);
+        for n in 1..readers {
+            let worker = || {
                 let _failed = FailOnPanic(&queue);
                 while let Some(c) = queue.claim() {
                     queue.done(c, read(c));
                 }
-            });
+            };
+            // This thread reads whatever no worker claims.
+            if spawn_reader(s, n, worker).is_err() {
+                break;
+            }
         }
-        let _failed = FailOnPanic(&queue);
         for c in 0..chunks {
             // Reads a chunk itself while the next one to take is not ready.
             let Some(reads) = queue.take(c, &read) else {
@@ -276,6 +284,24 @@ fn in_order(
             take(reads);
         }
     });
+}
+
+/// Starts the `n`th worker (from 1) in `scope`; an error when the system
+/// cannot make one more thread.
+fn spawn_reader<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    n: usize,
+    worker: impl FnOnce() + Send + 'scope,
+) -> io::Result<()> {
+    #[cfg(test)]
+    if SPAWNABLE.get().is_some_and(|most| n > most) {
+        return Err(io::ErrorKind::WouldBlock.into());
+    }
+    #[cfg(not(test))]
+    let _ = n;
+    std::thread::Builder::new()
+        .spawn_scoped(scope, worker)
+        .map(drop)
 }
 
 /// Read chunks and who reads which: any thread claims the next unread
@@ -409,8 +435,35 @@ thread_local! {
 }
 
 #[cfg(test)]
+thread_local! {
+    /// Tests: how many workers this thread's listings can start before
+    /// the system refuses one more thread.
+    static SPAWNABLE: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker that cannot be started (the system out of threads) once
+    /// others run: the listing goes on with fewer readers, every chunk
+    /// taken in order, instead of a panic that left the started workers
+    /// waiting (and the listing hung) for a thread that never took a chunk.
+    #[test]
+    fn a_reader_thread_that_cannot_be_started_leaves_its_chunks_to_the_others() {
+        for (readers, spawnable) in [(4, 1), (2, 0), (4, 2)] {
+            SPAWNABLE.set(Some(spawnable));
+            let mut taken = Vec::new();
+            in_order(
+                readers,
+                100,
+                |c| vec![(c, Read::Skip)],
+                |reads| taken.extend(reads.iter().map(|r| r.0)),
+            );
+            SPAWNABLE.set(None);
+            assert_eq!(taken, (0..100).collect::<Vec<_>>(), "{readers} readers");
+        }
+    }
 
     #[test]
     fn chunks_are_taken_in_order_whoever_reads_them() {
