@@ -188,7 +188,9 @@ pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce(
 /// [`Batch::commit`] writes every temp file first (0600, `O_EXCL`, in the
 /// target's directory, created 0700 if missing), starts the writeback of
 /// all of them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), then fsyncs
-/// each, renames them onto their targets in the order they were added, and
+/// each (in windows of a few dozen files, so that the descriptors held
+/// open stay bounded), renames them onto their targets in the order they
+/// were added, and
 /// fsyncs each distinct directory once, after its last rename. The fsyncs
 /// are the same as one [`write_private`] per file (minus the repeated
 /// directory fsyncs); starting all writebacks first lets the file system
@@ -247,13 +249,17 @@ impl Batch {
     /// written and fsynced, just before the first rename (crash tests die
     /// there; no target of the batch may then have changed).
     pub fn commit_with(self, before_rename: impl FnOnce()) -> Result<()> {
-        let mut staged = self
-            .targets
-            .iter()
-            .map(|(path, bytes)| stage_private(path, bytes))
-            .collect::<Result<Vec<_>>>()?;
-        for file in &mut staged {
-            file.sync()?;
+        let mut staged = Vec::with_capacity(self.targets.len());
+        // A window's files are closed once fsynced: a batch of any size
+        // holds at most one window of descriptors open.
+        for window in self.targets.chunks(BATCH_OPEN_FILES) {
+            let from = staged.len();
+            for (path, bytes) in window {
+                staged.push(stage_private(path, bytes)?);
+            }
+            for file in &mut staged[from..] {
+                file.sync()?;
+            }
         }
         before_rename();
         for file in &mut staged {
@@ -272,6 +278,12 @@ impl Batch {
         Ok(())
     }
 }
+
+/// How many temp files of a [`Batch`] are written (and held open) before
+/// they are fsynced and closed: the writebacks of up to this many start
+/// together, and a batch larger than the process's open-file limit still
+/// commits.
+const BATCH_OPEN_FILES: usize = 32;
 
 /// A file of a [`Batch`] written under a temp name next to its target, its
 /// writeback started, not yet fsynced nor renamed (see [`stage_private`]).
