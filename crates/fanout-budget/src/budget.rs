@@ -144,7 +144,9 @@ pub fn read_manifest(budget_dir: &Path) -> Result<Manifest> {
 #[derive(Debug)]
 pub struct BudgetsRoot {
     path: PathBuf,
-    real: std::result::Result<PathBuf, std::io::ErrorKind>,
+    /// The real root, or why it did not resolve (kept as an OS error
+    /// number where there is one, so every refusal names the same cause).
+    real: std::result::Result<PathBuf, (std::io::ErrorKind, Option<i32>)>,
 }
 
 impl BudgetsRoot {
@@ -153,7 +155,7 @@ impl BudgetsRoot {
     pub fn resolve(root: &Path) -> Self {
         Self {
             path: root.to_path_buf(),
-            real: fs::canonicalize(root).map_err(|e| e.kind()),
+            real: fs::canonicalize(root).map_err(|e| (e.kind(), e.raw_os_error())),
         }
     }
 
@@ -171,10 +173,10 @@ impl BudgetsRoot {
         let fd =
             open(dir, flags, Mode::empty()).map_err(|e| Error::DirectoryUnavailable(e.into()))?;
         let real_dir = fs::read_link(fd_path(&fd)).map_err(Error::DirectoryUnavailable)?;
-        let real_root = self
-            .real
-            .as_ref()
-            .map_err(|kind| Error::DirectoryUnavailable((*kind).into()))?;
+        let real_root = self.real.as_ref().map_err(|&(kind, code)| {
+            let cause = code.map_or_else(|| kind.into(), std::io::Error::from_raw_os_error);
+            Error::DirectoryUnavailable(cause)
+        })?;
         if !real_dir.starts_with(real_root) {
             return Err(Error::OutsideRoot);
         }
