@@ -199,8 +199,14 @@ pub fn session_members(sid: u32) -> io::Result<Vec<u32>> {
 /// rare clean-up paths: it reads every such process's environment.
 pub fn processes_with_env(name: &str, value: &str) -> io::Result<Vec<u32>> {
     let wanted = format!("{name}={value}").into_bytes();
+    let carries = |environ: &[u8]| {
+        environ
+            .split(|b| *b == 0)
+            .any(|entry| entry == wanted.as_slice())
+    };
     let me = std::process::id();
     let mut pids = Vec::new();
+    let mut blank = Vec::new();
     for pid in processes_matching(|_| true)?
         .into_iter()
         .filter(|p| *p != me)
@@ -208,13 +214,22 @@ pub fn processes_with_env(name: &str, value: &str) -> io::Result<Vec<u32>> {
         let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if environ
-            .split(|b| *b == 0)
-            .any(|entry| entry == wanted.as_slice())
-        {
+        if environ.is_empty() {
+            blank.push(pid);
+        } else if carries(&environ) {
             pids.push(pid);
         }
     }
+    // A process in the middle of `exec` shows an empty environment until
+    // the kernel has placed the new one (its parent may already have been
+    // told it started): such processes are read again once the scan is
+    // over. One still empty has an empty environment.
+    for pid in blank {
+        if fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| carries(&e)) {
+            pids.push(pid);
+        }
+    }
+    pids.sort_unstable();
     Ok(pids)
 }
 
@@ -382,7 +397,16 @@ mod tests {
             .env("PROCESS_IDENTITY_TEST_TAG", format!("{tag}-other"))
             .spawn()
             .unwrap();
-        let found = processes_with_env("PROCESS_IDENTITY_TEST_TAG", &tag).unwrap();
+        // Until `sleep` has finished its exec, /proc shows no environment
+        // for it (see `processes_with_env`): wait for the tagged one.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let found = loop {
+            let found = processes_with_env("PROCESS_IDENTITY_TEST_TAG", &tag).unwrap();
+            if found.contains(&tagged.id()) || std::time::Instant::now() > deadline {
+                break found;
+            }
+            std::thread::yield_now();
+        };
         assert_eq!(found, vec![tagged.id()]);
         for child in [&mut tagged, &mut prefixed] {
             child.kill().unwrap();

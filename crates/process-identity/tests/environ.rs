@@ -25,8 +25,18 @@ fn only_processes_with_exactly_that_variable_are_found() {
     let tagged = holder(name, &value);
     let longer = holder(name, &format!("{value}0"));
     let other_name = holder(&format!("{name}_OTHER"), &value);
-    let found = process_identity::processes_with_env(name, &value);
     let expected = vec![tagged.id()];
+    // Until `cat` has finished its exec, /proc shows no environment for it:
+    // wait (10 s at most) for the tagged one, then check nothing else matched.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let found = loop {
+        let found = process_identity::processes_with_env(name, &value);
+        let seen = found.as_ref().is_ok_and(|f| f.contains(&expected[0]));
+        if seen || std::time::Instant::now() > deadline {
+            break found;
+        }
+        std::thread::yield_now();
+    };
     for child in [tagged, longer, other_name] {
         end(child);
     }
