@@ -200,9 +200,14 @@ pub fn write_private_with(path: &Path, bytes: &[u8], before_rename: impl FnOnce(
 ///
 /// Every file is complete and fsynced before the first rename, so a reader
 /// that sees a file of the batch also finds every file added before it
-/// complete. A failure before the renames leaves every target as it was;
-/// a failed rename leaves the targets added before it replaced (complete)
-/// and the rest as they were. No temp file stays behind either way.
+/// complete. After a crash of the machine that holds only as far as the
+/// file system keeps renames in order (ext4 and xfs journal them in
+/// order); within one directory the single directory fsync makes them
+/// durable together. A failure before the renames leaves every target as
+/// it was; a failed rename leaves the targets added before it replaced
+/// (complete, but their directory not fsynced: a crash right after may
+/// bring back the old names) and the rest as they were. No temp file stays
+/// behind either way.
 #[derive(Debug, Default)]
 #[must_use = "commit the batch"]
 pub struct Batch {
