@@ -46,6 +46,10 @@ fn exit_for(all_complete: bool) -> Result {
 /// `subagents run`.
 pub fn run(launcher: &Launcher, request: &RunRequest, json: bool, wait: bool) -> Result {
     let launched = launcher.run(request)?;
+    // Before the id is printed: whoever reads it may press Ctrl-C at once.
+    if wait {
+        hint_on_interrupt(&launched.run_id);
+    }
     if !json {
         println!("{}", launched.run_id);
     } else if !wait {
@@ -54,7 +58,6 @@ pub fn run(launcher: &Launcher, request: &RunRequest, json: bool, wait: bool) ->
     if !wait {
         return Ok(());
     }
-    hint_on_interrupt(&launched.run_id);
     let runs = wait_for_runs(
         launcher.layout(),
         std::slice::from_ref(&launched.run_id),

@@ -235,7 +235,10 @@ pub fn wait_reporting(
                 }
             }
         }
-        if runs.iter().all(is_settled) {
+        // Done when every run has been reported, not when every run is
+        // settled now: a monitor that exits between the two looks would
+        // settle its run unreported.
+        if reported.iter().all(|done| *done) {
             return Ok(runs);
         }
         if report(WaitEvent::Pending(&runs, started.elapsed())).is_break() {
