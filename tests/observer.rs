@@ -328,3 +328,185 @@ fn a_launcher_killed_after_reserving_frees_its_slot() {
     ]);
     assert!(next.status.success(), "a new run was refused: {next:?}");
 }
+
+/// A process that has nothing to do with any run: its own session and
+/// group, tagged with `SUBAGENTS_RUN_ID=<run>` as only a run's own processes
+/// would be in this boot. SIGTERM ends it.
+fn stranger(run: &str) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new("sleep");
+    command.arg("300").env("SUBAGENTS_RUN_ID", run);
+    // SAFETY: setsid(2) is async-signal-safe and touches no memory.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    command.spawn().unwrap()
+}
+
+/// A run left `running` by processes that are all gone (what a reboot does),
+/// whose every recorded pid, group and session number now names a stranger
+/// (returned) carrying the run's tag, with its real start time: as far as
+/// `/proc` can tell, the record is the stranger's. `place` is merged into
+/// every identity (another boot, another machine).
+fn run_left_to_a_stranger(env: &Env, place: &Value) -> (String, std::process::Child) {
+    let id = start(env, &["sleep", "300"]);
+    let status = env.wait_for_child_pid(&id);
+    let command = status["steps"][0]["externalProcess"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    for key in ["monitorIdentity", "runnerIdentity"] {
+        kill_and_wait(pid_of(&status, key));
+    }
+    kill_and_wait(command);
+    let other = stranger(&id);
+    let pid = other.id();
+    let mut identity = serde_json::json!({"pid": pid, "startTime": common::proc_start_time(pid)});
+    for (k, v) in place.as_object().unwrap() {
+        identity[k] = v.clone();
+    }
+    let mut status = raw_status(env, &id);
+    for key in ["monitorIdentity", "runnerIdentity", "launcherIdentity"] {
+        status[key] = identity.clone();
+    }
+    status["pid"] = pid.into();
+    let step = &mut status["steps"][0]["externalProcess"];
+    step["pid"] = pid.into();
+    step["identity"] = identity;
+    let path = run_dir(env, &id).join("status.json");
+    let temp = path.with_extension("json.test");
+    std::fs::write(&temp, serde_json::to_vec(&status).unwrap()).unwrap();
+    std::fs::rename(&temp, &path).unwrap();
+    (id, other)
+}
+
+/// The lines of `strace -f -e trace=kill,pidfd_open,openat` of one command
+/// that touch `pid` (a signal, a pidfd or any file under `/proc/<pid>/`);
+/// `None` when strace cannot trace here.
+fn traced_touches(env: &Env, args: &[&str], pid: u32) -> Option<Vec<String>> {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let binary = env.command(args);
+    let mut traced = Command::new("/usr/bin/strace");
+    traced
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=kill,tgkill,pidfd_open,openat",
+            "-o",
+        ])
+        .arg(log.path())
+        .arg(binary.get_program())
+        .args(binary.get_args())
+        .envs(binary.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let ran = traced.status().ok()?;
+    let text = std::fs::read_to_string(log.path()).ok()?;
+    if !ran.success() && text.is_empty() {
+        return None;
+    }
+    let needles = [
+        format!("/proc/{pid}/"),
+        format!("kill({pid},"),
+        format!("kill(-{pid},"),
+        format!("pidfd_open({pid},"),
+    ];
+    Some(
+        text.lines()
+            .filter(|l| needles.iter().any(|n| l.contains(n.as_str())))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+#[test]
+fn a_run_recorded_in_another_boot_is_finalized_without_signalling_what_its_numbers_name_now() {
+    let env = Env::new();
+    let place = serde_json::json!({"bootId": "00000000-0000-4000-8000-0000000b0070"});
+    let (id, mut other) = run_left_to_a_stranger(&env, &place);
+    let pid = other.id();
+
+    env.ok(&["list"]);
+    env.ok(&["status", &id]);
+    env.ok(&["reconcile"]);
+    // An observer waits for what it signals to go: a signalled stranger
+    // would be dead by the time the command returned.
+    assert!(alive(pid), "the stranger {pid} was ended by an observer");
+    if let Some(touches) = traced_touches(&env, &["reconcile"], pid) {
+        assert!(touches.iter().all(|l| !l.contains("kill")), "{touches:?}");
+    }
+
+    // Its processes ended with their boot: the run is over and released.
+    let status = raw_status(&env, &id);
+    assert_eq!(status["state"], "failed", "{status}");
+    let proof = read_json(&run_dir(&env, &id).join("process-terminal.json"));
+    assert_eq!(proof["state"], "observed", "{proof}");
+    let reason = proof["instances"][0]["observer"]["reason"]
+        .as_str()
+        .unwrap();
+    assert!(reason.contains("another boot"), "{reason}");
+    assert!(!env.marker(&id).exists());
+    assert_eq!(used_slots(&env), 0);
+    let next = env.run(&[
+        "run",
+        "--session",
+        SESSION,
+        "--max-active",
+        "1",
+        "--",
+        "true",
+    ]);
+    assert!(next.status.success(), "a new run was refused: {next:?}");
+    assert!(alive(pid), "the stranger {pid} was ended");
+    let _ = other.kill();
+    let _ = other.wait();
+}
+
+#[test]
+fn a_run_recorded_on_another_machine_is_shown_with_its_host_and_never_probed_or_signalled() {
+    let env = Env::new();
+    let place = serde_json::json!({
+        "bootId": "00000000-0000-4000-8000-0000000b0070",
+        "machineId": "test-machine-elsewhere-0001",
+        "host": "node-b",
+    });
+    let (id, mut other) = run_left_to_a_stranger(&env, &place);
+    let pid = other.id();
+
+    let table = env.ok(&["list", "--short"]);
+    assert!(table.contains("running@node-b"), "{table}");
+    let text = env.ok(&["status", &id]);
+    assert!(text.contains("Host: node-b"), "{text}");
+    let report = env.ok(&["reconcile"]);
+    assert!(report.contains("node-b"), "{report}");
+    let quiet: [&[&str]; 4] = [
+        &["reconcile"],
+        &["list"],
+        &["status", &id],
+        &["wait", &id, "--timeout", "1s"],
+    ];
+    for args in quiet {
+        if let Some(touches) = traced_touches(&env, args, pid) {
+            assert!(
+                touches.is_empty(),
+                "subagents {args:?} probed {pid}: {touches:?}"
+            );
+        }
+    }
+    let stop = env.run(&["stop", &id]);
+    assert_eq!(stop.status.code(), Some(1), "{stop:?}");
+    let stderr = String::from_utf8_lossy(&stop.stderr);
+    assert!(stderr.contains("runs on node-b"), "{stderr}");
+
+    // Only that machine may finalize it: it stays as it was, holding its slot.
+    assert!(alive(pid), "the stranger {pid} was ended");
+    assert_eq!(raw_status(&env, &id)["state"], "running");
+    assert!(env.marker(&id).exists());
+    assert_eq!(used_slots(&env), 1);
+    let _ = other.kill();
+    let _ = other.wait();
+}

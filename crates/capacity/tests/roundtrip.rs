@@ -47,7 +47,7 @@ prop_compose! {
             reserved_at,
             runner_process_instance_id: runner,
             runner_started_at: started,
-            reserved_by_process: reserved_by.map(|(pid, start_time, boot_id)| ProcessIdentity { pid, start_time, boot_id }),
+            reserved_by_process: reserved_by.map(|(pid, start_time, boot_id)| ProcessIdentity { pid, start_time, boot_id, machine_id: None, host: None }),
             extra,
         }
     }

@@ -70,6 +70,8 @@ fn hand_over(
         pid: launched.pid,
         start_time: 0,
         boot_id: None,
+        machine_id: None,
+        host: None,
     });
     let binding = handshake::Binding {
         run_id: config.run_id.clone(),

@@ -212,6 +212,13 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
     let run = load(layout, id)?;
     let dir = run.async_dir.clone();
     let was_over = !run.status.state.is_active();
+    if !was_over && let Some(host) = run.status.foreign_host() {
+        // Its processes are another machine's: nothing here may signal them.
+        return Err(crate::Error::failed(format!(
+            "failed to stop run '{}': it runs on {host}; stop it there",
+            run.id
+        )));
+    }
     if !was_over {
         request_stop(&dir, reason)?;
         let runner_alive = run

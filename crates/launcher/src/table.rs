@@ -103,9 +103,14 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         .as_deref()
         .map(|c| shorten(Path::new(c), home))
         .unwrap_or_default();
+    // A run of another machine says where it runs: nothing here can tell.
+    let state = match s.foreign_host() {
+        Some(host) => format!("{}@{}", s.state, atomic_file::escape(host)),
+        None => s.state.to_string(),
+    };
     [
         atomic_file::escape(&run.id),
-        s.state.to_string(),
+        state,
         atomic_file::escape(&agent),
         format!("{done}/{}", steps.len()),
         started,

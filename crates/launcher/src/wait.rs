@@ -85,6 +85,11 @@ impl MonitorWatches {
 /// the recorded process is already gone, or pidfds are unavailable, it sends
 /// at once (one extra look; the periodic re-check covers the rest).
 fn watch_exit(process: &process_identity::ProcessIdentity, tx: Sender<()>) {
+    // A pid of another boot or machine names nothing of ours here.
+    if !process.is_of_this_boot() {
+        let _ = tx.send(());
+        return;
+    }
     let Some(pidfd) = open_pidfd(process.pid) else {
         let _ = tx.send(());
         return;

@@ -5,9 +5,17 @@
 //! stranger as "alive". Every crate that records "who owns this" (the runner
 //! of a run, a lease holder, a capacity slot) records a [`ProcessIdentity`]:
 //! the pid plus the process start time in clock ticks since boot (Linux
-//! `/proc/<pid>/stat` field 22) and the boot id. A recorded identity is alive
-//! only if a process with that pid exists, is not a zombie, and started at the
-//! same tick of the same boot.
+//! `/proc/<pid>/stat` field 22), the boot id and the machine. A recorded
+//! identity is alive only if a process with that pid exists, is not a zombie,
+//! and started at the same tick of the same boot of the same machine.
+//!
+//! Pid, process group and session numbers mean something only within the
+//! boot of the machine that handed them out. A record of another boot of this
+//! machine is dead (the boot ended every process of it), and a record of
+//! another machine is [`Liveness::Foreign`]: nothing about it can be learnt
+//! here, and its numbers must never be looked up or signalled on this
+//! machine ([`ProcessIdentity::origin`]). A state root shared by several
+//! machines (an NFS home directory, a cluster filesystem) holds such records.
 //!
 //! [`group_members`] lists the live (non-zombie) members of a process group by
 //! reading `/proc`, which is how runners prove that a child's whole process
@@ -21,7 +29,8 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
-/// A process as recorded in state files: pid, start time and boot id.
+/// A process as recorded in state files: pid, start time, boot id and
+/// machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessIdentity {
@@ -32,6 +41,27 @@ pub struct ProcessIdentity {
     /// `/proc/sys/kernel/random/boot_id`, when readable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// The machine the process ran on ([`machine_id`]). Records written
+    /// before this field existed have none: they are judged on their boot
+    /// id alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_id: Option<String>,
+    /// The host name of that machine, for display only ([`host_name`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// Where a recorded process ran, as seen from this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// This boot of this machine (or a record too old to say otherwise,
+    /// whose boot id matches or is absent): its numbers name processes here.
+    ThisBoot,
+    /// An earlier (or later) boot of this machine: the process is gone, and
+    /// its pid, group and session numbers name nothing of it now.
+    OtherBoot,
+    /// Another machine: nothing about it can be probed here.
+    OtherMachine,
 }
 
 /// What can be said about whether a recorded process still runs.
@@ -39,10 +69,14 @@ pub struct ProcessIdentity {
 pub enum Liveness {
     /// The very same process (pid, start time, boot) is running.
     Alive,
-    /// No such process, a zombie, or the pid now belongs to another process.
+    /// No such process, a zombie, the pid now belongs to another process, or
+    /// the record is of another boot of this machine.
     Dead,
     /// Nothing could be read (for example `/proc` is not mounted).
     Unknown,
+    /// The record is of another machine: it is neither probed nor signalled
+    /// here, and only that machine can tell whether it lives.
+    Foreign,
 }
 
 /// Facts about one process read from `/proc/<pid>/stat`.
@@ -73,15 +107,49 @@ impl ProcessIdentity {
             pid,
             start_time: stat.start_time,
             boot_id: boot_id(),
+            machine_id: machine_id(),
+            host: host_name(),
         })
     }
 
-    /// Whether this recorded process is still the one running under its pid.
-    pub fn liveness(&self) -> Liveness {
-        if let (Some(recorded), Some(now)) = (&self.boot_id, boot_id())
-            && *recorded != now
+    /// Where the recorded process ran. A field this process cannot read for
+    /// itself while the record has it counts as different: a machine id
+    /// that cannot be compared is never taken for ours.
+    pub fn origin(&self) -> Origin {
+        if let Some(recorded) = &self.machine_id
+            && machine_id().as_ref() != Some(recorded)
         {
-            return Liveness::Dead;
+            return Origin::OtherMachine;
+        }
+        match (&self.boot_id, boot_id()) {
+            (Some(recorded), Some(now)) if *recorded != now => Origin::OtherBoot,
+            _ => Origin::ThisBoot,
+        }
+    }
+
+    /// Whether the record's pid (and the group or session it leads) names a
+    /// process of this boot of this machine, so that it may be looked up in
+    /// `/proc` or signalled at all (after an identity check).
+    pub fn is_of_this_boot(&self) -> bool {
+        self.origin() == Origin::ThisBoot
+    }
+
+    /// The machine to name when the record is of another one: its host name,
+    /// else its machine id.
+    pub fn foreign_host(&self) -> Option<&str> {
+        (self.origin() == Origin::OtherMachine)
+            .then(|| self.host.as_deref().or(self.machine_id.as_deref()))
+            .flatten()
+    }
+
+    /// Whether this recorded process is still the one running under its pid.
+    /// A record of another machine is [`Liveness::Foreign`] without any look
+    /// at `/proc`; one of another boot is [`Liveness::Dead`].
+    pub fn liveness(&self) -> Liveness {
+        match self.origin() {
+            Origin::OtherMachine => return Liveness::Foreign,
+            Origin::OtherBoot => return Liveness::Dead,
+            Origin::ThisBoot => {}
         }
         match read_stat(self.pid) {
             Ok(stat) if stat.state == 'Z' || stat.state == 'X' => Liveness::Dead,
@@ -152,6 +220,40 @@ pub fn boot_id() -> Option<String> {
                 .map(|s| s.trim().to_owned())
         })
         .clone()
+}
+
+/// The variable that names this machine instead of `/etc/machine-id`: for
+/// hosts that share one machine id (containers started from one image, cloned
+/// virtual machines) and for tests that play another machine.
+pub const MACHINE_ID_ENV: &str = "SUBAGENTS_MACHINE_ID";
+
+/// This machine's identity, read once per process: `$SUBAGENTS_MACHINE_ID`
+/// when set and not empty, else `/etc/machine-id`, else the host name.
+pub fn machine_id() -> Option<String> {
+    static MACHINE_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    MACHINE_ID
+        .get_or_init(|| {
+            let named = std::env::var(MACHINE_ID_ENV).ok();
+            let file = || read_small("/etc/machine-id").ok();
+            [named, file(), host_name()]
+                .into_iter()
+                .flatten()
+                .map(|id| id.trim().to_owned())
+                .find(|id| !id.is_empty())
+        })
+        .clone()
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), read once.
+pub fn host_name() -> Option<String> {
+    static HOST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        read_small("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    })
+    .clone()
 }
 
 /// Reads a small `/proc` file with one `read` where it fits in 1 KiB
@@ -329,6 +431,86 @@ mod tests {
             ..me
         };
         assert_eq!(other_boot.liveness(), Liveness::Dead);
+    }
+
+    #[test]
+    fn an_identity_names_this_machine_and_its_host() {
+        let me = ProcessIdentity::current().unwrap();
+        assert!(me.machine_id.as_deref().is_some_and(|m| !m.is_empty()));
+        assert_eq!(me.machine_id, machine_id());
+        assert_eq!(me.host, host_name());
+        assert_eq!(me.origin(), Origin::ThisBoot);
+        assert!(me.is_of_this_boot());
+        assert_eq!(me.foreign_host(), None);
+        let json = serde_json::to_value(&me).unwrap();
+        assert_eq!(json["machineId"].as_str(), me.machine_id.as_deref());
+        assert_eq!(json["host"].as_str(), me.host.as_deref());
+    }
+
+    #[test]
+    fn a_live_process_recorded_in_another_boot_is_dead_and_not_of_this_boot() {
+        // The very pid and start time of a live process: only the boot
+        // differs, as after a reboot that handed out the same numbers.
+        let me = ProcessIdentity::current().unwrap();
+        let past = ProcessIdentity {
+            boot_id: Some("00000000-0000-4000-8000-0000000b0070".into()),
+            ..me.clone()
+        };
+        assert_eq!(past.origin(), Origin::OtherBoot);
+        assert_eq!(past.liveness(), Liveness::Dead);
+        assert!(!past.is_of_this_boot());
+        assert_eq!(past.foreign_host(), None);
+        // An old record (no machine id) is judged on its boot id alone.
+        let old_past = ProcessIdentity {
+            machine_id: None,
+            host: None,
+            ..past
+        };
+        assert_eq!(old_past.liveness(), Liveness::Dead);
+        assert!(!old_past.is_of_this_boot());
+        let old_here = ProcessIdentity {
+            machine_id: None,
+            host: None,
+            ..me
+        };
+        assert_eq!(old_here.liveness(), Liveness::Alive);
+        assert!(old_here.is_of_this_boot());
+    }
+
+    #[test]
+    fn a_live_process_recorded_on_another_machine_is_foreign_whatever_its_boot() {
+        let me = ProcessIdentity::current().unwrap();
+        let elsewhere = ProcessIdentity {
+            machine_id: Some("another-machine-0001".into()),
+            host: Some("node-b".into()),
+            ..me.clone()
+        };
+        // Same pid, start time and even boot id: still not ours to probe.
+        assert_eq!(elsewhere.origin(), Origin::OtherMachine);
+        assert_eq!(elsewhere.liveness(), Liveness::Foreign);
+        assert!(!elsewhere.is_of_this_boot());
+        assert_eq!(elsewhere.foreign_host(), Some("node-b"));
+        let unnamed = ProcessIdentity {
+            host: None,
+            ..elsewhere
+        };
+        assert_eq!(unnamed.foreign_host(), Some("another-machine-0001"));
+    }
+
+    #[test]
+    fn an_old_record_without_the_new_fields_still_reads() {
+        let old: ProcessIdentity =
+            serde_json::from_str(r#"{"pid":7,"startTime":9,"bootId":"b"}"#).unwrap();
+        assert_eq!((old.machine_id, old.host), (None, None));
+        let text = serde_json::to_string(&ProcessIdentity {
+            pid: 7,
+            start_time: 9,
+            boot_id: Some("b".into()),
+            machine_id: None,
+            host: None,
+        })
+        .unwrap();
+        assert_eq!(text, r#"{"pid":7,"startTime":9,"bootId":"b"}"#);
     }
 
     #[test]
@@ -523,6 +705,8 @@ mod tests {
             pid: 7,
             start_time: 9,
             boot_id: None,
+            machine_id: None,
+            host: None,
         };
         assert_eq!(
             serde_json::to_string(&id).unwrap(),

@@ -572,7 +572,7 @@ fn token_carried_by_a_process(token: &str, holder_start: Option<u64>) -> bool {
 fn gone(pid: u32, recorded: Option<&str>) -> bool {
     match pid_liveness(pid) {
         Liveness::Dead => true,
-        Liveness::Unknown => false,
+        Liveness::Unknown | Liveness::Foreign => false,
         Liveness::Alive => match (recorded, start_identity(pid)) {
             (Some(recorded), Some(current)) => {
                 scheme(recorded) == scheme(&current) && recorded != current

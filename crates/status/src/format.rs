@@ -78,6 +78,12 @@ fn lines_at(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
     for (i, step) in status.steps().iter().enumerate() {
         lines.push(step_line(i, step, now, home));
     }
+    if let Some(host) = status.foreign_host() {
+        lines.push(format!(
+            "  Host: {} (another machine: its processes are not probed here)",
+            atomic_file::escape(host)
+        ));
+    }
     if let Some(line) = fanout_line(status.run_fanout_budget.as_ref()) {
         lines.push(format!("  {line}"));
     } else if let Some(reason) = status

@@ -686,6 +686,34 @@ impl RunStatus {
             .or(self.started_at)
             .unwrap_or(0)
     }
+
+    /// Every process identity the status records: monitor, runner,
+    /// launcher and each step's COMMAND.
+    pub fn identities(&self) -> impl Iterator<Item = &ProcessIdentity> {
+        let run = [
+            &self.monitor_identity,
+            &self.runner_identity,
+            &self.launcher_identity,
+        ];
+        let steps = self
+            .steps()
+            .iter()
+            .filter_map(|s| s.external_process.as_ref()?.identity.as_ref());
+        run.into_iter().flatten().chain(steps)
+    }
+
+    /// Whether every recorded identity is of this boot of this machine, so
+    /// that the run's pid, group and session numbers (the bare `pid` and
+    /// the steps' groups included) may name its processes here.
+    pub fn recorded_in_this_boot(&self) -> bool {
+        self.identities().all(ProcessIdentity::is_of_this_boot)
+    }
+
+    /// The other machine the run's processes were recorded on (its host
+    /// name, else its machine id), when they were.
+    pub fn foreign_host(&self) -> Option<&str> {
+        self.identities().find_map(ProcessIdentity::foreign_host)
+    }
 }
 
 /// Parses status text; `path` names the file in errors.

@@ -192,13 +192,19 @@ pub fn stale_message(status: &RunStatus, options: Options) -> Option<String> {
     let age = options
         .now
         .saturating_sub(status.last_update.or(status.started_at).unwrap_or(0));
+    // Only the machine that ran it can tell whether a run of another machine
+    // is stale.
+    if status.foreign_host().is_some() {
+        return None;
+    }
     if let Some(identity) = &status.runner_identity {
         return match identity.liveness() {
             Liveness::Dead => Some(dead_message(identity.pid)),
-            Liveness::Alive | Liveness::Unknown => None,
+            Liveness::Alive | Liveness::Unknown | Liveness::Foreign => None,
         };
     }
-    if let Some(pid) = status.pid {
+    // A bare pid is only looked up when the run was recorded in this boot.
+    if let Some(pid) = status.pid.filter(|_| status.recorded_in_this_boot()) {
         return match pid_liveness(pid) {
             Liveness::Dead => Some(dead_message(pid)),
             _ if age > options.stale_alive_pid_ms => Some(format!(

@@ -19,6 +19,8 @@ fn identity() -> process_identity::ProcessIdentity {
         pid: 5,
         start_time: 7,
         boot_id: None,
+        machine_id: None,
+        host: None,
     }
 }
 

@@ -80,6 +80,8 @@ pub enum Presence {
     Dead(ProcessIdentity),
     /// `/proc` could not tell.
     Unknown(ProcessIdentity),
+    /// It was recorded on another machine: never probed here.
+    Foreign(ProcessIdentity),
 }
 
 impl Presence {
@@ -92,8 +94,32 @@ impl Presence {
             Liveness::Alive => Self::Alive(identity.clone()),
             Liveness::Dead => Self::Dead(identity.clone()),
             Liveness::Unknown => Self::Unknown(identity.clone()),
+            Liveness::Foreign => Self::Foreign(identity.clone()),
         }
     }
+
+    /// The recorded process is dead because its record is of another boot
+    /// of this machine: its numbers name nothing of the run now.
+    fn is_past_boot(&self) -> bool {
+        matches!(self, Self::Dead(identity) if !identity.is_of_this_boot())
+    }
+
+    /// The other machine's name, for a process recorded there.
+    fn foreign_host(&self) -> Option<String> {
+        match self {
+            Self::Foreign(identity) => Some(host_of(identity)),
+            _ => None,
+        }
+    }
+}
+
+/// How a process of another machine is named: its host name, else its
+/// machine id.
+fn host_of(identity: &ProcessIdentity) -> String {
+    identity
+        .foreign_host()
+        .unwrap_or("another machine")
+        .to_owned()
 }
 
 /// The facts [`judge`] decides from.
@@ -112,7 +138,26 @@ pub struct Facts {
     pub launcher: Presence,
     /// Live members of the dead monitor's session; `None` when they cannot
     /// be told (no monitor recorded, monitor alive, or `/proc` unreadable).
+    /// Empty for a monitor of another boot: its session ended with that boot.
     pub session: Option<Vec<u32>>,
+}
+
+impl Facts {
+    /// The other machine that recorded the monitor, runner or launcher.
+    fn foreign_host(&self) -> Option<String> {
+        [&self.monitor, &self.runner, &self.launcher]
+            .into_iter()
+            .find_map(Presence::foreign_host)
+    }
+
+    /// Whether a recorded process of the run is of another boot of this
+    /// machine: then none of the run's pid, group or session numbers may be
+    /// used to find or signal anything in this boot.
+    fn of_past_boot(&self) -> bool {
+        [&self.monitor, &self.runner, &self.launcher]
+            .into_iter()
+            .any(Presence::is_past_boot)
+    }
 }
 
 /// What [`judge`] decided.
@@ -140,12 +185,18 @@ pub enum Verdict {
     /// Nothing of ours was recorded (e.g. a run of the reference): left to
     /// the stale-run rules.
     Foreign,
+    /// A process of the run was recorded on another machine (named here):
+    /// only that machine can observe and finalize it.
+    OtherHost(String),
 }
 
 /// Decides what an observer may do with a run (pure).
 pub fn judge(facts: &Facts) -> Verdict {
     if facts.proof_final {
         return Verdict::Final;
+    }
+    if let Some(host) = facts.foreign_host() {
+        return Verdict::OtherHost(host);
     }
     match &facts.monitor {
         Presence::Alive(m) => return Verdict::MonitorAlive(m.pid),
@@ -157,6 +208,7 @@ pub fn judge(facts: &Facts) -> Verdict {
         Presence::Unknown(r) => Verdict::Unprovable(unknown_line("runner", r)),
         Presence::Dead(_) => Verdict::Settle,
         Presence::NotRecorded => judge_unstarted(facts),
+        Presence::Foreign(r) => Verdict::OtherHost(host_of(r)),
     }
 }
 
@@ -179,6 +231,7 @@ fn judge_unstarted(facts: &Facts) -> Verdict {
         Presence::Dead(_) => Verdict::Abandoned,
         Presence::Unknown(l) => Verdict::Unprovable(unknown_line("launcher", l)),
         Presence::NotRecorded => Verdict::Foreign,
+        Presence::Foreign(l) => Verdict::OtherHost(host_of(l)),
     }
 }
 
@@ -232,6 +285,9 @@ pub enum Observation {
     Unproven(String),
     /// Not a run this observer can judge.
     Foreign,
+    /// The run's processes were recorded on another machine (named here);
+    /// nothing was probed or done.
+    OtherHost(String),
     /// The run never started: recorded failed with a `not-started` proof,
     /// marker released.
     Abandoned(String),
@@ -252,6 +308,7 @@ impl Observation {
     pub fn line(&self) -> Option<String> {
         match self {
             Self::Unproven(why) => Some(format!("retained: {why}")),
+            Self::OtherHost(host) => Some(format!("left to {host}: it runs there")),
             Self::Abandoned(why) => Some(format!("failed (never started): {why}")),
             Self::Finalized { proof, reason, .. } => {
                 let mut line = format!("process terminal {}: {reason}", proof.state.as_str());
@@ -333,8 +390,10 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
     // A live monitor finalizes its run itself: nothing to lock or re-read
     // (the common case of `list`, once per active run). Decided as `judge`
     // decides it under the lock.
-    if let Presence::Alive(monitor) = Presence::of(status.monitor_identity.as_ref()) {
-        return Observation::MonitorAlive(monitor.pid);
+    match Presence::of(status.monitor_identity.as_ref()) {
+        Presence::Alive(monitor) => return Observation::MonitorAlive(monitor.pid),
+        Presence::Foreign(monitor) => return Observation::OtherHost(host_of(&monitor)),
+        _ => {}
     }
     let Some(_lock) = ObserverLock::try_take(run_dir) else {
         return Observation::Waiting("another observer is finalizing this run".into());
@@ -354,6 +413,7 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
         )),
         Verdict::Unprovable(why) => Observation::Unproven(why),
         Verdict::Foreign => Observation::Foreign,
+        Verdict::OtherHost(host) => Observation::OtherHost(host),
         Verdict::Abandoned => abandon(run_dir, &status, &facts),
         Verdict::Settle => settle(run_dir, &status, &facts, options),
     }
@@ -363,6 +423,8 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
 pub fn gather(run_dir: &Path, status: &RunStatus) -> Facts {
     let monitor = Presence::of(status.monitor_identity.as_ref());
     let session = match &monitor {
+        // Its session ended with its boot; the number may be anyone's now.
+        Presence::Dead(m) if !m.is_of_this_boot() => Some(Vec::new()),
         Presence::Dead(m) => session_of_dead_leader(m).ok(),
         _ => None,
     };
@@ -496,10 +558,17 @@ fn settle(run_dir: &Path, status: &RunStatus, facts: &Facts, options: &Options) 
         Presence::Dead(m) => format!("monitor {} exited", m.pid),
         _ => "no monitor recorded".to_owned(),
     };
-    let reason = format!(
-        "{monitor}; runner {} exited; every process of the run verified gone",
-        runner.map_or(0, |r| r.pid)
-    );
+    let reason = if facts.of_past_boot() {
+        format!(
+            "runner {} was recorded in another boot of this machine: every process of the run ended with that boot (nothing signalled)",
+            runner.map_or(0, |r| r.pid)
+        )
+    } else {
+        format!(
+            "{monitor}; runner {} exited; every process of the run verified gone",
+            runner.map_or(0, |r| r.pid)
+        )
+    };
     let run_id = reconcile::run_id_of(run_dir, status);
     let targets = Targets::of(&run_id, status, facts);
     if let Some(why) = targets.includes_self() {
@@ -572,10 +641,21 @@ struct Targets {
     session: Option<u32>,
     /// The run id its COMMANDs carry as `SUBAGENTS_RUN_ID`.
     run_id: String,
+    /// The run was recorded in this boot: processes tagged with its id may
+    /// be its own. After a reboot nothing of it is left to look for.
+    this_boot: bool,
 }
 
 impl Targets {
     fn of(run_id: &str, status: &RunStatus, facts: &Facts) -> Self {
+        if facts.of_past_boot() {
+            // Everything the run started ended with that boot; its numbers
+            // and its tag may name strangers (or a forged record) now.
+            return Self {
+                run_id: run_id.to_owned(),
+                ..Self::default()
+            };
+        }
         let groups = status
             .steps()
             .iter()
@@ -598,11 +678,15 @@ impl Targets {
             groups,
             session,
             run_id: run_id.to_owned(),
+            this_boot: true,
         }
     }
 
     /// Live processes of the run, right now.
     fn alive(&self) -> Vec<u32> {
+        if !self.this_boot {
+            return Vec::new();
+        }
         let mut pids = Vec::new();
         for g in &self.groups {
             pids.extend(process_identity::group_members(*g).unwrap_or_default());
@@ -640,11 +724,14 @@ impl Targets {
 /// Whether a recorded COMMAND group is still the run's: its leader is the
 /// recorded process, or the leader is gone while the group lives (a pgid is
 /// not reused while its group has members).
+/// A leader recorded in another boot or on another machine names no group
+/// of ours.
 pub fn group_is_ours(leader: &Presence, leader_pid_in_use: bool) -> bool {
     match leader {
         Presence::Alive(_) => true,
+        Presence::Dead(identity) if !identity.is_of_this_boot() => false,
         Presence::Dead(_) | Presence::NotRecorded => !leader_pid_in_use,
-        Presence::Unknown(_) => false,
+        Presence::Unknown(_) | Presence::Foreign(_) => false,
     }
 }
 

@@ -283,7 +283,13 @@ pub fn empty_group(
 /// SIGKILLs the process group of every step whose COMMAND is provably still
 /// the one the runner started (recorded identity alive), or whose leader is
 /// gone while members remain (a pgid cannot be reused while its group lives).
+///
+/// Nothing is signalled for a run recorded in another boot or on another
+/// machine: its group numbers may be a stranger's here.
 pub fn kill_step_groups(status: &status::RunStatus) {
+    if !status.recorded_in_this_boot() {
+        return;
+    }
     for process in status
         .steps()
         .iter()

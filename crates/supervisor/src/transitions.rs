@@ -222,6 +222,8 @@ mod tests {
             pid,
             start_time: 7,
             boot_id: None,
+            machine_id: None,
+            host: None,
         }
     }
 

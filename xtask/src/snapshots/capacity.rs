@@ -22,6 +22,8 @@ fn reserving_process() -> Option<ProcessIdentity> {
         pid: PID,
         start_time: 123_456,
         boot_id: Some("00000000-0000-4000-8000-00000000f001".into()),
+        machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+        host: Some("build-host".into()),
     })
 }
 

@@ -179,5 +179,9 @@ pub(super) fn dead_identity() -> process_identity::ProcessIdentity {
         pid: dead_pid(),
         start_time: 1,
         boot_id: Some("00000000-0000-0000-0000-00000000b007".into()),
+        // A record of a past boot with no machine id (as written before
+        // identities named the machine): dead on its boot id alone.
+        machine_id: None,
+        host: None,
     }
 }

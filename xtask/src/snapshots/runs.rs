@@ -27,6 +27,8 @@ fn identity(pid: u32, start_time: u64) -> ProcessIdentity {
         pid,
         start_time,
         boot_id: Some("00000000-0000-4000-8000-00000000f001".into()),
+        machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+        host: Some("build-host".into()),
     }
 }
 

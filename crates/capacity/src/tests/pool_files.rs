@@ -390,6 +390,8 @@ fn injected_token_and_reserving_process_are_recorded() {
             pid: 4242,
             start_time: 7,
             boot_id: None,
+            machine_id: None,
+            host: None,
         })
     }
     let mut fx = Fixture::new();

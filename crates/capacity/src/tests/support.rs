@@ -143,6 +143,8 @@ pub(crate) fn dead_identity() -> process_identity::ProcessIdentity {
             pid: child.id(),
             start_time: 0,
             boot_id: None,
+            machine_id: None,
+            host: None,
         },
     );
     child.wait().unwrap();

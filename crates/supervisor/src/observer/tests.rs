@@ -5,6 +5,8 @@ fn me() -> ProcessIdentity {
         pid: 10,
         start_time: 1,
         boot_id: None,
+        machine_id: None,
+        host: None,
     }
 }
 
@@ -51,6 +53,67 @@ fn dead_monitor_and_runner_settle() {
         ..facts()
     };
     assert_eq!(judge(&f), Verdict::Settle);
+}
+
+fn elsewhere() -> ProcessIdentity {
+    ProcessIdentity {
+        machine_id: Some("another-machine-0001".into()),
+        host: Some("node-b".into()),
+        ..me()
+    }
+}
+
+fn past_boot() -> ProcessIdentity {
+    ProcessIdentity {
+        boot_id: Some("00000000-0000-4000-8000-0000000b0070".into()),
+        ..me()
+    }
+}
+
+#[test]
+fn a_process_of_another_machine_leaves_the_run_to_that_machine() {
+    let host = || Verdict::OtherHost("node-b".into());
+    let monitor = Facts {
+        monitor: Presence::Foreign(elsewhere()),
+        ..facts()
+    };
+    assert_eq!(judge(&monitor), host());
+    let runner = Facts {
+        runner: Presence::Foreign(elsewhere()),
+        ..facts()
+    };
+    assert_eq!(judge(&runner), host());
+    // Even a queued run whose only record is its launcher's.
+    let launcher = Facts {
+        state: RunState::Queued,
+        monitor: Presence::NotRecorded,
+        runner: Presence::NotRecorded,
+        launcher: Presence::Foreign(elsewhere()),
+        ..facts()
+    };
+    assert_eq!(judge(&launcher), host());
+    // A final proof is final wherever it was written.
+    let proven = Facts {
+        proof_final: true,
+        ..runner
+    };
+    assert_eq!(judge(&proven), Verdict::Final);
+}
+
+#[test]
+fn a_run_of_a_past_boot_is_known_as_such_and_names_no_group_here() {
+    let f = Facts {
+        monitor: Presence::Dead(past_boot()),
+        runner: Presence::Dead(past_boot()),
+        ..facts()
+    };
+    assert!(f.of_past_boot());
+    assert_eq!(judge(&f), Verdict::Settle);
+    assert!(!facts().of_past_boot());
+    // Whether or not its number is in use now, a past boot's group is not ours.
+    assert!(!group_is_ours(&Presence::Dead(past_boot()), false));
+    assert!(!group_is_ours(&Presence::Dead(past_boot()), true));
+    assert!(!group_is_ours(&Presence::Foreign(elsewhere()), false));
 }
 
 #[test]
@@ -376,6 +439,8 @@ fn a_recorded_pid_of_0_or_1_never_names_a_group_or_session_to_signal() {
             pid: 0,
             start_time: 1,
             boot_id: None,
+            machine_id: None,
+            host: None,
         }),
         session: Some(vec![1]),
         ..facts()
@@ -639,6 +704,7 @@ fn an_observer_inside_the_run_will_not_end_it() {
         groups,
         session,
         run_id: "not-this-run".into(),
+        this_boot: true,
     };
     let inside = targets(Vec::new(), Some(me.session)).includes_self();
     assert_eq!(
@@ -670,6 +736,7 @@ fn observer_tagged_with_a_run() {
         groups: Vec::new(),
         session: None,
         run_id: run_id.into(),
+        this_boot: true,
     };
     assert!(targets(&run_id).includes_self().is_some());
     assert_eq!(targets("another-run").includes_self(), None);
