@@ -106,7 +106,9 @@ fn fail_fast_stops_the_siblings_of_a_failed_task() {
     let spec = json!({"mode": "parallel", "failFast": true, "concurrency": 3, "tasks": [
         {"agent": "sleeper", "command": ["sh", "-c", "echo $$ > sleeper.pid; exec sleep 300"]},
         {"agent": "bad", "command": ["sh", "-c", "while [ ! -s sleeper.pid ]; do :; done; exit 7"]},
-        {"agent": "late", "command": ["true"]},
+        // Holds the third slot until fail-fast ends it: a `late` that ended
+        // on its own would free a slot for `never` while `bad` still runs.
+        {"agent": "late", "command": ["sleep", "300"]},
         {"agent": "never", "command": ["true"]}
     ]});
     let file = write_spec(&env, "par.json", &spec);

@@ -129,6 +129,7 @@ pub struct AgentDefinition {
 
 /// Why a definition file could not be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DefinitionError {
     /// The file could not be read.
     #[error("failed to read agent definition {}: {source}", path.display())]

@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! Named agent definitions and the presets that run them.
 //!
 //! An agent definition is a markdown file whose YAML front matter names the

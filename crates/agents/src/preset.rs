@@ -35,6 +35,7 @@ pub struct Invocation {
 
 /// Why an invocation could not be rendered.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PresetError {
     /// A Claude session id must be a UUID (`claude --help`: `--session-id <uuid>`).
     #[error("failed to render the claude invocation: session id '{0}' is not a UUID")]

@@ -1,6 +1,7 @@
 //! Snapshots of the invocation each example definition renders (the README
 //! shows the same lines), and of the invocation that resumes its session.
 
+extern crate subagents_agents as agents;
 use std::path::{Path, PathBuf};
 
 use agents::definition::{RunnerKind, read_definition};

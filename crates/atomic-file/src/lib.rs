@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! Private, crash-safe file writes shared by every state-writing crate.
 //!
 //! Every state file of subagents goes through this crate so that one rule holds

@@ -26,6 +26,7 @@ pub const STATE_FILE_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Why a state file could not be read. Every message names the path, on one line.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// open/fstat/read failed.
     #[error("failed to read '{}': {source}", escape_path(path))]

@@ -3,6 +3,7 @@
 //! writes every step's task file. Its own test binary (one process, one
 //! test), since it lowers the process's open-file limit.
 
+extern crate subagents_atomic_file as atomic_file;
 use std::fs;
 
 #[test]

@@ -1,6 +1,7 @@
 //! Error kinds callers branch on, removal, and directory syncs, against real
 //! files (these killed the survivors of a cargo-mutants run).
 
+extern crate subagents_atomic_file as atomic_file;
 use atomic_file::{create_new_private, remove_if_exists, sync_dir};
 
 #[test]

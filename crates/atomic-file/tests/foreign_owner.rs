@@ -2,6 +2,7 @@
 //! directories are accepted. Alone in its own test binary because the
 //! setting is process-wide.
 
+extern crate subagents_atomic_file as atomic_file;
 use std::os::unix::fs::PermissionsExt;
 
 use atomic_file::read::{

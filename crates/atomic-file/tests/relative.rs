@@ -2,6 +2,7 @@
 //! directory, whose fsync must then target "." rather than "". Alone in its
 //! own test binary because it changes the process's current directory.
 
+extern crate subagents_atomic_file as atomic_file;
 #[test]
 fn a_bare_file_name_is_written_in_the_current_directory() {
     let tmp = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 //! in its own test binary because the file-size limit and the ignored
 //! `SIGXFSZ` are process-wide.
 
+extern crate subagents_atomic_file as atomic_file;
 use atomic_file::append_private;
 
 fn set_file_size_limit(soft: libc::rlim_t) {

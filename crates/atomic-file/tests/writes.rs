@@ -2,6 +2,7 @@
 //! content, a deferred directory sync) against real files: each still
 //! writes the whole content privately and leaves no temp file.
 
+extern crate subagents_atomic_file as atomic_file;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

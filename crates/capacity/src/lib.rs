@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! The per-session cap on active background runs (capacity.md).
 //!
 //! A parent session may hold at most `limit` top-level async runs at once.
@@ -49,6 +51,7 @@ use runfiles::{StatusRead, read_status};
 
 /// Errors of this crate. The texts the reference defines are kept verbatim.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CapacityError {
     /// Every slot below the limit is occupied.
     #[error("Active async run capacity exhausted: {}/{} used.", .0.used, .0.limit)]

@@ -1,6 +1,7 @@
 //! Property test: an owner record as the writer stores it (pretty JSON, with
 //! or without the first write's trailing newline) reads back equal.
 
+extern crate subagents_capacity as capacity;
 use capacity::{Kind, OwnerRecord, session_key};
 use process_identity::ProcessIdentity;
 use proptest::collection::btree_map;

@@ -9,6 +9,7 @@
 //! Run with `cargo run --release -p fanout-budget --example claim_bench`.
 //! Budgets are created under `$TMPDIR`.
 
+extern crate subagents_fanout_budget as fanout_budget;
 use std::env;
 use std::io::Read;
 use std::path::Path;

@@ -15,6 +15,7 @@ pub type CommitError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Everything that can go wrong with a fan-out budget.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The descriptor is not a JSON object.
     #[error("Run fan-out budget descriptor is missing or invalid.")]
@@ -134,6 +135,7 @@ impl Error {
 
 /// The constant `code` of a rejection object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum RejectionCode {
     /// `"RUN_FANOUT_LIMIT"`.
     #[serde(rename = "RUN_FANOUT_LIMIT")]

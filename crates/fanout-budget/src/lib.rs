@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! The run fan-out budget: how many children one root run may start in total.
 //!
 //! A budget is a directory `<managed root>/<safeRootRunId>-<uuid>/` holding

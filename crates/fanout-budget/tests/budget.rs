@@ -1,5 +1,6 @@
 //! Single-process behaviour of budgets on real files.
 
+extern crate subagents_fanout_budget as fanout_budget;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};

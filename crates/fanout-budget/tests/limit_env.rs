@@ -3,6 +3,7 @@
 //! The only test in this binary: it changes the environment, which no other
 //! thread of this process reads meanwhile.
 
+extern crate subagents_fanout_budget as fanout_budget;
 use fanout_budget::{LIMIT_ENV, LIMIT_ENV_ALIAS, limit_env_value};
 
 fn set(name: &str, value: Option<&str>) {

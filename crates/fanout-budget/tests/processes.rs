@@ -1,6 +1,7 @@
 //! Admission across real processes: this test binary re-executes itself as
 //! claim workers that inherit the budget through `SUBAGENTS_RUN_FANOUT_BUDGET`.
 
+extern crate subagents_fanout_budget as fanout_budget;
 use std::collections::BTreeSet;
 use std::env;
 use std::fs::{self, File, TryLockError};

@@ -2,6 +2,7 @@
 //! take it: dead and stale owners are reclaimed, a live owner is waited for,
 //! and a claim leaves no lock behind that would block a 0.49 claimer.
 
+extern crate subagents_fanout_budget as fanout_budget;
 use std::fs;
 use std::path::Path;
 use std::process::{Child, Command};

@@ -2,6 +2,7 @@
 //! store them (manifest file, compact JSON, base64url environment value),
 //! read back equal.
 
+extern crate subagents_fanout_budget as fanout_budget;
 use std::path::PathBuf;
 
 use fanout_budget::{

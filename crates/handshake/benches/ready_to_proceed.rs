@@ -8,6 +8,7 @@
 //!
 //! `cargo bench -p handshake --bench ready_to_proceed`
 
+extern crate subagents_handshake as handshake;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::OnceLock;

@@ -4,6 +4,7 @@
 //!
 //! `cargo run --release -p handshake --example roundtrip`
 
+extern crate subagents_handshake as handshake;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

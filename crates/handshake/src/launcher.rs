@@ -68,6 +68,7 @@ impl Runner<'_> {
 
 /// Why the handshake failed before the commit (texts of the reference, §6.1).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HandshakeError {
     /// The runner wrote `{state:"error", error}`; its message verbatim.
     #[error("{0}")]

@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! The revival startup handshake between a launcher and the runner it spawned.
 //!
 //! When a run revives an existing session, the launcher must not report the

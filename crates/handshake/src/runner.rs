@@ -29,6 +29,7 @@ impl Default for RunnerTimeouts {
 
 /// Why the runner's side of the handshake failed (texts of the reference, §5.5).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunnerStartupError {
     /// A control file exists but is not readable JSON.
     #[error("Failed to read runner startup control '{}': {message}", path.display())]

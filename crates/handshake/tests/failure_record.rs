@@ -1,5 +1,6 @@
 //! The pre-proceed failure record (§6.3) written on real files.
 
+extern crate subagents_handshake as handshake;
 use std::fs;
 
 use handshake::{Binding, CANDIDATE_FILE, STATUS_FILE, persist_pre_proceed_failure};

@@ -2,6 +2,7 @@
 //! re-executed as a fake runner (the ignored `fake_runner` test) that either
 //! follows the protocol or misbehaves in the way the test names.
 
+extern crate subagents_handshake as handshake;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

@@ -207,6 +207,7 @@ fn error_json(error: &agents::DefinitionError) -> Value {
         agents::DefinitionError::Read { path, source } => {
             json!({"path": path, "line": null, "message": source.to_string()})
         }
+        other => json!({"path": null, "line": null, "message": other.to_string()}),
     }
 }
 

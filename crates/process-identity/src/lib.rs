@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! Process identities that survive pid reuse, and process-group inspection.
 //!
 //! A bare pid is not an identity: after a process exits the kernel may hand

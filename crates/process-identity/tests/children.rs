@@ -4,6 +4,7 @@
 //! runs (a caller's own children decide a shortcut that must not apply to
 //! other processes).
 
+extern crate subagents_process_identity as process_identity;
 #[test]
 fn the_children_of_another_process_are_listed() {
     let parent = process_identity::read_stat(std::process::id())

@@ -1,6 +1,7 @@
 //! `processes_with_env` against real processes: only an exact `name=value`
 //! entry of a process's initial environment matches.
 
+extern crate subagents_process_identity as process_identity;
 use std::process::{Child, Command, Stdio};
 
 /// A `cat` that lives until its stdin is closed, with one extra variable.

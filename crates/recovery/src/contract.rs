@@ -65,6 +65,7 @@ pub struct LaunchContract {
 
 /// Why a launch contract could not be read, verified or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ContractError {
     /// The file could not be read.
     #[error("failed to read launch contract '{}': {source}", path.display())]

@@ -10,6 +10,7 @@ use crate::validate::{self, Violation};
 
 /// Why a descriptor could not be read, validated or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DescriptorError {
     /// The file could not be read.
     #[error("Failed to parse async recovery descriptor '{}': {source}", path.display())]

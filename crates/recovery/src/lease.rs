@@ -188,6 +188,7 @@ impl std::fmt::Display for LeaseConflict {
 
 /// Why a lease operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// The session file has no real path (for example it does not exist).
     #[error("failed to resolve session file '{}': {source}", path.display())]

@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! Recovery of async runs: the version-1 recovery descriptor, the launch
 //! contract it points to, and the session revival lease.
 //!

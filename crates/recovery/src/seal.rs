@@ -35,6 +35,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// Why the root key could not be created or trusted.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// Reading, creating or inspecting the key file failed.
     #[error("failed to {action} recovery key '{}': {source}", path.display())]

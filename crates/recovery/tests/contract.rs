@@ -1,5 +1,6 @@
 //! The launch contract and its digest binding, against real files.
 
+extern crate subagents_recovery as recovery;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,7 @@
 //! The recovery descriptor reader and writer against real files.
 #![recursion_limit = "256"]
 
+extern crate subagents_recovery as recovery;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -1,5 +1,6 @@
 //! The session revival lease with real files, real processes and SIGKILL.
 
+extern crate subagents_recovery as recovery;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,7 @@
 //! Property tests: what our writers store, our readers give back unchanged
 //! (recovery descriptor, launch contract, recovery seal, lease owner).
 
+extern crate subagents_recovery as recovery;
 use std::collections::BTreeMap;
 
 use proptest::collection::{btree_map, vec};

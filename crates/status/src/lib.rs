@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! Status and terminal proofs of background runs.
 //!
 //! One run lives in `<root>/async-subagent-runs/<run-id>/`. This crate owns
@@ -38,6 +40,7 @@ pub use model::{RunState, RunStatus, Step};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A file operation failed.
     #[error(transparent)]

@@ -490,7 +490,9 @@ pub struct Hooks<'a> {
 /// See [`Hooks::observe`].
 pub type ObserveHook<'a> = &'a dyn Fn(&Path, RunStatus) -> Result<Option<RunStatus>>;
 
-/// How to list.
+/// How to list. The default lists the active runs as they are (no repair,
+/// no hooks) at time 0: set `now` to the current time in ms.
+#[derive(Default)]
 pub struct ListOptions<'a> {
     /// Every run (full scan) instead of the active index.
     pub all: bool,

@@ -1,6 +1,7 @@
 //! The fault-injection points the crash tests stop a writer at. Alone in
 //! its binary: the hook is process-wide and set once.
 
+extern crate subagents_status as status;
 use std::sync::Mutex;
 
 use status::model::{RunState, RunStatus, write_status};

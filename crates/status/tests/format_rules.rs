@@ -3,6 +3,7 @@
 //! group filter, the outcome of a group and home shortening, each at its
 //! edges.
 
+extern crate subagents_status as status;
 use std::path::Path;
 
 use serde_json::{Value, json};

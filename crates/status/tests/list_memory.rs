@@ -5,6 +5,7 @@
 //! `SPILL_AT` bytes the rows' text goes to a scratch file. Counted by a
 //! global allocator that tracks the bytes in use, not by time.
 
+extern crate subagents_status as status;
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Mutex;

@@ -3,6 +3,7 @@
 //! finished status alone is not proof that the run's processes are gone),
 //! filters, prefixes, and the errors of a broken root.
 
+extern crate subagents_status as status;
 use status::list::{Hooks, ListOptions, Resolved, list, load, resolve, run_names};
 use status::model::{RunState, RunStatus, write_status};
 use status::proof::ProofState;

@@ -2,6 +2,7 @@
 //! disk: a large index is still used, and an index written by another
 //! renderer is not.
 
+extern crate subagents_status as status;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 

@@ -56,8 +56,8 @@ impl NoSpace for status::Error {
     fn no_space(&self) -> bool {
         match self {
             status::Error::Io(e) => e.no_space(),
-            // Reads never need space; a read failure is not retried.
-            status::Error::Read(_) | status::Error::Invalid { .. } => false,
+            // Reads (and parses) never need space: such a failure is not retried.
+            _ => false,
         }
     }
 }

@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! The process side of a run: everything that runs, waits on, signals or
 //! proves the end of a run's processes.
 //!
