@@ -887,26 +887,11 @@ fn step_verdict(
     }
 }
 
-/// The task as COMMAND's stdin, ending with a newline (an agent that reads a
-/// line would otherwise wait for one). A task without one is copied, with
-/// it, into an anonymous memory file: no second file on disk holds the task.
+/// The task as COMMAND's stdin: `task.md` itself, byte for byte (the
+/// launcher writes it ending with a newline, so an agent that reads a line
+/// gets one, and `$SUBAGENTS_TASK_FILE` holds the same bytes).
 fn task_stdin(path: &std::path::Path) -> std::io::Result<File> {
-    use std::io::{Seek, SeekFrom};
-    let mut text = std::fs::read(path)?;
-    if text.is_empty() || text.ends_with(b"\n") {
-        return File::open(path);
-    }
-    text.push(b'\n');
-    // SAFETY: a static NUL-terminated name; the fd is owned by the File below.
-    let fd = unsafe { libc::memfd_create(c"subagents-task".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned by nobody else.
-    let mut file = unsafe { File::from_raw_fd(fd) };
-    file.write_all(&text)?;
-    file.seek(SeekFrom::Start(0))?;
-    Ok(file)
+    File::open(path)
 }
 
 fn spawn_command(
@@ -1192,14 +1177,14 @@ mod tests {
     }
 
     #[test]
-    fn a_task_reaches_stdin_ending_with_a_newline() {
+    fn a_task_reaches_stdin_as_the_task_file_holds_it() {
         let tmp = tempfile::tempdir().unwrap();
         let read = |text: &str| {
             let path = tmp.path().join("task.md");
             std::fs::write(&path, text).unwrap();
             std::io::read_to_string(task_stdin(&path).unwrap()).unwrap()
         };
-        assert_eq!(read("do it"), "do it\n");
+        assert_eq!(read("do it"), "do it");
         assert_eq!(read("do it\n"), "do it\n");
         assert_eq!(read(""), "");
     }
