@@ -50,7 +50,16 @@ pub fn run_lines_timed(run: &RunSummary, now: u64, home: Option<&Path>) -> (Vec<
     (lines, now.read.get())
 }
 
+/// [`raw_lines`] with control characters escaped: a label or any recorded
+/// string holding a newline must not forge another row.
 fn lines_at(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
+    raw_lines(run, now, home)
+        .iter()
+        .map(|line| atomic_file::escape(line))
+        .collect()
+}
+
+fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
     let status = &run.status;
     let mut header = vec![format!("- {}", run.id), status.state.to_string()];
     if let Some(activity) = activity(

@@ -1,0 +1,83 @@
+//! Issue 24: every run is shown, a run's final state is what happened,
+//! recorded text cannot forge rows, an uncheckable config file is only a
+//! warning.
+//!
+//! Every command runs as a child process with a deadline; waiting is polling
+//! a condition with a deadline, never a bare sleep.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A label that would forge a row of the detailed listing, and clear the
+/// screen, if it were printed as is.
+const FORGING: &str = "evil\n- 0000000000 | complete | forged\u{1b}[2J";
+
+/// Asserts that `text` shows exactly `runs` runs (rows starting `- `), holds
+/// no control character but newlines, and shows the label escaped.
+fn one_row_per_run(text: &str, runs: usize, what: &str) {
+    let rows = text.lines().filter(|l| l.starts_with("- ")).count();
+    assert_eq!(rows, runs, "{what}: {text}");
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{what}: {text:?}"
+    );
+    assert!(text.contains(r"evil\n- 0000000000"), "{what}: {text}");
+    assert!(!text.contains("forged\n"), "{what}: {text}");
+}
+
+#[test]
+fn a_label_with_a_newline_stays_on_its_row_in_every_text_output() {
+    let env = Env::new();
+    let out = env.run(&["run", "--wait", "--agent", FORGING, "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let single = stdout(&out).trim().to_owned();
+    let spec = Path::new(env.work()).join("spec.json");
+    let steps = serde_json::json!({"mode": "chain", "steps": [
+        {"agent": FORGING, "command": ["sh", "-c", "echo out; echo err >&2"]},
+        {"agent": "second", "command": ["true"]},
+    ]});
+    std::fs::write(&spec, steps.to_string()).unwrap();
+    let chain = env
+        .ok(&["run", "--wait", "--spec", spec.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    env.settled(&single);
+    env.settled(&chain);
+    for args in [
+        vec!["list", "--all"],
+        vec!["list", "--all", "--long"],
+        // Again: the rows now come from the listing index.
+        vec!["list", "--all"],
+    ] {
+        one_row_per_run(&env.ok(&args), 2, &format!("{args:?}"));
+    }
+    one_row_per_run(&env.ok(&["status", &single]), 1, "status");
+    one_row_per_run(&env.ok(&["status", &chain]), 1, "status of the chain");
+    let out = env.run(&["logs", &chain]);
+    assert!(out.status.success(), "{out:?}");
+    for text in [stdout(&out), stderr(&out)] {
+        let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("=== ")).collect();
+        assert!(
+            headers
+                .iter()
+                .any(|h| h.starts_with(r"=== evil\n- 0000000000") && h.contains("(step 1) ===")),
+            "{text:?}"
+        );
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("- ")), "{text:?}");
+    }
+}
