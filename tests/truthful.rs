@@ -81,3 +81,65 @@ fn a_label_with_a_newline_stays_on_its_row_in_every_text_output() {
         assert!(!text.lines().any(|l| l.starts_with("- ")), "{text:?}");
     }
 }
+
+/// Runs `args` with `$XDG_CONFIG_HOME` set to `config_home`.
+fn with_config_home(env: &Env, config_home: &Path, args: &[&str]) -> Output {
+    let mut command = env.command(args);
+    command.env("XDG_CONFIG_HOME", config_home);
+    output_within(command, Duration::from_secs(60))
+}
+
+/// A config file that cannot be checked — its directory's parent is a
+/// regular file (ENOTDIR), or a FIFO stands in its place — is one warning
+/// line for every command that does not need it, never a failure; `config`,
+/// which shows the file, fails with that one line.
+#[test]
+fn an_uncheckable_config_file_is_a_warning_not_a_failure() {
+    let env = Env::new();
+    let not_a_dir = Path::new(env.work()).join("plain-file");
+    std::fs::write(&not_a_dir, "not a directory").unwrap();
+    let fifo_home = Path::new(env.work()).join("fifo-home");
+    std::fs::create_dir_all(fifo_home.join("subagents")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(fifo_home.join("subagents/config.toml"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for home in [&not_a_dir, &fifo_home] {
+        let config = home.join("subagents/config.toml");
+        let warning = format!(
+            "subagents: warning: failed to read config: failed to read '{}': ",
+            config.display()
+        );
+        let out = with_config_home(&env, home, &["run", "--wait", "--", "true"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let id = stdout(&out).trim().to_owned();
+        for out in [
+            out,
+            with_config_home(&env, home, &["list", "--all"]),
+            with_config_home(&env, home, &["status", &id]),
+            with_config_home(&env, home, &["wait", &id]),
+        ] {
+            assert_eq!(out.status.code(), Some(0), "{out:?}");
+            let err = stderr(&out);
+            assert_eq!(err.lines().count(), 1, "{err:?}");
+            assert!(err.starts_with(&warning), "{err:?}");
+            assert!(err.trim_end().ends_with("; going on without it"), "{err:?}");
+        }
+        let out = with_config_home(&env, home, &["config"]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err:?}");
+        assert!(
+            err.starts_with("subagents: failed to read config: failed to read '"),
+            "{err:?}"
+        );
+    }
+    // A file that reads but does not parse still fails every command.
+    let bad = Path::new(env.work()).join("bad-home");
+    std::fs::create_dir_all(bad.join("subagents")).unwrap();
+    std::fs::write(bad.join("subagents/config.toml"), "max_active = many\n").unwrap();
+    let out = with_config_home(&env, &bad, &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr(&out).contains("line 1: max_active"), "{out:?}");
+}
