@@ -143,3 +143,106 @@ fn an_uncheckable_config_file_is_a_warning_not_a_failure() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(stderr(&out).contains("line 1: max_active"), "{out:?}");
 }
+
+/// Sends SIGCONT when dropped, so a failing assertion never leaves a
+/// stopped runner behind.
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        kill(self.0, libc::SIGCONT);
+    }
+}
+
+/// Whether `pid`'s shared pending signals hold `sig` (`ShdPnd` in
+/// `/proc/<pid>/status`).
+fn pending(pid: u32, sig: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("ShdPnd:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap_or(0);
+    mask & (1 << (sig - 1)) != 0
+}
+
+/// One trial: the COMMAND exits 0 and the stop's SIGTERM reaches the runner
+/// before the runner has seen the exit. The runner is frozen (SIGSTOP)
+/// while the COMMAND ends and `stop` records its request and signals; then
+/// it runs on with both the exit and the stop pending. Returns the run's
+/// final status and events.
+fn stop_meets_the_end(env: &Env, trial: usize) -> (String, Value, Vec<Value>) {
+    let fifo = env.fifo(&format!("end-{trial}.fifo"));
+    let script = r#"read line < "$1"; exit 0"#;
+    let id = env
+        .ok(&["run", "--", "sh", "-c", script, "sh", fifo.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    let status = env.wait_for_child_pid(&id);
+    let child = status["steps"][0]["externalProcess"]["pid"].as_u64().unwrap() as u32;
+    let runner = &status["runnerIdentity"];
+    let pid = runner["pid"].as_u64().unwrap() as u32;
+    // The runner is ours: the run recorded it, with this start time.
+    assert_eq!(proc_start_time(pid), runner["startTime"].as_u64().unwrap());
+    let guard = {
+        // Not frozen inside a status write: `stop` must be able to write.
+        let lock = std::fs::File::open(env.run_dir(&id).join(".status.lock")).unwrap();
+        lock.lock().unwrap();
+        kill(pid, libc::SIGSTOP);
+        Continue(pid)
+    };
+    std::fs::write(&fifo, "end\n").unwrap();
+    poll(Duration::from_secs(20), || !alive(child));
+    let mut stop = env.command(&["stop", &id]);
+    stop.stdout(std::process::Stdio::piped());
+    let stop = stop.spawn().unwrap();
+    poll(Duration::from_secs(20), || pending(pid, libc::SIGTERM));
+    drop(guard);
+    let out = stop.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let status = env.settled(&id);
+    (id.clone(), status, env.events(&id))
+}
+
+/// A step that completed before the stop took effect leaves the run
+/// complete, with the stop request in its events: 50 trials, each one
+/// delivering the stop between the COMMAND's exit and the runner's look.
+#[test]
+fn a_stop_that_meets_a_completed_step_leaves_the_run_complete() {
+    let trials: Vec<(String, Value, Vec<Value>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..5)
+            .map(|worker| {
+                scope.spawn(move || {
+                    let env = Env::new();
+                    let runs: Vec<_> = (0..10).map(|t| stop_meets_the_end(&env, t)).collect();
+                    drop(env);
+                    (worker, runs)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap().1)
+            .collect()
+    });
+    assert_eq!(trials.len(), 50);
+    for (id, status, events) in &trials {
+        let step = &status["steps"][0];
+        assert_eq!(step["externalProcess"]["exitCode"], 0, "{id}: {status}");
+        assert_eq!(status["state"], "complete", "{id}: {status}");
+        assert_eq!(step["status"], "complete", "{id}: {status}");
+        assert_eq!(step["exitCode"], 0, "{id}: {status}");
+        assert!(status["error"].is_null(), "{id}: {status}");
+        assert_eq!(status["processTerminal"]["state"], "observed", "{id}: {status}");
+        let requested: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "subagent.run.stop_requested")
+            .collect();
+        assert_eq!(requested.len(), 1, "{id}: {events:?}");
+        assert_eq!(requested[0]["reason"], "Subagent stopped by user.", "{id}");
+        assert!(
+            !events.iter().any(|e| e["type"] == "subagent.run.stopped"),
+            "{id}: {events:?}"
+        );
+    }
+}
