@@ -246,3 +246,116 @@ fn a_stop_that_meets_a_completed_step_leaves_the_run_complete() {
         );
     }
 }
+
+/// Starts a run whose COMMAND waits for a line on a FIFO; returns its id and
+/// the FIFO.
+fn waiting_run(env: &Env, name: &str) -> (String, std::path::PathBuf) {
+    let fifo = env.fifo(name);
+    let script = r#"read line < "$1"; exit 0"#;
+    let id = env
+        .ok(&["run", "--", "sh", "-c", script, "sh", fifo.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    env.wait_for_child_pid(&id);
+    (id, fifo)
+}
+
+fn list_json(env: &Env) -> Vec<Value> {
+    serde_json::from_str::<Value>(&env.ok(&["list", "--json"]))
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// A running run whose active marker is a directory, a FIFO or a symlink is
+/// an unreadable row naming the marker's problem, in text and JSON; the
+/// healthy run beside them is listed as usual.
+#[test]
+fn a_run_whose_marker_is_not_a_regular_file_is_an_unreadable_row() {
+    let env = Env::new();
+    let (healthy, _) = waiting_run(&env, "healthy.fifo");
+    let mut damaged = Vec::new();
+    for (kind, name) in [
+        ("directory", "dir.fifo"),
+        ("FIFO", "fifo.fifo"),
+        ("symbolic link", "link.fifo"),
+    ] {
+        let (id, _) = waiting_run(&env, name);
+        let marker = env.marker(&id);
+        std::fs::remove_file(&marker).unwrap();
+        match kind {
+            "directory" => std::fs::create_dir(&marker).unwrap(),
+            "FIFO" => {
+                let made = std::process::Command::new("mkfifo")
+                    .arg(&marker)
+                    .status()
+                    .unwrap();
+                assert!(made.success());
+            }
+            _ => std::os::unix::fs::symlink(env.marker(&healthy), &marker).unwrap(),
+        }
+        let why = format!(
+            "active marker '{}' is not a regular file ({kind})",
+            marker.display()
+        );
+        damaged.push((id, why));
+    }
+    let rows = list_json(&env);
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert_eq!(rows[0]["id"], healthy.as_str());
+    assert_eq!(rows[0]["state"], "running");
+    for (id, why) in &damaged {
+        let row = rows.iter().find(|r| r["id"] == id.as_str()).unwrap();
+        assert_eq!(row["state"], "unreadable", "{row}");
+        assert_eq!(row["error"], why.as_str(), "{row}");
+    }
+    let text = env.ok(&["list"]);
+    assert!(text.contains(&format!("- {healthy} | running")), "{text}");
+    for (id, why) in &damaged {
+        assert!(
+            text.contains(&format!("- {id} | unreadable | {why}")),
+            "{text}"
+        );
+    }
+}
+
+/// While a run's monitor is frozen (SIGSTOP) after its runner wrote the
+/// final status, the run still holds its marker and slot: `list` shows it
+/// `finishing`, and `wait --timeout` names it. Once the monitor runs on, the
+/// run settles and leaves the active listing.
+#[test]
+fn a_run_whose_monitor_is_frozen_is_listed_finishing_and_waited_for_by_id() {
+    let env = Env::new();
+    let (id, fifo) = waiting_run(&env, "end.fifo");
+    let status = env.status_json(&id);
+    let monitor = &status["monitorIdentity"];
+    let pid = monitor["pid"].as_u64().unwrap() as u32;
+    // The monitor is ours: the run recorded it, with this start time.
+    assert_eq!(proc_start_time(pid), monitor["startTime"].as_u64().unwrap());
+    kill(pid, libc::SIGSTOP);
+    let guard = Continue(pid);
+    std::fs::write(&fifo, "end\n").unwrap();
+    let runner = status["runnerIdentity"]["pid"].as_u64().unwrap() as u32;
+    poll(Duration::from_secs(20), || !alive(runner));
+    let rows = list_json(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["id"], id.as_str());
+    assert_eq!(rows[0]["state"], "complete", "{}", rows[0]);
+    assert_eq!(rows[0]["finishing"], true, "{}", rows[0]);
+    let text = env.ok(&["list"]);
+    assert!(
+        text.contains(&format!("- {id} | finishing (complete) |")),
+        "{text}"
+    );
+    let out = env.run(&["wait", &id, "--timeout", "300ms"]);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert!(
+        stderr(&out).contains(&format!("timed out waiting for {id}")),
+        "{out:?}"
+    );
+    drop(guard);
+    let settled = env.settled(&id);
+    assert_eq!(settled["state"], "complete", "{settled}");
+    assert_eq!(env.ok(&["list"]).trim(), "No active async runs.");
+}

@@ -105,7 +105,7 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         .unwrap_or_default();
     [
         atomic_file::escape(&run.id),
-        s.state.to_string(),
+        status::format::state_label(s),
         atomic_file::escape(&agent),
         format!("{done}/{}", steps.len()),
         started,

@@ -198,7 +198,7 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
     let mut lines = vec![Line::from(atomic_file::escape(&format!(
         "{}  {}  {}  {done}/{} done  {elapsed}  {}",
         run.id,
-        s.state,
+        status::format::state_label(s),
         s.mode.as_deref().unwrap_or("single"),
         steps.len(),
         shorten(Path::new(cwd), crate::root::home().as_deref()),

@@ -61,7 +61,7 @@ fn lines_at(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
 
 fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
     let status = &run.status;
-    let mut header = vec![format!("- {}", run.id), status.state.to_string()];
+    let mut header = vec![format!("- {}", run.id), state_label(status)];
     if let Some(activity) = activity(
         status.state.as_str(),
         status.last_activity_at,
@@ -115,6 +115,17 @@ fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
         );
     }
     lines
+}
+
+/// The run's state as listings show it: `finishing (complete)` for a run
+/// whose status is over but whose proof is not final yet (see
+/// [`crate::list::FINISHING`]), else the state.
+pub fn state_label(status: &crate::model::RunStatus) -> String {
+    if crate::list::is_finishing(status) {
+        format!("finishing ({})", status.state)
+    } else {
+        status.state.to_string()
+    }
 }
 
 /// `Run fan-out: U/L used, R remaining` from a snapshot value.
