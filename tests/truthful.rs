@@ -42,7 +42,9 @@ fn one_row_per_run(text: &str, runs: usize, what: &str) {
 #[test]
 fn a_label_with_a_newline_stays_on_its_row_in_every_text_output() {
     let env = Env::new();
-    let out = env.run(&["run", "--wait", "--agent", FORGING, "--", "sh", "-c", "exit 3"]);
+    let out = env.run(&[
+        "run", "--wait", "--agent", FORGING, "--", "sh", "-c", "exit 3",
+    ]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let single = stdout(&out).trim().to_owned();
     let spec = Path::new(env.work()).join("spec.json");
@@ -175,11 +177,21 @@ fn stop_meets_the_end(env: &Env, trial: usize) -> (String, Value, Vec<Value>) {
     let fifo = env.fifo(&format!("end-{trial}.fifo"));
     let script = r#"read line < "$1"; exit 0"#;
     let id = env
-        .ok(&["run", "--", "sh", "-c", script, "sh", fifo.to_str().unwrap()])
+        .ok(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            fifo.to_str().unwrap(),
+        ])
         .trim()
         .to_owned();
     let status = env.wait_for_child_pid(&id);
-    let child = status["steps"][0]["externalProcess"]["pid"].as_u64().unwrap() as u32;
+    let child = status["steps"][0]["externalProcess"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
     let runner = &status["runnerIdentity"];
     let pid = runner["pid"].as_u64().unwrap() as u32;
     // The runner is ours: the run recorded it, with this start time.
@@ -233,7 +245,10 @@ fn a_stop_that_meets_a_completed_step_leaves_the_run_complete() {
         assert_eq!(step["status"], "complete", "{id}: {status}");
         assert_eq!(step["exitCode"], 0, "{id}: {status}");
         assert!(status["error"].is_null(), "{id}: {status}");
-        assert_eq!(status["processTerminal"]["state"], "observed", "{id}: {status}");
+        assert_eq!(
+            status["processTerminal"]["state"], "observed",
+            "{id}: {status}"
+        );
         let requested: Vec<&Value> = events
             .iter()
             .filter(|e| e["type"] == "subagent.run.stop_requested")
@@ -253,7 +268,15 @@ fn waiting_run(env: &Env, name: &str) -> (String, std::path::PathBuf) {
     let fifo = env.fifo(name);
     let script = r#"read line < "$1"; exit 0"#;
     let id = env
-        .ok(&["run", "--", "sh", "-c", script, "sh", fifo.to_str().unwrap()])
+        .ok(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            fifo.to_str().unwrap(),
+        ])
         .trim()
         .to_owned();
     env.wait_for_child_pid(&id);

@@ -562,7 +562,13 @@ pub fn main() -> i32 {
     let parsed = Cli::try_parse();
     // `config` needs the file and reports its error itself.
     if let Some(warning) = config_warning
-        && !matches!(&parsed, Ok(Cli { command: Command::Config { .. }, .. }))
+        && !matches!(
+            &parsed,
+            Ok(Cli {
+                command: Command::Config { .. },
+                ..
+            })
+        )
     {
         eprintln!("subagents: warning: {}", atomic_file::escape(&warning));
     }

@@ -707,7 +707,10 @@ mod tests {
             texts.iter().any(|t| t.contains(r"a\n20261130-forged")),
             "{texts:?}"
         );
-        assert_eq!(texts[1], r"    1. a\n20261130-forged  complete\u{1b}[2J  complete  ");
+        assert_eq!(
+            texts[1],
+            r"    1. a\n20261130-forged  complete\u{1b}[2J  complete  "
+        );
     }
 
     #[test]

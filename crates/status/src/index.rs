@@ -129,7 +129,10 @@ mod tests {
         assert_eq!(found.markers, ["r1"]);
         assert_eq!(
             found.not_markers,
-            [("r2".to_owned(), "directory"), ("r3".to_owned(), "symbolic link")]
+            [
+                ("r2".to_owned(), "directory"),
+                ("r3".to_owned(), "symbolic link")
+            ]
         );
         assert_eq!(read_index(tmp.path()).unwrap(), ["r1"]);
     }

@@ -673,7 +673,8 @@ impl<'a> Execution<'a> {
         let stop_reason = status::model::read_status(&config.run_dir)?.and_then(|s| s.stop_reason);
         let (state, error) = self.run_verdict(stop_reason);
         let timed_out = self.interruption == Some(Interruption::TimedOut);
-        let stopped = state == RunState::Stopped && self.interruption == Some(Interruption::Stopped);
+        let stopped =
+            state == RunState::Stopped && self.interruption == Some(Interruption::Stopped);
         durable::retry("status.json", || {
             update_status(&config.run_dir, |s| {
                 Some(transitions::finished(
