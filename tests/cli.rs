@@ -293,6 +293,46 @@ fn the_task_text_is_only_in_the_task_file() {
     assert_eq!(started["goal"], "[prompt redacted]");
 }
 
+/// COMMAND's stdin and `$SUBAGENTS_TASK_FILE` are the same bytes, for a task
+/// with and without a final newline, from `--task`, `--task-file` and a spec.
+#[test]
+fn stdin_is_byte_for_byte_the_task_file() {
+    let env = Env::new();
+    let same = ["sh", "-c", r#"cmp - "$SUBAGENTS_TASK_FILE""#];
+    let file = Path::new(env.work()).join("prompt.txt");
+    std::fs::write(&file, "from a file, no newline").unwrap();
+    let file = file.to_str().unwrap().to_owned();
+    let spec = Path::new(env.work()).join("spec.json");
+    let steps = serde_json::json!({"mode": "parallel", "tasks": [
+        {"agent": "a", "command": same, "task": "first, no newline"},
+        {"agent": "b", "command": same, "task": "second\nwith one\n"},
+    ]});
+    std::fs::write(&spec, steps.to_string()).unwrap();
+    let spec = spec.to_str().unwrap().to_owned();
+    let launches: [Vec<&str>; 4] = [
+        vec!["--task", "no newline"],
+        vec!["--task", "ends with one\n"],
+        vec!["--task-file", &file],
+        vec!["--spec", &spec],
+    ];
+    for launch in launches {
+        let mut args = vec!["run", "--wait"];
+        args.extend(&launch);
+        if !launch.contains(&"--spec") {
+            args.push("--");
+            args.extend(same);
+        }
+        let out = env.run(&args);
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(out.status.code(), Some(0), "{launch:?}: {out:?}");
+        let status = env.settled(&id);
+        assert_eq!(status["state"], "complete", "{launch:?}: {status}");
+        for step in status["steps"].as_array().unwrap() {
+            assert_eq!(step["exitCode"], 0, "{launch:?}: {status}");
+        }
+    }
+}
+
 #[test]
 fn the_task_reaches_the_command_on_stdin_env_and_placeholder() {
     let env = Env::new();

@@ -357,13 +357,13 @@ fn a_pipe_on_stdin_or_task_file_dash_is_the_task_and_stdin_ends_with_a_newline()
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "{extra:?}: {out:?}");
         let id = first_line(&out);
-        // The task file keeps the text as given; stdin got a final newline.
+        // The task file ends with a newline, and stdin is that file.
         let task = env
             .root()
             .join("async-subagent-runs")
             .join(&id)
             .join("task.md");
-        assert_eq!(std::fs::read_to_string(task).unwrap(), "from the pipe");
+        assert_eq!(std::fs::read_to_string(task).unwrap(), "from the pipe\n");
         assert_eq!(env.ok(&["logs", &id]), "from the pipe\nend\n", "{extra:?}");
     }
 }

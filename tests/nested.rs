@@ -706,8 +706,13 @@ fn a_finished_run_without_an_observed_proof_keeps_its_active_marker() {
     assert_ne!(summary["processTerminal"]["state"], "observed", "{summary}");
     let all = env.ok(&["list", "--all"]);
     assert!(all.contains(id), "{all}");
-    // The active listing shows only active states, as the reference's.
-    assert!(!env.ok(&["list"]).contains(id));
+    // Not proven over, it still holds its marker: the active listing shows
+    // it as finishing, never hides it.
+    let active = env.ok(&["list"]);
+    assert!(
+        active.contains(&format!("- {id} | finishing (complete) |")),
+        "{active}"
+    );
     runner.kill().unwrap();
     runner.wait().unwrap();
 }

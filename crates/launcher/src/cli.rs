@@ -552,11 +552,27 @@ pub fn main() -> i32 {
     if let Some(code) = internal_process() {
         return code;
     }
-    if let Err(e) = crate::settings::apply() {
-        eprintln!("subagents: {}", atomic_file::escape(&e.message));
-        return e.exit.code();
+    let config_warning = match crate::settings::apply() {
+        Ok(warning) => warning,
+        Err(e) => {
+            eprintln!("subagents: {}", atomic_file::escape(&e.message));
+            return e.exit.code();
+        }
+    };
+    let parsed = Cli::try_parse();
+    // `config` needs the file and reports its error itself.
+    if let Some(warning) = config_warning
+        && !matches!(
+            &parsed,
+            Ok(Cli {
+                command: Command::Config { .. },
+                ..
+            })
+        )
+    {
+        eprintln!("subagents: warning: {}", atomic_file::escape(&warning));
     }
-    let cli = match Cli::try_parse() {
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };

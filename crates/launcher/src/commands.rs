@@ -110,7 +110,7 @@ pub fn status(launcher: &Launcher, id: &str, json: bool) -> Result {
     }
     println!("{}", describe(&view.run));
     if let Some(note) = &view.observer {
-        println!("  Observer: {note}");
+        println!("  Observer: {}", atomic_file::escape(note));
     }
     Ok(())
 }
@@ -184,6 +184,8 @@ pub fn describe(run: &RunSummary) -> String {
             }
         }
     }
+    // Every recorded string (an agent label, an error) stays on its line.
+    let lines: Vec<String> = lines.iter().map(|l| atomic_file::escape(l)).collect();
     lines.join("\n")
 }
 

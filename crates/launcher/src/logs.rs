@@ -117,7 +117,11 @@ fn step_sources(run: &RunSummary, only: Option<usize>) -> Vec<Source> {
         if only.is_some_and(|n| n != i + 1) {
             continue;
         }
-        let header = format!("=== {} (step {}) ===", step.agent, i + 1);
+        let header = format!(
+            "=== {} (step {}) ===",
+            atomic_file::escape(&step.agent),
+            i + 1
+        );
         for (stream, kind) in [("stdout", Stream::Out), ("stderr", Stream::Err)] {
             out.push(Source {
                 name: format!("step {} {stream}", i + 1),

@@ -403,6 +403,18 @@ fn read_tasks(run: &RunRequest, plan: &Plan) -> Result<Vec<Option<String>>> {
     Ok(vec![non_blank(run.task.clone())])
 }
 
+/// A task file's bytes: the task ending with a newline (one added when it
+/// has none). COMMAND's stdin is this file as is, so stdin and
+/// `$SUBAGENTS_TASK_FILE` are the same bytes, and an agent that reads a line
+/// gets one.
+fn task_bytes(task: &str) -> Vec<u8> {
+    let mut bytes = task.as_bytes().to_vec();
+    if !bytes.ends_with(b"\n") {
+        bytes.push(b'\n');
+    }
+    bytes
+}
+
 /// A task that is blank after trimming is no task: no task file, no
 /// `[prompt redacted]` marker, nothing on stdin (as the reference).
 fn non_blank(task: Option<String>) -> Option<String> {
@@ -511,7 +523,7 @@ fn step_configs(
                     format!("task-{i}.md")
                 };
                 let path = run_dir.join(name);
-                files.add(&path, text.as_bytes());
+                files.add(&path, task_bytes(text));
                 Some(path)
             }
             None => None,

@@ -220,7 +220,7 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
         )));
     }
     if !was_over {
-        request_stop(&dir, reason)?;
+        request_stop(&dir, &run.id, reason)?;
         let runner_alive = run
             .status
             .runner_identity
@@ -273,15 +273,24 @@ fn settle_without_monitor(layout: &Layout, id: &str, reason: &str) {
     }
 }
 
-fn request_stop(dir: &Path, reason: &str) -> Result {
+/// Records the request in the status (the runner reads the reason) and as
+/// an event: a run whose steps all completed before the stop took effect
+/// ends `complete`, and the request stays on record.
+fn request_stop(dir: &Path, id: &str, reason: &str) -> Result {
+    let now = now_ms();
     update_status(dir, |s| {
         let mut s = s?;
         s.stop_reason = Some(reason.to_owned());
-        s.extra.insert("stopRequestedAt".into(), json!(now_ms()));
+        s.extra.insert("stopRequestedAt".into(), json!(now));
         Some(s)
     })?;
+    let fields = json!({"reason": reason, "pid": std::process::id()});
+    let _ = status::events::append(dir, STOP_REQUESTED, id, now, fields);
     Ok(())
 }
+
+/// The event `stop` appends before it signals the runner.
+const STOP_REQUESTED: &str = "subagent.run.stop_requested";
 
 fn signal_runner(run: &RunSummary, sig: Signal) {
     if let Some(identity) = &run.status.runner_identity

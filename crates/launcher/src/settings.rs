@@ -95,13 +95,19 @@ fn strip_comment(value: &str) -> &str {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<(&'static str, String)>> {
-    let text = match atomic_file::read::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.is_not_found() => return Ok(Vec::new()),
-        Err(e) => return Err(Error::failed(format!("failed to read config: {e}"))),
-    };
-    parse(&text).map_err(|e| {
+/// The file's text; `None` when there is none. An error is the file's that
+/// could not be checked (a parent that is not a directory or not
+/// searchable, a FIFO in its place, another user's file).
+fn text(path: &Path) -> Result<Option<String>> {
+    match atomic_file::read::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(Error::failed(format!("failed to read config: {e}"))),
+    }
+}
+
+fn parse_file(path: &Path, text: &str) -> Result<Vec<(&'static str, String)>> {
+    parse(text).map_err(|e| {
         Error::failed(format!(
             "failed to read config '{}': {e}",
             atomic_file::escape_path(path)
@@ -109,18 +115,34 @@ fn read(path: &Path) -> Result<Vec<(&'static str, String)>> {
     })
 }
 
+fn read(path: &Path) -> Result<Vec<(&'static str, String)>> {
+    match text(path)? {
+        Some(text) => parse_file(path, &text),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// Sets each configured variable that the environment does not already set.
 /// Call before parsing the command line (clap reads these variables).
-pub fn apply() -> Result {
-    let Some(path) = path() else { return Ok(()) };
-    for (key, value) in read(&path)? {
+///
+/// A file that cannot be checked is no failure of a command that does not
+/// need it: its error comes back as a warning (`Ok(Some(..))`) and no
+/// default is taken from it. A file that reads but does not parse fails.
+pub fn apply() -> Result<Option<String>> {
+    let Some(path) = path() else { return Ok(None) };
+    let text = match text(&path) {
+        Ok(Some(text)) => text,
+        Ok(None) => return Ok(None),
+        Err(e) => return Ok(Some(format!("{}; going on without it", e.message))),
+    };
+    for (key, value) in parse_file(&path, &text)? {
         let var = variable(key);
         if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
             // SAFETY: called at start-up, before this process starts any thread.
             unsafe { std::env::set_var(var, value) };
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn variable(key: &str) -> &'static str {

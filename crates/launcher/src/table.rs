@@ -105,8 +105,12 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         .unwrap_or_default();
     // A run of another machine says where it runs: nothing here can tell.
     let state = match s.foreign_host() {
-        Some(host) => format!("{}@{}", s.state, atomic_file::escape(host)),
-        None => s.state.to_string(),
+        Some(host) => format!(
+            "{}@{}",
+            status::format::state_label(s),
+            atomic_file::escape(host)
+        ),
+        None => status::format::state_label(s),
     };
     [
         atomic_file::escape(&run.id),

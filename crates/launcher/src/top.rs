@@ -175,7 +175,10 @@ fn session_line(group: &SessionGroup) -> String {
         Some((used, limit)) => format!("capacity {used}/{limit} used"),
         None => "capacity unavailable".to_owned(),
     };
-    format!("Session {} · {capacity}", group.session)
+    format!(
+        "Session {} · {capacity}",
+        atomic_file::escape(&group.session)
+    )
 }
 
 /// The run line, one line per step, and the fan-out line.
@@ -191,23 +194,24 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
         .map(|start| format_duration(now.saturating_sub(start)))
         .unwrap_or_else(|| "-".to_owned());
     let cwd = s.cwd.as_deref().unwrap_or("");
-    let mut lines = vec![Line::from(format!(
+    // Recorded strings are escaped: one run is its own rows, nothing more.
+    let mut lines = vec![Line::from(atomic_file::escape(&format!(
         "{}  {}  {}  {done}/{} done  {elapsed}  {}",
         run.id,
-        s.state,
+        status::format::state_label(s),
         s.mode.as_deref().unwrap_or("single"),
         steps.len(),
         shorten(Path::new(cwd), crate::root::home().as_deref()),
-    ))];
+    )))];
     if steps.len() > 1 {
         for (i, step) in steps.iter().enumerate() {
-            lines.push(Line::from(format!(
+            lines.push(Line::from(atomic_file::escape(&format!(
                 "    {}. {}  {}  {}",
                 i + 1,
                 step.agent,
                 step.status,
                 step_time(step, now)
-            )));
+            ))));
         }
     }
     if let Some(fanout) = fanout_line(s.run_fanout_budget.as_ref()) {
@@ -256,13 +260,17 @@ pub fn tail_lines(run: &RunSummary, max: usize) -> Vec<String> {
                 continue;
             }
             let label = if stream == "stderr" { " (stderr)" } else { "" };
-            lines.push(format!("── step {} {}{label} ──", i + 1, step.agent));
+            lines.push(format!(
+                "── step {} {}{label} ──",
+                i + 1,
+                atomic_file::escape(&step.agent)
+            ));
             lines.extend(text.lines().map(atomic_file::escape));
         }
     }
     if lines.is_empty() {
         lines.push(match &run.status.error {
-            Some(error) => format!("(no output) {error}"),
+            Some(error) => format!("(no output) {}", atomic_file::escape(error)),
             None => "(no output yet)".to_owned(),
         });
     }
@@ -663,6 +671,46 @@ mod tests {
         app.move_selection(false);
         app.move_selection(false);
         assert_eq!(app.selected.as_deref(), Some("20261130-queued"));
+    }
+
+    #[test]
+    fn recorded_strings_are_escaped_in_rows_and_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("external-0.stdout.log"), "one\n").unwrap();
+        let forged = "a\n20261130-forged  complete\u{1b}[2J";
+        let mut status = RunStatus::new("r", RunState::Running);
+        status.cwd = Some("/srv/x\ny".into());
+        status.steps = Some(vec![
+            step(forged, "complete", None, None),
+            step("b", "running", None, None),
+        ]);
+        let run = RunSummary {
+            id: "r".into(),
+            async_dir: dir.path().to_path_buf(),
+            status,
+        };
+        let group = SessionGroup {
+            session: "s\nforged".into(),
+            capacity: None,
+            runs: Vec::new(),
+        };
+        let mut texts: Vec<String> = run_lines(&run, NOW)
+            .iter()
+            .map(|line| line.to_string())
+            .collect();
+        texts.extend(tail_lines(&run, 10));
+        texts.push(session_line(&group));
+        for text in &texts {
+            assert!(!text.chars().any(char::is_control), "{text:?}");
+        }
+        assert!(
+            texts.iter().any(|t| t.contains(r"a\n20261130-forged")),
+            "{texts:?}"
+        );
+        assert_eq!(
+            texts[1],
+            r"    1. a\n20261130-forged  complete\u{1b}[2J  complete  "
+        );
     }
 
     #[test]

@@ -251,10 +251,13 @@ pub fn wait_reporting(
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
+            // Every run not reported yet: a run over by its status whose
+            // monitor is frozen or slow is still waited for.
             let waiting: Vec<&str> = runs
                 .iter()
-                .filter(|r| r.status.state.is_active())
-                .map(|r| r.id.as_str())
+                .zip(&reported)
+                .filter(|(_, done)| !**done)
+                .map(|(r, _)| r.id.as_str())
                 .collect();
             return Err(Error::new(
                 Exit::Timeout,
@@ -307,7 +310,13 @@ pub fn progress_line(runs: &[RunSummary], elapsed: Duration) -> String {
                 .status
                 .current_step
                 .map(|c| format!(" step {}/{}", c + 1, r.status.steps().len().max(1)));
-            format!("{} {}{}", r.id, r.status.state, step.unwrap_or_default())
+            let state = if r.status.state.is_active() || is_settled(r) {
+                r.status.state.to_string()
+            } else {
+                // Over by its status; its monitor has not finished with it.
+                format!("finishing ({})", r.status.state)
+            };
+            format!("{} {state}{}", r.id, step.unwrap_or_default())
         })
         .collect();
     format!("waiting {}s: {}", elapsed.as_secs(), parts.join(", "))

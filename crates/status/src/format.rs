@@ -50,9 +50,18 @@ pub fn run_lines_timed(run: &RunSummary, now: u64, home: Option<&Path>) -> (Vec<
     (lines, now.read.get())
 }
 
+/// [`raw_lines`] with control characters escaped: a label or any recorded
+/// string holding a newline must not forge another row.
 fn lines_at(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
+    raw_lines(run, now, home)
+        .iter()
+        .map(|line| atomic_file::escape(line))
+        .collect()
+}
+
+fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
     let status = &run.status;
-    let mut header = vec![format!("- {}", run.id), status.state.to_string()];
+    let mut header = vec![format!("- {}", run.id), state_label(status)];
     if let Some(activity) = activity(
         status.state.as_str(),
         status.last_activity_at,
@@ -112,6 +121,17 @@ fn lines_at(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
         );
     }
     lines
+}
+
+/// The run's state as listings show it: `finishing (complete)` for a run
+/// whose status is over but whose proof is not final yet (see
+/// [`crate::list::FINISHING`]), else the state.
+pub fn state_label(status: &crate::model::RunStatus) -> String {
+    if crate::list::is_finishing(status) {
+        format!("finishing ({})", status.state)
+    } else {
+        status.state.to_string()
+    }
 }
 
 /// `Run fan-out: U/L used, R remaining` from a snapshot value.

@@ -43,22 +43,62 @@ pub fn has_marker(run_dir: &Path) -> bool {
 /// Names of the markers under `runs_dir` (regular files only); none when the
 /// index does not exist.
 pub fn read_index(runs_dir: &Path) -> crate::Result<Vec<String>> {
+    Ok(read_index_entries(runs_dir)?.markers)
+}
+
+/// What the index directory holds: the markers, and the entries that are
+/// no marker because they are not regular files.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct IndexEntries {
+    /// Names of the markers (regular files), sorted.
+    pub markers: Vec<String>,
+    /// Entries that are not regular files (a directory, FIFO, symlink...),
+    /// by name, with what they are instead; sorted.
+    pub not_markers: Vec<(String, &'static str)>,
+}
+
+/// [`read_index`], keeping the entries that are not regular files, so a
+/// listing can show a run whose marker was damaged instead of dropping it.
+pub fn read_index_entries(runs_dir: &Path) -> crate::Result<IndexEntries> {
     let dir = runs_dir.join(INDEX_DIR);
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(IndexEntries::default()),
         Err(e) => return Err(io_err("read active-run index", &dir, e)),
     };
-    let mut names = Vec::new();
+    let mut found = IndexEntries::default();
     for entry in entries {
         let entry = entry.map_err(|e| io_err("read active-run index", &dir, e))?;
-        let is_file = entry.file_type().map(|t| t.is_file()).unwrap_or(false);
-        if let (true, Some(name)) = (is_file, entry.file_name().to_str()) {
-            names.push(name.to_owned());
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        match entry.file_type() {
+            Ok(kind) if kind.is_file() => found.markers.push(name),
+            Ok(kind) => found.not_markers.push((name, kind_name(kind))),
+            Err(_) => found.not_markers.push((name, "unknown type")),
         }
     }
-    names.sort();
-    Ok(names)
+    found.markers.sort();
+    found.not_markers.sort();
+    Ok(found)
+}
+
+/// What a directory entry that is not a regular file is.
+fn kind_name(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_symlink() {
+        "symbolic link"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "device"
+    } else {
+        "unknown type"
+    }
 }
 
 #[cfg(test)]
@@ -76,5 +116,24 @@ mod tests {
         release_marker(&run).unwrap();
         release_marker(&run).unwrap();
         assert!(read_index(tmp.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn entries_that_are_not_regular_files_are_kept_with_their_kind() {
+        let tmp = tempfile::tempdir().unwrap();
+        create_marker(&tmp.path().join("r1")).unwrap();
+        let index = tmp.path().join(INDEX_DIR);
+        std::fs::create_dir(index.join("r2")).unwrap();
+        std::os::unix::fs::symlink(index.join("r1"), index.join("r3")).unwrap();
+        let found = read_index_entries(tmp.path()).unwrap();
+        assert_eq!(found.markers, ["r1"]);
+        assert_eq!(
+            found.not_markers,
+            [
+                ("r2".to_owned(), "directory"),
+                ("r3".to_owned(), "symbolic link")
+            ]
+        );
+        assert_eq!(read_index(tmp.path()).unwrap(), ["r1"]);
     }
 }

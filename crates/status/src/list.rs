@@ -19,6 +19,17 @@ use crate::{Result, index, io_err};
 /// snapshot could not be read.
 pub const FANOUT_UNAVAILABLE: &str = "runFanoutBudgetUnavailable";
 
+/// Summary field (never written to disk) of the active listing: the run is
+/// over by its status but its process-terminal proof is not final yet (its
+/// monitor is frozen, slow, or cannot prove a process gone). Shown as
+/// `finishing`.
+pub const FINISHING: &str = "finishing";
+
+/// Whether a summary carries [`FINISHING`].
+pub fn is_finishing(status: &RunStatus) -> bool {
+    status.extra.get(FINISHING).and_then(Value::as_bool) == Some(true)
+}
+
 /// Status field (an extension the reference ignores) set by the monitor
 /// once a run is over and its proof is final:
 /// `{"frozenAt": ms, "fanoutClaimsDir": path}`. From then on a listing takes
@@ -449,6 +460,21 @@ pub struct UnreadableRun {
 }
 
 impl UnreadableRun {
+    /// The entry of an active-index entry `name` that is no marker because
+    /// it is a `kind` (directory, FIFO, symbolic link...), not a regular file.
+    pub fn not_a_marker(layout: &Layout, name: &str, kind: &str) -> Self {
+        let marker = layout.runs_dir().join(index::INDEX_DIR).join(name);
+        Self {
+            id: name.to_owned(),
+            async_dir: layout.run_dir(name),
+            state: "unreadable",
+            error: format!(
+                "active marker '{}' is not a regular file ({kind})",
+                atomic_file::escape_path(&marker)
+            ),
+        }
+    }
+
     /// An unreadable entry for `dir` with the reader's error.
     pub fn new(id: &str, dir: &Path, error: &crate::Error) -> Self {
         Self {
@@ -784,13 +810,18 @@ pub fn list_rows<T>(
     options: &ListOptions<'_>,
     mut row: impl FnMut(RunSummary) -> T,
 ) -> Result<Rows<T>> {
+    let mut unreadable = Vec::new();
     let names = if options.all {
         run_names(layout)?
     } else {
-        index::read_index(&layout.runs_dir())?
+        let index = index::read_index_entries(&layout.runs_dir())?;
+        // A damaged marker still names a run that may be going: show it.
+        for (name, kind) in &index.not_markers {
+            unreadable.push(UnreadableRun::not_a_marker(layout, name, kind));
+        }
+        index.markers
     };
     let mut keyed: Vec<(u8, std::cmp::Reverse<u64>, T)> = Vec::new();
-    let mut unreadable = Vec::new();
     let mut skipped = Vec::new();
     let scan = Scan::open(layout);
     for name in names {
@@ -818,7 +849,7 @@ pub fn list_rows<T>(
             None => (Ok(None), layout.run_dir(&name)),
         };
         let (loaded, dir) = loaded;
-        let summary = match loaded {
+        let mut summary = match loaded {
             Ok(Some(summary)) => summary,
             Ok(None) => {
                 if !options.all {
@@ -831,12 +862,24 @@ pub fn list_rows<T>(
                 continue;
             }
         };
-        if !options.all && !summary.status.state.is_active() && is_observed(&summary) {
+        let over = !summary.status.state.is_active();
+        if !options.all && over && is_observed(&summary) {
             // A monitor that died between its proof and the release leaves
             // the marker behind; the observed proof still releases it.
             release(&dir, &name, &mut skipped);
         }
-        if keep(&summary, options) {
+        // Over by its status, but not proven over (a frozen or slow monitor):
+        // it still holds its marker and slot, so the active listing shows it.
+        let finishing = !options.all && over && !is_final(&summary);
+        if finishing {
+            summary
+                .status
+                .extra
+                .insert(FINISHING.into(), Value::Bool(true));
+        }
+        if keep(&summary, options)
+            || (finishing && keep_by(&summary, true, options.session.as_deref()))
+        {
             let rank = state_rank(&summary.status);
             let time = std::cmp::Reverse(summary.status.sort_time());
             keyed.push((rank, time, row(summary)));
@@ -852,6 +895,15 @@ pub fn list_rows<T>(
         unreadable,
         skipped_repairs: skipped,
     })
+}
+
+/// Whether the run's proof is final: observed, or the observer's
+/// `not-started` record.
+fn is_final(summary: &RunSummary) -> bool {
+    is_observed(summary)
+        || summary
+            .proof()
+            .is_some_and(|p| p.state == crate::proof::ProofState::NotStarted)
 }
 
 fn is_observed(summary: &RunSummary) -> bool {

@@ -1,6 +1,7 @@
 //! Run listings against real run directories: which markers the active
 //! listing gives back (only a finished run's with an observed proof: a
-//! finished status alone is not proof that the run's processes are gone),
+//! finished status alone is not proof that the run's processes are gone,
+//! and such a run is listed as finishing),
 //! filters, prefixes, and the errors of a broken root.
 
 extern crate subagents_status as status;
@@ -40,8 +41,12 @@ fn a_finished_run_without_an_observed_proof_keeps_its_marker() {
         "runnerProcessInstanceId": "rid"
     });
     finished_run(&layout, "pending-proof", Some(pending));
+    // Over by their status, not proven over: listed, marked finishing.
     let runs = list(&layout, &options()).unwrap().runs;
-    assert!(runs.is_empty(), "finished runs are not listed as active");
+    let mut ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["no-proof", "pending-proof"]);
+    assert!(runs.iter().all(|r| status::list::is_finishing(&r.status)));
     for id in ["no-proof", "pending-proof"] {
         let marker = layout.runs_dir().join(index::INDEX_DIR).join(id);
         assert!(marker.exists(), "{id}: marker released without proof");

@@ -380,7 +380,20 @@ impl<'a> Execution<'a> {
         match wake {
             Wake::Stop => {
                 self.interruption.get_or_insert(Interruption::Stopped);
-                self.interrupt(active, Interruption::Stopped);
+                // A COMMAND that exited before the stop was read completed
+                // before the stop could take effect: only the others are
+                // interrupted (its group is still emptied when it is reaped).
+                self.exits.extend(reap_all());
+                let running: Vec<usize> = active
+                    .iter()
+                    .copied()
+                    .filter(|i| {
+                        self.steps[*i]
+                            .pid
+                            .is_none_or(|pid| !self.exits.contains_key(&pid))
+                    })
+                    .collect();
+                self.interrupt(&running, Interruption::Stopped);
             }
             Wake::Deadline => self.handle_deadlines(active),
             Wake::Child => {}
@@ -660,7 +673,8 @@ impl<'a> Execution<'a> {
         let stop_reason = status::model::read_status(&config.run_dir)?.and_then(|s| s.stop_reason);
         let (state, error) = self.run_verdict(stop_reason);
         let timed_out = self.interruption == Some(Interruption::TimedOut);
-        let stopped = self.interruption == Some(Interruption::Stopped);
+        let stopped =
+            state == RunState::Stopped && self.interruption == Some(Interruption::Stopped);
         durable::retry("status.json", || {
             update_status(&config.run_dir, |s| {
                 Some(transitions::finished(
@@ -697,9 +711,13 @@ impl<'a> Execution<'a> {
         Ok(())
     }
 
+    /// The run's final state. A stop that arrived once every step had
+    /// completed took no effect: the run is complete (the request stays in
+    /// the events and in `stopReason`).
     fn run_verdict(&self, stop_reason: Option<String>) -> (RunState, Option<String>) {
+        let all_succeeded = self.steps.iter().all(StepRun::succeeded);
         match self.interruption {
-            Some(Interruption::Stopped) => {
+            Some(Interruption::Stopped) if !all_succeeded => {
                 return (
                     RunState::Stopped,
                     Some(stop_message(stop_reason.as_deref())),
@@ -736,7 +754,7 @@ impl<'a> Execution<'a> {
             );
         }
         match failed {
-            None if self.steps.iter().all(StepRun::succeeded) => (RunState::Complete, None),
+            None if all_succeeded => (RunState::Complete, None),
             None => (
                 RunState::Failed,
                 Some("Run ended before every step ran.".into()),
@@ -755,7 +773,7 @@ impl<'a> Execution<'a> {
 
     fn append_end_events(&self, state: RunState, error: Option<&str>, now: u64) {
         match self.interruption {
-            Some(Interruption::Stopped) => {
+            Some(Interruption::Stopped) if state == RunState::Stopped => {
                 self.event("subagent.run.stopped", json!({"message": error}))
             }
             Some(Interruption::TimedOut) => {
@@ -887,26 +905,11 @@ fn step_verdict(
     }
 }
 
-/// The task as COMMAND's stdin, ending with a newline (an agent that reads a
-/// line would otherwise wait for one). A task without one is copied, with
-/// it, into an anonymous memory file: no second file on disk holds the task.
+/// The task as COMMAND's stdin: `task.md` itself, byte for byte (the
+/// launcher writes it ending with a newline, so an agent that reads a line
+/// gets one, and `$SUBAGENTS_TASK_FILE` holds the same bytes).
 fn task_stdin(path: &std::path::Path) -> std::io::Result<File> {
-    use std::io::{Seek, SeekFrom};
-    let mut text = std::fs::read(path)?;
-    if text.is_empty() || text.ends_with(b"\n") {
-        return File::open(path);
-    }
-    text.push(b'\n');
-    // SAFETY: a static NUL-terminated name; the fd is owned by the File below.
-    let fd = unsafe { libc::memfd_create(c"subagents-task".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned by nobody else.
-    let mut file = unsafe { File::from_raw_fd(fd) };
-    file.write_all(&text)?;
-    file.seek(SeekFrom::Start(0))?;
-    Ok(file)
+    File::open(path)
 }
 
 fn spawn_command(
@@ -1154,8 +1157,25 @@ mod tests {
                 Some("Step second ended with signal SIGKILL.".into())
             )
         );
+        // A stop read after every step completed took no effect.
         assert_eq!(
             verdict_of(&c, vec![ok(), ok()], Some(Interruption::Stopped)),
+            (RunState::Complete, None)
+        );
+        let stopped = ended(
+            Ended::Signaled(Signal::SIGTERM),
+            Some(Interruption::Stopped),
+        );
+        assert_eq!(
+            verdict_of(&c, vec![ok(), stopped], Some(Interruption::Stopped)),
+            (RunState::Stopped, Some("reason given".into()))
+        );
+        let unstarted = StepRun {
+            interruption: Some(Interruption::Stopped),
+            ..StepRun::default()
+        };
+        assert_eq!(
+            verdict_of(&c, vec![ok(), unstarted], Some(Interruption::Stopped)),
             (RunState::Stopped, Some("reason given".into()))
         );
         assert_eq!(
@@ -1192,14 +1212,14 @@ mod tests {
     }
 
     #[test]
-    fn a_task_reaches_stdin_ending_with_a_newline() {
+    fn a_task_reaches_stdin_as_the_task_file_holds_it() {
         let tmp = tempfile::tempdir().unwrap();
         let read = |text: &str| {
             let path = tmp.path().join("task.md");
             std::fs::write(&path, text).unwrap();
             std::io::read_to_string(task_stdin(&path).unwrap()).unwrap()
         };
-        assert_eq!(read("do it"), "do it\n");
+        assert_eq!(read("do it"), "do it");
         assert_eq!(read("do it\n"), "do it\n");
         assert_eq!(read(""), "");
     }
