@@ -3,7 +3,8 @@
 //! budgets and active-index markers).
 //!
 //! A run is deleted only when it is terminal, its process-terminal proof is
-//! `observed`, and neither its runner nor its monitor is alive; every other
+//! `observed` (or `not-started`: it never had a runner), and neither its
+//! runner nor its monitor is alive; every other
 //! old run is kept and the reason printed. Each run is judged and deleted
 //! under its status lock, and `status.json` goes first, so no command ever
 //! sees half a run. A budget is deleted only when its root run is pruned and
@@ -105,9 +106,16 @@ fn prune_run(
     cutoff: u64,
     dry_run: bool,
 ) -> Result<Option<Pruned>, String> {
-    // A directory without status.json is a run being created: never touched.
+    // A directory without status.json is a run being created, unless its
+    // launcher is gone: then it is finished as failed first (and pruned
+    // once it is old enough, like any run).
     match status::model::read_status(dir) {
-        Ok(None) => return Ok(None),
+        Ok(None) if dry_run => return Ok(None),
+        Ok(None) => {
+            if crate::leftovers::finish_uncreated(layout, dir, id, now_ms()).is_none() {
+                return Ok(None);
+            }
+        }
         Ok(Some(_)) => {}
         Err(e) => return Err(format!("its status is unreadable: {e}")),
     }
@@ -166,7 +174,8 @@ fn judge(dir: &Path, status: &RunStatus, cutoff: u64) -> Verdict {
     let proof = status::proof::read_proof(dir, &fallback)
         .or_else(|| status::proof::sanitize(status.process_terminal.as_ref(), &fallback, &label));
     match proof.map(|p| p.state) {
-        Some(ProofState::Observed) => Verdict::Prune,
+        // A run that never had a runner: nothing of it can be running.
+        Some(ProofState::Observed | ProofState::NotStarted) => Verdict::Prune,
         Some(state) => Verdict::Keep(format!(
             "its process-terminal proof is {}, not observed",
             state.as_str()
