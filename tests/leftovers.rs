@@ -245,3 +245,18 @@ fn a_finished_run_frees_its_slot_before_any_reader_comes() {
     }
     assert_eq!(slot_dirs(&env), Vec::<String>::new());
 }
+
+#[test]
+fn prune_removes_a_budget_nobody_claimed_from() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--wait", "--session", SESSION, "--", "true"]);
+    env.settled(id.trim());
+    let budgets = names_in(&budgets_dir(&env));
+    assert_eq!(budgets.len(), 1, "{budgets:?}");
+    // As a launcher killed before its claim leaves it: no admission lock yet.
+    let budget = budgets_dir(&env).join(&budgets[0]);
+    std::fs::remove_file(budget.join("admission.flock")).unwrap();
+    env.ok(&["prune", "--older-than", "0s"]);
+    assert!(!env.run_dir(id.trim()).exists());
+    assert!(!budget.exists(), "{:?}", names_in(&budget));
+}

@@ -298,7 +298,17 @@ fn prune_budgets(
 }
 
 fn remove_budget(dir: &Path) -> std::io::Result<()> {
-    let lock = std::fs::File::open(dir.join(fanout_budget::LOCK_FILE))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // A budget nobody claimed from yet (its launcher was killed first) has
+    // no lock file: made here, so a claimer arriving now still waits for us.
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(atomic_file::FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(fanout_budget::LOCK_FILE))?;
     nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| std::io::Error::from(e))
         .and_then(|_held| std::fs::remove_dir_all(dir))
