@@ -260,3 +260,26 @@ fn prune_removes_a_budget_nobody_claimed_from() {
     assert!(!env.run_dir(id.trim()).exists());
     assert!(!budget.exists(), "{:?}", names_in(&budget));
 }
+
+#[test]
+fn reconcile_removes_a_finished_runs_temp_files_whose_writer_is_gone() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--wait", "--session", SESSION, "--", "true"]);
+    let id = id.trim();
+    env.settled(id);
+    let dir = env.run_dir(id);
+    // A writer that provably exited (reaped here), and one that lives: us.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let orphan = dir.join(format!(".status.json.{dead}.00112233aabbccdd.tmp"));
+    let live = dir.join(format!(
+        ".status.json.{}.8899aabbccddeeff.tmp",
+        std::process::id()
+    ));
+    std::fs::write(&orphan, "{").unwrap();
+    std::fs::write(&live, "{").unwrap();
+    env.ok(&["reconcile"]);
+    assert!(!orphan.exists(), "{:?}", names_in(&dir));
+    assert!(live.exists(), "a live writer's temp file was removed");
+}

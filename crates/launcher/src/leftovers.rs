@@ -218,7 +218,8 @@ fn complete_not_started(dir: &Path, status: &RunStatus) {
 /// and monitor not alive) whose writer is gone, under the status lock, so
 /// no status write is cut off.
 fn sweep_finished(dir: &Path, status: &RunStatus) {
-    if status.state.is_active() || !has_final_proof(dir, status) {
+    // Cheapest first: most finished runs hold no temp file (one listing).
+    if status.state.is_active() || temps(dir).is_empty() || !has_final_proof(dir, status) {
         return;
     }
     let alive = |p: &Option<process_identity::ProcessIdentity>| {
@@ -226,9 +227,6 @@ fn sweep_finished(dir: &Path, status: &RunStatus) {
             .is_some_and(|p| p.liveness() != process_identity::Liveness::Dead)
     };
     if alive(&status.runner_identity) || alive(&status.monitor_identity) {
-        return;
-    }
-    if temps(dir).is_empty() {
         return;
     }
     let Ok(_lock) = status::model::lock_status(dir) else {
