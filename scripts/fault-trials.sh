@@ -6,8 +6,18 @@
 #   scripts/fault-trials.sh [TRIALS] [FAULT...]
 #
 # TRIALS defaults to 20. FAULTs: monitor-early monitor-mid both-early
-# both-mid launcher runner command (default: all). The binary is
-# $SUBAGENTS_BIN, else target/release/subagents. `launcher` needs strace.
+# both-mid launcher runner command launcher-kill-during-creation (default:
+# all). The binary is $SUBAGENTS_BIN, else target/release/subagents.
+# `launcher` needs strace, `launcher-kill-during-creation` perl.
+#
+# launcher-kill-during-creation SIGKILLs the launcher 0-8 ms after its run
+# directory appears (trial i of N waits (i-1)*8/(N-1) ms). Clean means, on
+# top of the above once the run settled: no `*.tmp` file in any run
+# directory, every budget directory's rootRunId names a run with a status,
+# every `not-started` run has its process-terminal.json (after `reconcile`,
+# repeated as above: a directory without status is finished once it is
+# 10 s old), and after `prune --older-than 0s` nothing of the run is left
+# (no run directory, no budget naming it).
 #
 # A trial is clean when, after `subagents reconcile` (repeated every 100 ms,
 # at most 60 s), the run is neither queued nor running, its process-terminal
@@ -24,7 +34,7 @@ case "$trials" in
 '' | *[!0-9]*) echo "usage: $0 [TRIALS] [FAULT...]" >&2; exit 2 ;;
 esac
 shift $(($# > 0 ? 1 : 0))
-faults="${*:-monitor-early monitor-mid both-early both-mid launcher runner command}"
+faults="${*:-monitor-early monitor-mid both-early both-mid launcher runner command launcher-kill-during-creation}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${SUBAGENTS_BIN:-$repo/target/release/subagents}"
 [ -x "$bin" ] || { echo "no binary at $bin (cargo build --release -p subagents)" >&2; exit 2; }
@@ -63,11 +73,66 @@ launch() {
     "$bin" run --session s --max-active 1 -- "${command[@]}" 2>/dev/null
 }
 
+runs_dir() { echo "$SUBAGENTS_ROOT/async-subagent-runs"; }
+
+# Starts `run` and SIGKILLs it $1 microseconds after its run directory
+# appears; prints "killed" when the kill landed on the live launcher.
+kill_during_creation() {
+    perl -MTime::HiRes=usleep,time -e '
+        my ($delay, $runs, @cmd) = @ARGV;
+        my $pid = fork() // die "fork: $!";
+        if ($pid == 0) {
+            open STDOUT, ">", "/dev/null"; open STDERR, ">", "/dev/null";
+            exec @cmd or exit 127;
+        }
+        my $until = time + 20;
+        POLL: while (time < $until) {
+            if (opendir(my $d, $runs)) {
+                for (readdir $d) { last POLL unless /^\./ }
+            }
+        }
+        usleep($delay) if $delay > 0;
+        kill "KILL", $pid;
+        waitpid($pid, 0);
+        print(($? & 127) == 9 ? "killed\n" : "exited\n");
+    ' "$1" "$(runs_dir)" "$bin" run --session s --max-active 1 -- "${command[@]}"
+}
+
+# Nothing a launcher killed during creation left is unfinished.
+creation_finished() {
+    "$bin" reconcile >/dev/null 2>&1
+    local runs dir budget root state
+    runs="$(runs_dir)"
+    for dir in "$runs"/*/; do
+        [ -d "$dir" ] || continue
+        ls -A "$dir" | grep -q '\.tmp$' && return 1
+        [ -e "$dir/status.json" ] || return 1
+        state="$(jq -r '.processTerminal.state // empty' "$dir/status.json" 2>/dev/null)"
+        case "$state" in not-started) [ -e "$dir/process-terminal.json" ] || return 1 ;; esac
+    done
+    for budget in "$SUBAGENTS_ROOT"/run-fanout-budgets/*/; do
+        [ -d "$budget" ] || continue
+        root="$(jq -r .rootRunId "$budget/manifest.json" 2>/dev/null)"
+        [ -e "$runs/$root/status.json" ] || return 1
+    done
+    return 0
+}
+
 # Runs one trial of fault $1 in root $SUBAGENTS_ROOT; prints why it is not
-# clean, nothing when it is.
+# clean, nothing when it is. $2: the trial's number (1-based).
 trial() {
     local fault="$1" id=""
     case "$fault" in
+    launcher-kill-during-creation)
+        local delay=$(((${2:-1} - 1) * 8000 / (trials > 1 ? trials - 1 : 1)))
+        local landed
+        landed="$(kill_during_creation "$delay")"
+        [ "$landed" = killed ] || { echo "the kill at ${delay} us did not land: the launcher had $landed"; return; }
+        id="$(ls "$(runs_dir)" 2>/dev/null | head -1)"
+        [ -n "$id" ] || { echo "no run directory appeared"; return; }
+        wait_for 60 creation_finished ||
+            { echo "not finished by reconcile: $(cd "$(runs_dir)" && ls -A ./*/ 2>/dev/null | tr '\n' ' ')"; return; }
+        ;;
     launcher)
         # SIGKILL at the launcher's first process creation: after it reserved
         # the slot and wrote the queued run, before the monitor exists.
@@ -106,18 +171,28 @@ trial() {
     local used
     used="$("$bin" capacity --session s --json 2>/dev/null | jq -r .used)"
     [ "$used" = 0 ] || { echo "capacity used $used"; return; }
+    if [ "$fault" = launcher-kill-during-creation ]; then
+        "$bin" prune --older-than 0s >/dev/null 2>&1 || { echo "prune failed"; return; }
+        [ ! -e "$(runs_dir)/$id" ] || { echo "prune left run $id: $(ls -A "$(runs_dir)/$id" | tr '\n' ' ')"; return; }
+        local budget
+        for budget in "$SUBAGENTS_ROOT"/run-fanout-budgets/*/; do
+            [ -d "$budget" ] || continue
+            [ "$(jq -r .rootRunId "$budget/manifest.json" 2>/dev/null)" != "$id" ] ||
+                { echo "prune left budget $budget"; return; }
+        done
+    fi
     local next
     next="$("$bin" run --session s --max-active 1 -- true 2>&1)" || { echo "next run refused: $next"; return; }
 }
 
 status=0
-printf '%-14s %7s %6s\n' fault trials clean
+printf '%-30s %7s %6s\n' fault trials clean
 for fault in $faults; do
     clean=0
-    for _ in $(seq "$trials"); do
+    for n in $(seq "$trials"); do
         SUBAGENTS_ROOT="$(mktemp -d /tmp/fault-trial.XXXXXX)"
         export SUBAGENTS_ROOT
-        why="$(trial "$fault")"
+        why="$(trial "$fault" "$n")"
         if [ -z "$why" ]; then
             clean=$((clean + 1))
             # Let the admission probe end before removing its root.
@@ -128,6 +203,6 @@ for fault in $faults; do
             echo "  $fault: $why (root kept: $SUBAGENTS_ROOT)" >&2
         fi
     done
-    printf '%-14s %7s %6s\n' "$fault" "$trials" "$clean"
+    printf '%-30s %7s %6s\n' "$fault" "$trials" "$clean"
 done
 exit "$status"

@@ -97,8 +97,10 @@ const SLOT_FSYNCS: usize = 4;
 /// `.recovery-key` with the root directory on the first launch of a root).
 const SEAL_FSYNCS: usize = 3;
 /// The monitor: its registration in the queued status (the content only,
-/// 1), the proof (file and directory, 2) and the status overlay (2).
-const MONITOR_FSYNCS: usize = 5;
+/// 1), the proof (file and directory, 2), the status overlay (2) and the
+/// claim under which it frees the run's capacity slot (1), so that no
+/// reader pays for it later.
+const MONITOR_FSYNCS: usize = 6;
 /// The runner of a one-step run: `running` (file and directory, 2), the
 /// step's start and end (content only, 1 each; the final write syncs the
 /// directory), its output when COMMAND wrote nothing (empty: none), the
@@ -436,6 +438,37 @@ fn list_all_reads_one_file_per_finished_run_and_list_none() {
         .filter(|l| l.contains("status.json"))
         .collect();
     assert!(opened.is_empty(), "list read finished runs: {opened:#?}");
+}
+
+/// What the first `list --all` after runs ended may sync, however many
+/// runs: the listing index it writes (file, directory, and the directory's
+/// parent when it creates it).
+const FIRST_LISTING_FSYNCS: usize = 3;
+
+/// Each run's finalizer frees its capacity slot with its proof: the first
+/// listing after many runs ended releases nothing (before, it paid one
+/// claim, fsynced, per run), and `capacity` counts what is really active.
+#[test]
+fn the_first_list_all_after_finished_runs_makes_no_fsync_per_run() {
+    let env = Env::new();
+    let runs = 8;
+    let mut ids = Vec::new();
+    for _ in 0..runs {
+        let out = env.ok(&["run", "--session", "costs", "--", "true"]);
+        ids.push(out.trim().to_owned());
+    }
+    // Not `wait`, which frees slots itself: the marker goes last.
+    poll(std::time::Duration::from_secs(60), || {
+        ids.iter().all(|id| !env.marker(id).exists())
+    });
+    let Some(trace) = traced(&env, "fsync,fdatasync", &["list", "--all"]) else {
+        return;
+    };
+    let synced = fsyncs_of(&trace, first_pid(&trace));
+    assert!(
+        synced <= FIRST_LISTING_FSYNCS,
+        "the first list --all after {runs} finished runs made {synced} fsyncs (at most {FIRST_LISTING_FSYNCS}):\n{trace}"
+    );
 }
 
 /// Every system call in a trace (resumed halves and signals not counted,

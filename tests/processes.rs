@@ -322,6 +322,7 @@ fn single_config(env: &Env, id: &str, command: &[&str]) -> LaunchConfig {
         session_id: None,
         fanout_descriptor: None,
         env: Default::default(),
+        capacity_slot: None,
         revival: None,
         session_root: None,
     }

@@ -260,8 +260,10 @@ fn the_task_text_never_reaches_the_recovery_files() {
     }
 }
 
+/// The source's monitor freed its slot with its proof, so the revival
+/// takes a slot of its own (a source that still held one would hand it on).
 #[test]
-fn a_revival_inherits_the_source_capacity_slot() {
+fn a_revival_is_counted_in_its_sessions_capacity() {
     let env = Env::new();
     // Source and revival run the same argv: each waits for one line on the gate,
     // so the revival is provably still running when its slot is inspected.
@@ -283,6 +285,9 @@ fn a_revival_inherits_the_source_capacity_slot() {
         .to_owned();
     std::fs::write(&gate, "go\n").unwrap();
     env.ok(&["wait", &source]);
+    let freed: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "s", "--json"])).unwrap();
+    assert_eq!(freed["used"], 0, "{freed}");
     let revived = env
         .ok(&["resume", &source, "--task", "more", "--max-active", "1"])
         .trim()
@@ -292,7 +297,7 @@ fn a_revival_inherits_the_source_capacity_slot() {
             .unwrap();
     let slot = &capacity["slots"][0]["slot"];
     assert_eq!(slot["runId"], revived.as_str(), "{capacity}");
-    assert_eq!(slot["generation"], 1, "{capacity}");
+    assert_eq!(capacity["used"], 1, "{capacity}");
     std::fs::write(&gate, "go\n").unwrap();
     env.settled(&revived);
     let capacity: Value =

@@ -148,6 +148,30 @@ impl SlotHandle {
         Ok(written.flatten())
     }
 
+    /// Frees the slot if its run is already provably over: a run can end
+    /// before its launcher binds the runner, and the finalizer could not
+    /// free a slot that was not bound yet. Reads the run's files only when
+    /// its proof exists. `Ok(true)` when the slot went.
+    pub fn release_if_over(&mut self) -> Result<bool, CapacityError> {
+        let proof = Path::new(&self.owner.async_dir).join("process-terminal.json");
+        if self.rolled_back || !proof.exists() {
+            return Ok(false);
+        }
+        let _lock = lock_pool(&self.pool)?;
+        let Some(owner) = read_owner(&self.slot_dir)?.filter(|o| o.identity_matches(&self.owner))
+        else {
+            return Ok(false);
+        };
+        let released = crate::release_if_releasable(
+            &self.pool,
+            &self.own_slot(),
+            &owner,
+            &std::collections::HashSet::new(),
+        )?;
+        self.rolled_back |= released;
+        Ok(released)
+    }
+
     /// Undoes an unstarted reservation: frees the slot, or for a transfer
     /// writes the source run's record back. `Ok(false)` when the slot was
     /// started, already rolled back, claimed, or no longer this handle's.

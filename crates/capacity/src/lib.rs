@@ -528,20 +528,61 @@ impl Capacity {
                 && owner.owner_session_key == key
                 && owner.slot == slot.index;
             let listed = owner.kind == Kind::Runner && listed_active.contains(&owner.run_id);
-            if ours
-                && !listed
-                && release_verdict(&owner, live_workflows).state == ReleaseState::Releasable
-            {
-                with_claim(&slot.path, || {
-                    let still = read_owner(&slot.path)?.is_some_and(|o| o.identity_matches(&owner));
-                    if still {
-                        pool::release_slot(pool, &slot)?;
-                    }
-                    Ok(())
-                })?;
+            if ours && !listed {
+                release_if_releasable(pool, &slot, &owner, live_workflows)?;
             }
         }
         Ok(())
+    }
+
+    /// Frees the slot `run_id` holds in the session's pool when its verdict
+    /// is releasable (the run's finalizer calls this right after its proof
+    /// is durable, so no reader has to repair the count later). `slot` is
+    /// the index the launcher took, when known: only that slot is read;
+    /// otherwise the pool's slots are read until the run's is found.
+    /// Returns whether a slot was freed. A missing pool is not created, and
+    /// a slot whose claim is held elsewhere is left to the next reconcile.
+    pub fn release_run(
+        &self,
+        session_id: &str,
+        run_id: &str,
+        slot: Option<u64>,
+    ) -> Result<bool, CapacityError> {
+        let pool = self.pool_dir(session_id);
+        if !pool.is_dir() {
+            return Ok(false);
+        }
+        let _lock = lock_pool(&pool)?;
+        let held = |s: &SlotDir| -> Result<Option<OwnerRecord>, CapacityError> {
+            Ok(s.owner()?.filter(|o| {
+                o.run_id == run_id && o.owner_session_id == session_id && o.slot == s.index
+            }))
+        };
+        let hinted = slot.map(|index| SlotDir {
+            index,
+            path: pool.join(format!("slot-{index}")),
+        });
+        let found = match hinted {
+            Some(s) => held(&s)?.map(|o| (s, o)),
+            None => None,
+        };
+        let found = match found {
+            Some(found) => Some(found),
+            None => {
+                let mut found = None;
+                for s in list_slots(&pool)? {
+                    if let Some(owner) = held(&s)? {
+                        found = Some((s, owner));
+                        break;
+                    }
+                }
+                found
+            }
+        };
+        let Some((slot, owner)) = found else {
+            return Ok(false);
+        };
+        release_if_releasable(&pool, &slot, &owner, &HashSet::new())
     }
 
     /// Counts the session's slots without changing anything.
@@ -622,6 +663,28 @@ impl Capacity {
         pools.sort();
         Ok(pools)
     }
+}
+
+/// Under the pool lock: frees `slot` when `owner`'s verdict is releasable
+/// and the slot is still `owner`'s under its claim. The claim (one fsync)
+/// is taken only for a slot that goes.
+fn release_if_releasable(
+    pool: &Path,
+    slot: &SlotDir,
+    owner: &OwnerRecord,
+    live_workflows: &HashSet<String>,
+) -> Result<bool, CapacityError> {
+    if release_verdict(owner, live_workflows).state != ReleaseState::Releasable {
+        return Ok(false);
+    }
+    let released = with_claim(&slot.path, || {
+        let still = read_owner(&slot.path)?.is_some_and(|o| o.identity_matches(owner));
+        if still {
+            pool::release_slot(pool, slot)?;
+        }
+        Ok(still)
+    })?;
+    Ok(released.unwrap_or(false))
 }
 
 fn source_is_transferable(owner: &OwnerRecord, source_run_id: &str) -> bool {

@@ -38,7 +38,8 @@ const UNLIMITED: u32 = u32::MAX;
 
 /// Takes a slot for `run_id` (also without a limit, so every top-level run
 /// of the session is counted); exit 3 with the snapshot when the session is
-/// full.
+/// full, exit 1 naming the slot when it cannot be written: a run that is not
+/// counted would let the session run over its limit.
 pub fn acquire(
     layout: &Layout,
     session: &str,
@@ -56,16 +57,12 @@ pub fn acquire(
         async_dir: run_dir,
         live_workflows: &HashSet::new(),
     };
-    match pools(layout).acquire(&request) {
-        Ok(handle) => Ok(handle),
-        // Without a limit the slot only counts the run: a pool that cannot
-        // be used never stops the launch.
-        Err(e) if limited.is_none() => {
-            eprintln!("subagents: warning: run not counted in the session's capacity: {e}");
-            Ok(None)
-        }
-        Err(e) => Err(capacity_error(e)),
-    }
+    pools(layout).acquire(&request).map_err(|e| match e {
+        CapacityError::Exhausted(_) => capacity_error(e),
+        other => Error::failed(format!(
+            "failed to launch run: failed to take an active-run capacity slot: {other}"
+        )),
+    })
 }
 
 /// A full pool may be held by runs whose monitor was killed: let the
@@ -190,7 +187,11 @@ pub fn settle(handle: Option<SlotHandle>, spawned: &Spawned<'_>) -> Result {
     let action = decide_after_spawn(&outcome);
     let result = match &action {
         CapacityAction::Rollback => handle.rollback().map(|_| ()),
-        CapacityAction::MarkStarted(_) => handle.apply(&action),
+        // A run that ended before its runner was bound here could not have
+        // its slot freed by its finalizer: free it now.
+        CapacityAction::MarkStarted(_) => handle
+            .apply(&action)
+            .and_then(|()| handle.release_if_over().map(drop)),
     };
     result.map_err(|e| Error::failed(format!("failed to settle active-run capacity: {e}")))
 }

@@ -490,6 +490,12 @@ pub fn reconcile(layout: &Layout, json: bool) -> Result {
         let Some(dir) = status::list::exact_run_dir(layout, &id) else {
             continue;
         };
+        let tidied = crate::leftovers::tidy(layout, &dir, &id, now_ms());
+        sessions.extend(tidied.session);
+        if let Some(message) = tidied.finished {
+            repaired.push(json!({"runId": id, "message": message}));
+            continue;
+        }
         // One unreadable run or one repair that cannot be written never stops the others.
         let outcome = match reconcile::reconcile_run(&dir, reconcile::Options::at(now_ms())) {
             Ok(outcome) => outcome,

@@ -25,6 +25,7 @@ pub mod commands;
 pub mod error;
 pub mod fanout;
 pub mod launch;
+pub mod leftovers;
 pub mod listing;
 pub mod logs;
 pub mod mcp;

@@ -189,15 +189,29 @@ pub fn prepare(layout: &Layout, request: &Request) -> Result<Prepared> {
     let run_id = pick_id(layout, request.explicit_id.as_deref())?;
     let run_dir = layout.run_dir(&run_id);
     let mut slot = take_slot(layout, request, &run_id, &run_dir)?;
-    let admitted = admit_fanout(layout, &run_id, request).and_then(|budget| {
-        create_run_dir(&run_dir, &run_id)?;
-        write_run(layout, request, &run_id, &budget).inspect_err(|_| {
-            // No half-made run: a directory without status.json is invisible to every command.
+    let admitted = create_run_dir(&run_dir, &run_id).and_then(|()| {
+        // The run directory exists before its budget, so a launcher killed
+        // anywhere below leaves a directory that `reconcile` can finish
+        // (with the budget it finds by the run's id) once this lock is free.
+        let lock = crate::leftovers::CreationLock::take(&run_dir, &run_id);
+        let written = lock.and_then(|_lock| {
+            let (budget, created) = admit_fanout(layout, &run_id, request)?;
+            write_run(layout, request, &run_id, &budget).inspect_err(|_| {
+                if created {
+                    let _ = std::fs::remove_dir_all(&budget.descriptor().directory);
+                }
+            })
+        });
+        // No half-made run: a directory without status.json is invisible to every command.
+        written.inspect_err(|_| {
             let _ = std::fs::remove_dir_all(&run_dir);
         })
     });
     match admitted {
-        Ok(config) => Ok((config, slot)),
+        Ok(mut config) => {
+            config.capacity_slot = slot.as_ref().map(|h| h.owner().slot);
+            Ok((config, slot))
+        }
         Err(e) => {
             if let Some(handle) = slot.as_mut() {
                 let _ = handle.rollback();
@@ -254,6 +268,7 @@ fn write_run(
         session_id: Some(request.session.clone()),
         fanout_descriptor: serde_json::to_value(persisted.descriptor()).ok(),
         env: request.env.clone(),
+        capacity_slot: None,
         revival: request.revival.as_ref().map(|r| revival_config(layout, r)),
         session_root: request.session_root.clone(),
     };
@@ -465,13 +480,18 @@ fn create_run_dir(dir: &Path, id: &str) -> Result {
 /// The run's budget: reused for a revival (no claim), else inherited from
 /// the environment (nested launch: `parentPath` extended by this run's id)
 /// or created for a new root run; then the launch's static batch is claimed
-/// all-or-nothing. Over the limit: exit 3.
-fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> Result<OpenBudget> {
+/// all-or-nothing. Over the limit: exit 3, and a budget created here is
+/// removed again. Returns the budget and whether it was created here.
+fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> Result<(OpenBudget, bool)> {
     let root = layout.fanout_budgets_dir();
     atomic_file::ensure_private_dir(&root)?;
     let fail = |e: fanout_budget::Error| Error::failed(format!("failed to admit run fan-out: {e}"));
     let limit = match &request.budget {
-        Budget::Reuse(descriptor) => return OpenBudget::open(&root, descriptor).map_err(fail),
+        Budget::Reuse(descriptor) => {
+            return OpenBudget::open(&root, descriptor)
+                .map(|b| (b, false))
+                .map_err(fail);
+        }
         Budget::Claim(limit) => *limit,
     };
     let plan = &request.plan;
@@ -487,8 +507,13 @@ fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> Result<Open
         }
     };
     let paths: Vec<&str> = plan.steps.iter().map(|s| s.claim_path.as_str()).collect();
-    match budget.claim(&paths) {
-        Ok(_) => Ok(budget),
+    let claimed = budget.claim(&paths);
+    if claimed.is_err() && own_limit.is_some() {
+        // Nothing refers to the budget made for this refused run.
+        let _ = std::fs::remove_dir_all(&budget.descriptor().directory);
+    }
+    match claimed {
+        Ok(_) => Ok((budget, own_limit.is_some())),
         Err(e) => match e.rejection() {
             Some(rejection) => {
                 let root_run_id = &budget.descriptor().root_run_id;

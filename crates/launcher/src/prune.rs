@@ -3,7 +3,8 @@
 //! budgets and active-index markers).
 //!
 //! A run is deleted only when it is terminal, its process-terminal proof is
-//! `observed`, and neither its runner nor its monitor is alive; every other
+//! `observed` (or `not-started`: it never had a runner), and neither its
+//! runner nor its monitor is alive; every other
 //! old run is kept and the reason printed. Each run is judged and deleted
 //! under its status lock, and `status.json` goes first, so no command ever
 //! sees half a run. A budget is deleted only when its root run is pruned and
@@ -105,9 +106,16 @@ fn prune_run(
     cutoff: u64,
     dry_run: bool,
 ) -> Result<Option<Pruned>, String> {
-    // A directory without status.json is a run being created: never touched.
+    // A directory without status.json is a run being created, unless its
+    // launcher is gone: then it is finished as failed first (and pruned
+    // once it is old enough, like any run).
     match status::model::read_status(dir) {
-        Ok(None) => return Ok(None),
+        Ok(None) if dry_run => return Ok(None),
+        Ok(None) => {
+            if crate::leftovers::finish_uncreated(layout, dir, id, now_ms()).is_none() {
+                return Ok(None);
+            }
+        }
         Ok(Some(_)) => {}
         Err(e) => return Err(format!("its status is unreadable: {e}")),
     }
@@ -166,7 +174,8 @@ fn judge(dir: &Path, status: &RunStatus, cutoff: u64) -> Verdict {
     let proof = status::proof::read_proof(dir, &fallback)
         .or_else(|| status::proof::sanitize(status.process_terminal.as_ref(), &fallback, &label));
     match proof.map(|p| p.state) {
-        Some(ProofState::Observed) => Verdict::Prune,
+        // A run that never had a runner: nothing of it can be running.
+        Some(ProofState::Observed | ProofState::NotStarted) => Verdict::Prune,
         Some(state) => Verdict::Keep(format!(
             "its process-terminal proof is {}, not observed",
             state.as_str()
@@ -289,7 +298,17 @@ fn prune_budgets(
 }
 
 fn remove_budget(dir: &Path) -> std::io::Result<()> {
-    let lock = std::fs::File::open(dir.join(fanout_budget::LOCK_FILE))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // A budget nobody claimed from yet (its launcher was killed first) has
+    // no lock file: made here, so a claimer arriving now still waits for us.
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(atomic_file::FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(fanout_budget::LOCK_FILE))?;
     nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| std::io::Error::from(e))
         .and_then(|_held| std::fs::remove_dir_all(dir))

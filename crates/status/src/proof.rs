@@ -728,6 +728,21 @@ pub fn finalize_with(
     now: u64,
     on_observed: &dyn Fn(&mut RunStatus),
 ) -> ProcessTerminal {
+    finalize_then(run_dir, run_id, close, leases, now, on_observed, &|_| {})
+}
+
+/// [`finalize_with`] that calls `before_release` once the proof is durable,
+/// overlaid and recorded, just before the marker release (the finalizer
+/// frees the run's capacity slot there, in the same step as the proof).
+pub fn finalize_then(
+    run_dir: &Path,
+    run_id: &str,
+    close: &RunnerClose,
+    leases: LeaseInspector<'_>,
+    now: u64,
+    on_observed: &dyn Fn(&mut RunStatus),
+    before_release: &dyn Fn(&ProcessTerminal),
+) -> ProcessTerminal {
     let fallback = Fallback {
         run_id: Some(run_id.to_owned()),
         runner_process_instance_id: Some(close.process_instance_id.clone()),
@@ -736,7 +751,7 @@ pub fn finalize_with(
         && matches!(existing.state, ProofState::Observed | ProofState::Unknown)
     {
         if persistence_unfinished(run_dir, &existing) {
-            persist_after_proof(run_dir, run_id, &existing, now, on_observed);
+            persist_after_proof(run_dir, run_id, &existing, now, on_observed, before_release);
         }
         return existing;
     }
@@ -746,7 +761,7 @@ pub fn finalize_with(
         return unreadable_proof(run_id, &close.process_instance_id, message);
     }
     crate::fault_point("after-proof");
-    persist_after_proof(run_dir, run_id, &proof, now, on_observed);
+    persist_after_proof(run_dir, run_id, &proof, now, on_observed, before_release);
     proof
 }
 
@@ -759,6 +774,7 @@ fn persist_after_proof(
     proof: &ProcessTerminal,
     now: u64,
     on_observed: &dyn Fn(&mut RunStatus),
+    before_release: &dyn Fn(&ProcessTerminal),
 ) {
     let candidate = read_candidate(run_dir).ok().flatten();
     let _ = update_status(run_dir, |status| {
@@ -778,6 +794,7 @@ fn persist_after_proof(
         now,
         fields,
     );
+    before_release(proof);
     // Only now, with the proof overlaid and recorded, may the run leave the index.
     if proof.state == ProofState::Observed {
         let _ = index::release_marker(run_dir);
@@ -802,10 +819,21 @@ pub fn persistence_unfinished(run_dir: &Path, proof: &ProcessTerminal) -> bool {
 /// Finishes persisting a final proof (see [`persistence_unfinished`]);
 /// returns whether it did anything.
 pub fn complete_persisted(run_dir: &Path, run_id: &str, proof: &ProcessTerminal, now: u64) -> bool {
+    complete_persisted_then(run_dir, run_id, proof, now, &|_| {})
+}
+
+/// [`complete_persisted`] calling `before_release` as [`finalize_then`] does.
+pub fn complete_persisted_then(
+    run_dir: &Path,
+    run_id: &str,
+    proof: &ProcessTerminal,
+    now: u64,
+    before_release: &dyn Fn(&ProcessTerminal),
+) -> bool {
     if !persistence_unfinished(run_dir, proof) {
         return false;
     }
-    persist_after_proof(run_dir, run_id, proof, now, &|_| {});
+    persist_after_proof(run_dir, run_id, proof, now, &|_| {}, before_release);
     true
 }
 

@@ -72,6 +72,10 @@ pub struct LaunchConfig {
     /// Extra environment for every COMMAND.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Index of the capacity slot the launcher took for the run, so the
+    /// finalizer frees that slot without reading the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_slot: Option<u64>,
     /// Set for `resume`: the runner takes the session lease and runs the
     /// startup handshake before it starts anything.
     #[serde(default)]
@@ -180,6 +184,7 @@ pub(crate) mod tests {
             session_id: None,
             fanout_descriptor: None,
             env: BTreeMap::new(),
+            capacity_slot: None,
             revival: None,
             session_root: None,
         }

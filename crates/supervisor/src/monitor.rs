@@ -87,7 +87,13 @@ pub fn main() -> i32 {
     };
     fault::point(Point::AfterCandidate);
     durable::until_proof_written(&config.run_dir, || {
-        observer::finish(&config.run_dir, &config.run_id, &config.root, &witness);
+        observer::finish_in_slot(
+            &config.run_dir,
+            &config.run_id,
+            &config.root,
+            &witness,
+            config.capacity_slot,
+        );
     });
     0
 }
@@ -207,20 +213,23 @@ fn record_spawn_failure(config: &LaunchConfig, error: &str) {
     let message = format!("failed to spawn runner: {error}");
     eprintln!("subagents: {message}");
     let now = now_ms();
-    let _ = update_status(&config.run_dir, |s| {
+    let proof = ProcessTerminal::new(
+        ProofState::NotStarted,
+        &config.run_id,
+        &config.runner_process_instance_id,
+    );
+    let written = update_status(&config.run_dir, |s| {
         let mut s = s?;
         s.state = status::RunState::Failed;
         s.error = Some(message.clone());
         s.last_update = Some(now);
         s.ended_at = Some(now);
-        let proof = ProcessTerminal::new(
-            ProofState::NotStarted,
-            &config.run_id,
-            &config.runner_process_instance_id,
-        );
         s.process_terminal = Some(proof.to_value());
         Some(s)
     });
+    if written.is_ok() {
+        let _ = observer::write_not_started(&config.run_dir, &proof);
+    }
 }
 
 /// A revival runner that exits before proceed is the launcher's to record

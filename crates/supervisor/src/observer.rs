@@ -375,12 +375,13 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
             && proof::persistence_unfinished(run_dir, &proof)
             && let Some(_lock) = ObserverLock::try_take(run_dir)
         {
-            proof::complete_persisted(
-                run_dir,
-                &reconcile::run_id_of(run_dir, status),
-                &proof,
-                now_ms(),
-            );
+            let run_id = reconcile::run_id_of(run_dir, status);
+            let release = |proof: &ProcessTerminal| {
+                if proof.state == ProofState::Observed {
+                    release_slot(&options.root, run_dir, &run_id, None);
+                }
+            };
+            proof::complete_persisted_then(run_dir, &run_id, &proof, now_ms(), &release);
         }
         return Observation::Final;
     }
@@ -414,7 +415,7 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
         Verdict::Unprovable(why) => Observation::Unproven(why),
         Verdict::Foreign => Observation::Foreign,
         Verdict::OtherHost(host) => Observation::OtherHost(host),
-        Verdict::Abandoned => abandon(run_dir, &status, &facts),
+        Verdict::Abandoned => abandon(run_dir, &status, &facts, &options.root),
         Verdict::Settle => settle(run_dir, &status, &facts, options),
     }
 }
@@ -495,7 +496,7 @@ impl ObserverLock {
 
 /// No runner ever existed and nobody is left to start one: failed, with a
 /// `not-started` proof, and the marker goes (no process can be behind it).
-fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
+fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts, root: &Path) -> Observation {
     let who = match (&facts.monitor, &facts.launcher) {
         (Presence::Dead(m), _) => format!("its monitor {} exited", m.pid),
         (_, Presence::Dead(l)) => format!("its launcher {} exited", l.pid),
@@ -511,6 +512,7 @@ fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
         .unwrap_or_else(|| "unknown".into());
     let now = now_ms();
     let mut registered = false;
+    let proof = ProcessTerminal::new(ProofState::NotStarted, &run_id, &runner_id);
     let written = update_status(run_dir, |s| {
         let s = s?;
         // A monitor that registered meanwhile is starting the run after all
@@ -526,7 +528,6 @@ fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
         } else {
             s
         };
-        let proof = ProcessTerminal::new(ProofState::NotStarted, &run_id, &runner_id);
         s.process_terminal = Some(proof.to_value());
         Some(s)
     });
@@ -536,10 +537,24 @@ fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts) -> Observation {
     if registered {
         return Observation::Waiting("its monitor registered while it was being given up".into());
     }
+    // The record in the status decides; the file is its durable copy,
+    // which `reconcile` writes again if this process dies first.
+    let _ = write_not_started(run_dir, &proof);
     let fields = json!({"message": message, "observer": observer_record(&message)});
     let _ = events::append(run_dir, "subagent.run.repaired_stale", &run_id, now, fields);
+    release_slot(root, run_dir, &run_id, None);
     let _ = index::release_marker(run_dir);
     Observation::Abandoned(message)
+}
+
+/// Writes a `not-started` proof as `process-terminal.json`, unless a
+/// proof file is already there (a final one is never replaced).
+pub fn write_not_started(run_dir: &Path, proof: &ProcessTerminal) -> atomic_file::Result<()> {
+    let path = run_dir.join(status::layout::files::PROOF);
+    if path.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    atomic_file::write_json(&path, proof)
 }
 
 fn observer_record(reason: &str) -> Value {
@@ -788,6 +803,19 @@ pub fn finish(
     root: &Path,
     witness: &Witness,
 ) -> (ProcessTerminal, Option<String>) {
+    finish_in_slot(run_dir, run_id, root, witness, None)
+}
+
+/// [`finish`] that, once the observed proof is durable and overlaid and
+/// before the marker goes, frees the run's capacity slot (`slot`: the
+/// index the launcher took, when known), so no reader repairs the count.
+pub fn finish_in_slot(
+    run_dir: &Path,
+    run_id: &str,
+    root: &Path,
+    witness: &Witness,
+    slot: Option<u64>,
+) -> (ProcessTerminal, Option<String>) {
     let mut repaired = None;
     if proof::read_candidate(run_dir).ok().flatten().is_none() {
         repaired = repair_unfinished(run_dir, run_id, witness);
@@ -817,8 +845,35 @@ pub fn finish(
                 .insert(status::list::LISTING_FACTS.into(), facts.clone());
         }
     };
-    let proof = proof::finalize_with(run_dir, run_id, &close, &leases, now_ms(), &freeze);
+    let release = |proof: &ProcessTerminal| {
+        if proof.state == ProofState::Observed {
+            release_slot(root, run_dir, run_id, slot);
+        }
+    };
+    let proof = proof::finalize_then(
+        run_dir,
+        run_id,
+        &close,
+        &leases,
+        now_ms(),
+        &freeze,
+        &release,
+    );
     (proof, repaired)
+}
+
+/// Frees the capacity slot of a run whose proof is final, from the session
+/// its status names; a slot the verdict keeps (or a pool that cannot be
+/// used) is left for the next reconcile.
+fn release_slot(root: &Path, run_dir: &Path, run_id: &str, slot: Option<u64>) {
+    let Ok(Some(status)) = read_status(run_dir) else {
+        return;
+    };
+    let Some(session) = status.session_id.as_deref() else {
+        return;
+    };
+    let pools = capacity::Capacity::new(Layout::new(root).capacity_dir());
+    let _ = pools.release_run(session, run_id, slot);
 }
 
 /// The run's listing facts, frozen into its status with the observed proof

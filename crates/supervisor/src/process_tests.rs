@@ -148,6 +148,7 @@ impl Run {
             session_id: None,
             fanout_descriptor: None,
             env: Default::default(),
+            capacity_slot: None,
             revival: None,
             session_root: None,
         };

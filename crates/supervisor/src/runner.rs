@@ -1023,6 +1023,7 @@ mod tests {
             session_id: None,
             fanout_descriptor: None,
             env: Default::default(),
+            capacity_slot: None,
             revival: None,
             session_root: None,
         }

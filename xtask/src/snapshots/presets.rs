@@ -50,6 +50,7 @@ fn config(scratch: &Scratch, argv: Vec<String>, env: BTreeMap<String, String>) -
         session_id: Some("session-1".into()),
         fanout_descriptor: None,
         env,
+        capacity_slot: None,
         revival: None,
         session_root: None,
     }

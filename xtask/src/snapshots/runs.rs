@@ -82,6 +82,7 @@ fn config(
         session_id: Some("session-1".into()),
         fanout_descriptor: None,
         env: BTreeMap::new(),
+        capacity_slot: None,
         revival: None,
         // A single run records the directory of its session (`sessionRoot`).
         session_root: (!composite).then(|| "/home/alice/.pi/agent/sessions/proj".into()),

@@ -403,3 +403,44 @@ fn a_listing_frees_over_runs_and_passes_over_the_runs_it_listed_active() {
         .unwrap();
     assert_eq!(fs::read_dir(fx.root()).unwrap().count(), 1);
 }
+
+#[test]
+fn a_finalizer_frees_its_runs_slot_and_no_other() {
+    let fx = Fixture::new();
+    let mut a = fx.acquire("run-a", 3);
+    a.mark_started("rid-a").unwrap();
+    let mut b = fx.acquire("run-b", 3);
+    b.mark_started("rid-b").unwrap();
+    for (run, runner) in [("run-a", "rid-a"), ("run-b", "rid-b")] {
+        let dir = fx.write_status(run, "complete", runner);
+        write_proof(&dir, "observed", run, runner);
+    }
+    let slot_b = b.owner().slot;
+    // A wrong hint falls back to the run's own slot.
+    assert!(fx.cap.release_run(SESSION, "run-a", Some(slot_b)).unwrap());
+    assert!(!a.slot_dir().exists());
+    assert!(b.slot_dir().exists(), "another run's slot stays");
+    assert!(!fx.cap.release_run(SESSION, "run-a", None).unwrap());
+    assert!(fx.cap.release_run(SESSION, "run-b", Some(slot_b)).unwrap());
+    assert_eq!(fx.used(), 0);
+    // A session without a pool is left without one.
+    let none = "/home/u/.pi/sessions/none.jsonl";
+    assert!(!fx.cap.release_run(none, "run-a", None).unwrap());
+    assert_eq!(fs::read_dir(fx.root()).unwrap().count(), 1);
+}
+
+#[test]
+fn a_run_over_before_its_launcher_bound_the_slot_is_freed_by_the_launcher() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 2);
+    let dir = fx.write_status("run-a", "complete", "rid-a");
+    assert!(!handle.release_if_over().unwrap(), "no proof yet");
+    write_proof(&dir, "observed", "run-a", "rid-a");
+    // The finalizer came first: the slot was not bound, its reserver lives.
+    assert!(!fx.cap.release_run(SESSION, "run-a", None).unwrap());
+    assert_eq!(fx.used(), 1);
+    handle.mark_started("rid-a").unwrap();
+    assert!(handle.release_if_over().unwrap());
+    assert_eq!(fx.used(), 0);
+    assert!(!handle.rollback().unwrap(), "nothing left to roll back");
+}
