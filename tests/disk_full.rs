@@ -443,3 +443,41 @@ fn a_root_read_only_while_the_command_exits_ends_complete_once_writable() {
     assert_eq!(run.logs(&id), "before\nafter\n");
     assert!(stderr_log(run.root, &id).contains("read-only retries"));
 }
+
+#[test]
+fn a_monitor_that_outlives_its_runner_on_a_read_only_root_ends_the_run_once_writable() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    // The runner gives up after 4 s; its monitor retries 4 s more.
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "4000",
+    };
+    let script = format!(
+        "echo before; read line < '{}'; echo after; exit 0",
+        gate.display()
+    );
+    let id = run.start_script(&script);
+    let [runner, monitor, _] = run.processes(&id);
+    let Some(read_only) = ReadOnly::over(run.root) else {
+        release(&gate);
+        return;
+    };
+    release(&gate);
+    poll(Duration::from_secs(60), || !alive(runner));
+    assert!(alive(monitor), "the monitor retries its finalization");
+    read_only.writable();
+    // No command needed: the monitor ends the run itself.
+    poll(Duration::from_secs(60), || !alive(monitor));
+    let status = run.status(&id);
+    assert_eq!(status["state"], "failed", "{status}");
+    let error = status["error"].as_str().unwrap();
+    assert!(error.contains("before writing a final status"), "{error}");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
+    let marker = run.root.join("async-subagent-runs/.active-runs").join(&id);
+    assert!(!marker.exists(), "the active marker is released");
+    assert_eq!(run.logs(&id), "before\nafter\n");
+}
