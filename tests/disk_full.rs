@@ -362,14 +362,21 @@ fn a_command_that_fills_the_root_ends_with_its_outcome_and_its_logs_once_space_r
     let Some(tmpfs) = Tmpfs::mount("2m") else {
         return;
     };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
     let run = Run {
         root: &tmpfs.path().join("state"),
         retry_ms: "300",
     };
     // Its own stdout fills the root; `head` fails for lack of space, the
-    // COMMAND exits 0.
-    let id = run.start_script("echo first-line; head -c 4M /dev/zero; exit 0");
+    // COMMAND exits 0. The gate holds it until its start is recorded.
+    let script = format!(
+        "echo first-line; read line < '{}'; head -c 4M /dev/zero; exit 0",
+        gate.display()
+    );
+    let id = run.start_script(&script);
     let processes = run.processes(&id);
+    release(&gate);
     // Runner and monitor give up on the full root, the COMMAND is over.
     poll(Duration::from_secs(60), || {
         processes.iter().all(|pid| !alive(*pid))
