@@ -350,11 +350,20 @@ fn space_back_after_everyone_gave_up_is_restored_from_the_events() {
         "the step's end is evidence on disk: {events}"
     );
     std::fs::remove_file(filler).unwrap();
+    let mut reports = String::new();
     poll(Duration::from_secs(60), || {
-        run.ok(&["reconcile"]);
+        reports.push_str(&run.ok(&["reconcile"]));
         run.status(&id)["processTerminal"]["state"] == "observed"
     });
     run.assert_completed_cleanly(&id);
+    // The report names the repair, not a failure, for a run restored complete.
+    let line = reports
+        .lines()
+        .find(|l| l.contains("so the run is complete"));
+    assert!(
+        line.is_some_and(|l| l.starts_with(&format!("{id} repaired: "))),
+        "{reports}"
+    );
 }
 
 #[test]
