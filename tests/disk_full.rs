@@ -1,11 +1,13 @@
-//! A full disk loses nothing: a run whose COMMAND exited 0 while the state
-//! root had no space left ends `complete`, not `failed`, with its slot
-//! released — whether space comes back while the runner still retries, or
-//! only after the runner and its monitor gave up (then `reconcile` restores
-//! the outcome from the step-end events).
+//! A full or read-only root loses nothing: a run whose COMMAND exited 0
+//! while the state root had no space left, or was read-only, ends
+//! `complete`, not `failed`, with its slot released, and `logs` shows its
+//! output — whether the root comes back while the runner still retries, or
+//! only after the runner and its monitor gave up (then `reconcile`,
+//! `status` or `list` restores the outcome from the step-end events).
 //!
-//! The state root is a 300 KiB tmpfs; the tests skip (printing why) when
-//! mounting is not permitted.
+//! The state root is a small tmpfs. The tests need root to mount: when
+//! mounting is not permitted they print why and pass, unless `CI` is set,
+//! where they fail.
 
 mod common;
 
@@ -17,7 +19,29 @@ use std::time::Duration;
 use common::{alive, poll, walk};
 use serde_json::Value;
 
-/// A tmpfs mounted for one test; unmounted (lazily) on drop.
+/// Why a mount could not be made: a failure under CI (where the tests run
+/// as root), a printed skip elsewhere.
+fn cannot_mount<T>(why: &str) -> Option<T> {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "cannot mount, and CI is set: {why}"
+    );
+    println!("skipping: {why}");
+    None
+}
+
+/// Runs `mount` with `args`; `Err` with why it failed.
+fn mount(args: &[&std::ffi::OsStr]) -> Result<(), String> {
+    match Command::new("mount").args(args).output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+        Err(e) => Err(format!("cannot run mount: {e}")),
+    }
+}
+
+/// A tmpfs mounted for one test on a unique temp directory; unmounted
+/// (lazily, with anything mounted under it) on drop, even when the test
+/// fails.
 struct Tmpfs {
     dir: tempfile::TempDir,
 }
@@ -25,32 +49,28 @@ struct Tmpfs {
 impl Tmpfs {
     fn mount(size: &str) -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .output();
-        match out {
-            Ok(out) if out.status.success() => Some(Self { dir }),
-            Ok(out) => {
-                let why = String::from_utf8_lossy(&out.stderr);
-                println!("skipping: cannot mount a tmpfs: {}", why.trim());
-                None
-            }
-            Err(e) => {
-                println!("skipping: cannot run mount: {e}");
-                None
-            }
+        let options = format!("size={size},mode=0700");
+        match mount(&[
+            "-t".as_ref(),
+            "tmpfs".as_ref(),
+            "-o".as_ref(),
+            options.as_ref(),
+            "tmpfs".as_ref(),
+            dir.path().as_os_str(),
+        ]) {
+            Ok(()) => Some(Self { dir }),
+            Err(why) => cannot_mount(&format!("cannot mount a tmpfs: {why}")),
         }
     }
 
     fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Space comes back: the tmpfs grows to `size`.
+    fn grow(&self, size: &str) {
+        let options = format!("remount,size={size}");
+        mount(&["-o".as_ref(), options.as_ref(), self.path().as_os_str()]).unwrap();
     }
 
     /// Writes a file until the tmpfs is full.
@@ -78,6 +98,48 @@ impl Drop for Tmpfs {
             .arg("-l")
             .arg(self.dir.path())
             .status();
+    }
+}
+
+/// `dir` made read-only while the run goes on. `mount -o remount,ro` of
+/// the tmpfs itself is refused (EBUSY) while any file on it is open for
+/// writing, and a run always holds its logs open; so `dir` is bind-mounted
+/// over itself and that mount remounted read-only: every path-based write
+/// (each state file's temp file and rename, each lock, each event append)
+/// fails with EROFS, as on a root the kernel remounted read-only, while the
+/// descriptors opened before (the logs) still write. Unmounted on drop.
+struct ReadOnly {
+    dir: PathBuf,
+}
+
+impl ReadOnly {
+    fn over(dir: &Path) -> Option<Self> {
+        if let Err(why) = mount(&["--bind".as_ref(), dir.as_os_str(), dir.as_os_str()]) {
+            return cannot_mount(&format!("cannot bind-mount the root: {why}"));
+        }
+        let guard = Self {
+            dir: dir.to_owned(),
+        };
+        if let Err(why) = mount(&["-o".as_ref(), "remount,ro,bind".as_ref(), dir.as_os_str()]) {
+            return cannot_mount(&format!("cannot remount the root read-only: {why}"));
+        }
+        Some(guard)
+    }
+
+    /// The root is writable again (`remount,rw`).
+    fn writable(&self) {
+        mount(&[
+            "-o".as_ref(),
+            "remount,rw,bind".as_ref(),
+            self.dir.as_os_str(),
+        ])
+        .unwrap();
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
     }
 }
 
@@ -118,7 +180,11 @@ impl Run<'_> {
 
     /// Starts a run whose COMMAND waits for a line on `gate`, then exits 0.
     fn start(&self, gate: &Path) -> String {
-        let script = format!("read line < '{}'; exit 0", gate.display());
+        self.start_script(&format!("read line < '{}'; exit 0", gate.display()))
+    }
+
+    /// Starts a run of `sh -c script`; returns once its COMMAND runs.
+    fn start_script(&self, script: &str) -> String {
         let id = self
             .ok(&[
                 "run",
@@ -129,7 +195,7 @@ impl Run<'_> {
                 "--",
                 "sh",
                 "-c",
-                &script,
+                script,
             ])
             .trim()
             .to_owned();
@@ -137,6 +203,22 @@ impl Run<'_> {
             self.status(&id)["steps"][0]["externalProcess"]["pid"].is_u64()
         });
         id
+    }
+
+    /// The pids of the run's runner, monitor and COMMAND.
+    fn processes(&self, id: &str) -> [u32; 3] {
+        let status = self.status(id);
+        let pid = |v: &Value| v.as_u64().unwrap() as u32;
+        [
+            pid(&status["runnerIdentity"]["pid"]),
+            pid(&status["monitorIdentity"]["pid"]),
+            pid(&status["steps"][0]["externalProcess"]["pid"]),
+        ]
+    }
+
+    /// `subagents logs` of the run: what it printed on stdout.
+    fn logs(&self, id: &str) -> String {
+        self.ok(&["logs", id])
     }
 
     /// Complete, observed, marker and slot released, every JSON file intact.
@@ -268,9 +350,150 @@ fn space_back_after_everyone_gave_up_is_restored_from_the_events() {
         "the step's end is evidence on disk: {events}"
     );
     std::fs::remove_file(filler).unwrap();
+    let mut reports = String::new();
     poll(Duration::from_secs(60), || {
-        run.ok(&["reconcile"]);
+        reports.push_str(&run.ok(&["reconcile"]));
         run.status(&id)["processTerminal"]["state"] == "observed"
     });
     run.assert_completed_cleanly(&id);
+    // The report names the repair, not a failure, for a run restored complete.
+    let line = reports
+        .lines()
+        .find(|l| l.contains("so the run is complete"));
+    assert!(
+        line.is_some_and(|l| l.starts_with(&format!("{id} repaired: "))),
+        "{reports}"
+    );
+}
+
+#[test]
+fn a_command_that_fills_the_root_ends_with_its_outcome_and_its_logs_once_space_returns() {
+    let Some(tmpfs) = Tmpfs::mount("2m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "300",
+    };
+    // Its own stdout fills the root; `head` fails for lack of space, the
+    // COMMAND exits 0. The gate holds it until its start is recorded.
+    let script = format!(
+        "echo first-line; read line < '{}'; head -c 4M /dev/zero; exit 0",
+        gate.display()
+    );
+    let id = run.start_script(&script);
+    let processes = run.processes(&id);
+    release(&gate);
+    // Runner and monitor give up on the full root, the COMMAND is over.
+    poll(Duration::from_secs(60), || {
+        processes.iter().all(|pid| !alive(*pid))
+    });
+    assert_ne!(
+        run.status(&id)["state"],
+        "failed",
+        "a full disk is no failure"
+    );
+    tmpfs.grow("8m");
+    // `status` alone, on the writable root, ends the run with its outcome.
+    let shown: Value = serde_json::from_str(&run.ok(&["status", &id, "--json"])).unwrap();
+    assert_eq!(shown["state"], "complete", "{shown}");
+    let active: Value = serde_json::from_str(&run.ok(&["list", "--json"])).unwrap();
+    assert_eq!(
+        active,
+        serde_json::json!([]),
+        "nothing stays running: {active}"
+    );
+    run.assert_completed_cleanly(&id);
+    // The copy into the output file did not fit; the stdout log has it.
+    let stdout_log = run
+        .root
+        .join("async-subagent-runs")
+        .join(&id)
+        .join("external-0.stdout.log");
+    assert!(std::fs::metadata(stdout_log).unwrap().len() > 1024 * 1024);
+    let logs = run.logs(&id);
+    assert!(
+        logs.starts_with("first-line\n"),
+        "{:?}",
+        &logs[..logs.len().min(40)]
+    );
+}
+
+#[test]
+fn a_root_read_only_while_the_command_exits_ends_complete_once_writable() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "120000",
+    };
+    let script = format!(
+        "echo before; read line < '{}'; echo after; exit 0",
+        gate.display()
+    );
+    let id = run.start_script(&script);
+    let [runner, _, command] = run.processes(&id);
+    let Some(read_only) = ReadOnly::over(run.root) else {
+        release(&gate);
+        return;
+    };
+    release(&gate);
+    // The runner saw the COMMAND's exit 0 and waits for the root.
+    poll(Duration::from_secs(60), || {
+        stderr_log(run.root, &id).contains("retrying while the root is read-only")
+    });
+    assert!(!alive(command));
+    assert!(alive(runner), "the runner keeps the outcome");
+    assert_eq!(run.status(&id)["state"], "running");
+    read_only.writable();
+    let _ = run.command(&["wait", &id, "--timeout", "60s"]);
+    poll(Duration::from_secs(60), || {
+        run.status(&id)["processTerminal"]["state"] != "pending"
+    });
+    run.assert_completed_cleanly(&id);
+    assert_eq!(run.logs(&id), "before\nafter\n");
+    assert!(stderr_log(run.root, &id).contains("read-only retries"));
+}
+
+#[test]
+fn a_monitor_that_outlives_its_runner_on_a_read_only_root_ends_the_run_once_writable() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    // The runner gives up after 4 s; its monitor retries 4 s more.
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "4000",
+    };
+    let script = format!(
+        "echo before; read line < '{}'; echo after; exit 0",
+        gate.display()
+    );
+    let id = run.start_script(&script);
+    let [runner, monitor, _] = run.processes(&id);
+    let Some(read_only) = ReadOnly::over(run.root) else {
+        release(&gate);
+        return;
+    };
+    release(&gate);
+    poll(Duration::from_secs(60), || !alive(runner));
+    assert!(alive(monitor), "the monitor retries its finalization");
+    read_only.writable();
+    // No command needed: the monitor ends the run itself.
+    poll(Duration::from_secs(60), || !alive(monitor));
+    let status = run.status(&id);
+    assert_eq!(status["state"], "failed", "{status}");
+    let error = status["error"].as_str().unwrap();
+    assert!(error.contains("before writing a final status"), "{error}");
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
+    let marker = run.root.join("async-subagent-runs/.active-runs").join(&id);
+    assert!(!marker.exists(), "the active marker is released");
+    assert_eq!(run.logs(&id), "before\nafter\n");
 }

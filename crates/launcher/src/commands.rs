@@ -536,9 +536,10 @@ pub fn reconcile(layout: &Layout, json: bool) -> Result {
                 r["message"].as_str().unwrap_or("")
             );
         }
+        // "repaired", not "failed": a repair may restore a complete run.
         for r in &repaired {
             println!(
-                "{} failed: {}",
+                "{} repaired: {}",
                 r["runId"].as_str().unwrap_or(""),
                 r["message"].as_str().unwrap_or("")
             );

@@ -135,7 +135,9 @@ fn step_sources(run: &RunSummary, only: Option<usize>) -> Vec<Source> {
 }
 
 /// A finished run's output file and COMMAND's stderr; otherwise COMMAND's
-/// stdout and stderr and the runner's stderr.
+/// stdout and stderr and the runner's stderr. An empty output file counts
+/// as none: the runner fills it from COMMAND's stdout at the step's end, a
+/// copy that a full or read-only root can keep from happening.
 fn single_sources(run: &RunSummary) -> Vec<Source> {
     let dir = &run.async_dir;
     let output = run
@@ -151,7 +153,7 @@ fn single_sources(run: &RunSummary) -> Vec<Source> {
         header: None,
     };
     let stderr = source("stderr", dir.join("external-0.stderr.log"), Stream::Err);
-    match output.filter(|o| terminal && o.exists()) {
+    match output.filter(|o| terminal && has_bytes(o)) {
         Some(output) => vec![source("output", output, Stream::Out), stderr],
         None => vec![
             source("stdout", dir.join("external-0.stdout.log"), Stream::Out),
@@ -159,6 +161,10 @@ fn single_sources(run: &RunSummary) -> Vec<Source> {
             source("runner stderr", dir.join(files::RUNNER_STDERR), Stream::Err),
         ],
     }
+}
+
+fn has_bytes(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() > 0)
 }
 
 /// The output file of a run whose root was moved or copied: the status still

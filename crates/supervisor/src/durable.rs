@@ -1,4 +1,4 @@
-//! State writes that survive a full disk.
+//! State writes that survive a full or read-only root.
 //!
 //! A run whose COMMAND exited must not turn `failed` because `status.json`
 //! could not be written for a while. The runner therefore:
@@ -7,15 +7,17 @@
 //!   `events.jsonl` and `runner.stderr.log` get space allocated beyond their
 //!   end (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so the step-end events
 //!   (exit code per step) and the log lines below still fit on a full disk;
-//! * retries every state write that fails with `ENOSPC`/`EDQUOT`
-//!   ([`retry`]): backoff from 50 ms doubling to 1 s, for at most
-//!   `SUBAGENTS_WRITE_RETRY_MS` (default 30 s), logging to its stderr.
+//! * retries every state write that fails with `ENOSPC`/`EDQUOT` (full) or
+//!   `EROFS` (the root was remounted read-only) ([`retry`]): backoff from
+//!   50 ms doubling to 1 s, for at most `SUBAGENTS_WRITE_RETRY_MS` (default
+//!   30 s), logging to its stderr.
 //!
 //! The monitor finalizes the proof the same way ([`until_proof_written`]).
-//! If space does not come back in time, the runner gives up and exits; the
-//! step-end events stay, and whoever finalizes the run (its monitor, or a
-//! later `reconcile` once space is back) restores the outcome from them
-//! instead of declaring the run failed.
+//! If the root does not come back in time, the runner gives up and exits;
+//! the step-end events stay (on a full disk), and whoever finalizes the run
+//! (its monitor, or a later `reconcile`/`list`/`status` once the root is
+//! writable) restores the outcome from the evidence instead of declaring
+//! the run failed.
 
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
@@ -36,35 +38,70 @@ const DEFAULT_BUDGET: Duration = Duration::from_secs(30);
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
-/// An error that can say whether the file system was full.
-pub trait NoSpace {
-    /// True for `ENOSPC` and `EDQUOT`.
-    fn no_space(&self) -> bool;
+/// Why the root cannot take a write for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// `ENOSPC` or `EDQUOT`.
+    Full,
+    /// `EROFS`.
+    ReadOnly,
 }
 
-fn is_full(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
-}
-
-impl NoSpace for atomic_file::Error {
-    fn no_space(&self) -> bool {
-        is_full(&self.source)
+impl Blocked {
+    fn of(e: &std::io::Error) -> Option<Self> {
+        match e.raw_os_error()? {
+            libc::ENOSPC | libc::EDQUOT => Some(Self::Full),
+            libc::EROFS => Some(Self::ReadOnly),
+            _ => None,
+        }
     }
-}
 
-impl NoSpace for status::Error {
-    fn no_space(&self) -> bool {
+    /// How the retry log names the outage.
+    fn retrying(self) -> &'static str {
         match self {
-            status::Error::Io(e) => e.no_space(),
-            // Reads (and parses) never need space: such a failure is not retried.
-            _ => false,
+            Self::Full => "retrying while space is short",
+            Self::ReadOnly => "retrying while the root is read-only",
+        }
+    }
+
+    fn retries(self) -> &'static str {
+        match self {
+            Self::Full => "full-disk",
+            Self::ReadOnly => "read-only",
         }
     }
 }
 
-impl NoSpace for std::io::Error {
-    fn no_space(&self) -> bool {
-        is_full(self)
+/// An error that can say whether the root was full or read-only, i.e.
+/// whether the same write may go through later.
+pub trait Unwritable {
+    /// The outage behind the error; `None` for any other failure.
+    fn blocked(&self) -> Option<Blocked>;
+}
+
+impl Unwritable for atomic_file::Error {
+    fn blocked(&self) -> Option<Blocked> {
+        Blocked::of(&self.source)
+    }
+}
+
+impl Unwritable for status::Error {
+    fn blocked(&self) -> Option<Blocked> {
+        match self {
+            status::Error::Io(e) => e.blocked(),
+            // Opening `.status.lock` (created if missing) is a write on a
+            // read-only root; other read failures are not retried.
+            status::Error::Read(atomic_file::read::ReadError::Io { source, .. }) => {
+                Blocked::of(source)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Unwritable for std::io::Error {
+    fn blocked(&self) -> Option<Blocked> {
+        Blocked::of(self)
     }
 }
 
@@ -89,79 +126,103 @@ fn outage_over() {
     *OUTAGE.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
-/// Runs `write`; while it fails because the disk is full, logs to stderr and
-/// tries again with backoff, within the retry budget of the current outage.
-/// Other errors, and the last full-disk error once the budget is spent, are
-/// returned.
-pub fn retry<T, E: NoSpace + Display>(
+/// Runs `write`; while it fails because the root is full or read-only,
+/// logs to stderr and tries again with backoff, within the retry budget of
+/// the current outage. Other errors, and the last such error once the budget
+/// is spent, are returned.
+pub fn retry<T, E: Unwritable + Display>(
     what: &str,
     mut write: impl FnMut() -> Result<T, E>,
 ) -> Result<T, E> {
     let mut pause = FIRST_PAUSE;
     let mut failures = 0u32;
+    let mut last = None;
     loop {
         match write() {
             Ok(value) => {
-                if failures > 0 {
-                    eprintln!("subagents: wrote {what} after {failures} full-disk retries");
+                if let Some(blocked) = last.filter(|_| failures > 0) {
+                    let kind = Blocked::retries(blocked);
+                    eprintln!("subagents: wrote {what} after {failures} {kind} retries");
                 }
                 outage_over();
                 return Ok(value);
             }
-            Err(e) if e.no_space() && Instant::now() + pause <= outage_deadline() => {
-                if failures == 0 {
-                    eprintln!(
-                        "subagents: failed to write {what}: {e}; retrying while space is short"
-                    );
-                }
-                failures += 1;
-                // Backoff between attempts at a full disk; nothing signals free space.
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(MAX_PAUSE);
-            }
             Err(e) => {
-                if e.no_space() {
+                let Some(blocked) = e.blocked() else {
+                    return Err(e);
+                };
+                if Instant::now() + pause > outage_deadline() {
                     eprintln!(
                         "subagents: failed to write {what}: {e}; giving up after {failures} retries"
                     );
+                    return Err(e);
                 }
-                return Err(e);
+                if failures == 0 {
+                    eprintln!(
+                        "subagents: failed to write {what}: {e}; {}",
+                        blocked.retrying()
+                    );
+                }
+                failures += 1;
+                last = Some(blocked);
+                // Backoff between attempts; nothing signals that the root is back.
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
             }
         }
     }
 }
 
-/// The monitor's side: runs `finalize` (which writes the proof and what
-/// follows it, best effort) and runs it again, with the backoff of
-/// [`retry`], while `process-terminal.json` is still missing and the run's
-/// file system is short of space. `finalize` must be idempotent (the proof
+/// The monitor's side: runs `finalize` (which repairs the status and
+/// writes the proof and what follows it, best effort) and runs it again,
+/// with the backoff of [`retry`], while `process-terminal.json` is still
+/// missing or `status.json` still active, and the run's file system is
+/// short of space or read-only. `finalize` must be idempotent (the proof
 /// finalizer and the repair are).
 pub fn until_proof_written(run_dir: &Path, mut finalize: impl FnMut()) {
     let _ = retry("process-terminal.json", || {
         finalize();
-        if run_dir.join(files::PROOF).exists() || !short_of_space(run_dir) {
-            Ok(())
-        } else {
-            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        if finalized(run_dir) {
+            return Ok(());
+        }
+        match blocked_at(run_dir) {
+            None => Ok(()),
+            Some(Blocked::Full) => Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            Some(Blocked::ReadOnly) => Err(std::io::Error::from_raw_os_error(libc::EROFS)),
         }
     });
 }
 
-/// Less than 64 KiB available to us on the file system of `dir` (false when
-/// that cannot be told).
-fn short_of_space(dir: &Path) -> bool {
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
+/// The proof is on disk and the status no longer active.
+fn finalized(run_dir: &Path) -> bool {
+    let settled = status::model::read_status(run_dir)
+        .ok()
+        .flatten()
+        .is_none_or(|s| !s.state.is_active());
+    settled && run_dir.join(files::PROOF).exists()
+}
+
+/// Whether the file system of `dir` is mounted read-only or has less than
+/// 64 KiB available to us (`None` also when that cannot be told).
+fn blocked_at(dir: &Path) -> Option<Blocked> {
+    let stat = statvfs(dir)?;
+    if stat.f_flag & libc::ST_RDONLY != 0 {
+        return Some(Blocked::ReadOnly);
+    }
+    below_floor(stat.f_bavail, stat.f_frsize).then_some(Blocked::Full)
+}
+
+fn statvfs(dir: &Path) -> Option<libc::statvfs> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statvfs(3) fills the zeroed struct we own from a valid C string.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
-        return false;
+        return None;
     }
-    below_floor(stat.f_bavail as u64, stat.f_frsize as u64)
+    Some(stat)
 }
 
-/// What [`short_of_space`] calls short: less than 64 KiB.
+/// What [`blocked_at`] calls short of space: less than 64 KiB.
 const SPACE_FLOOR: u64 = 64 * 1024;
 
 /// `blocks` available blocks of `block_size` bytes are under [`SPACE_FLOOR`].
@@ -240,27 +301,40 @@ mod tests {
     }
 
     #[test]
-    fn only_a_full_disk_or_quota_counts_as_no_space() {
+    fn a_full_disk_a_quota_or_a_read_only_root_block_and_nothing_else() {
         let io = |code| std::io::Error::from_raw_os_error(code);
         let file = |code| atomic_file::Error {
             op: "write",
             path: "/x".into(),
             source: io(code),
         };
-        for code in [libc::ENOSPC, libc::EDQUOT] {
-            assert!(io(code).no_space());
-            assert!(file(code).no_space());
-            assert!(status::Error::Io(file(code)).no_space());
+        for (code, blocked) in [
+            (libc::ENOSPC, Blocked::Full),
+            (libc::EDQUOT, Blocked::Full),
+            (libc::EROFS, Blocked::ReadOnly),
+        ] {
+            assert_eq!(io(code).blocked(), Some(blocked));
+            assert_eq!(file(code).blocked(), Some(blocked));
+            assert_eq!(status::Error::Io(file(code)).blocked(), Some(blocked));
         }
-        assert!(!io(libc::EACCES).no_space());
-        assert!(!file(libc::EIO).no_space());
-        assert!(!status::Error::Io(file(libc::EIO)).no_space());
+        assert_eq!(io(libc::EACCES).blocked(), None);
+        assert_eq!(file(libc::EIO).blocked(), None);
+        assert_eq!(status::Error::Io(file(libc::EIO)).blocked(), None);
+        // The status lock cannot be opened on a read-only root.
+        let lock = |code| {
+            status::Error::Read(atomic_file::read::ReadError::Io {
+                path: "/x/.status.lock".into(),
+                source: io(code),
+            })
+        };
+        assert_eq!(lock(libc::EROFS).blocked(), Some(Blocked::ReadOnly));
+        assert_eq!(lock(libc::ENOENT).blocked(), None);
         let invalid = status::Error::Invalid {
             what: "status",
             path: "/x".into(),
             reason: "bad".into(),
         };
-        assert!(!invalid.no_space());
+        assert_eq!(invalid.blocked(), None);
     }
 
     #[test]
@@ -270,8 +344,8 @@ mod tests {
         assert!(below_floor(0, 4096));
         assert!(!below_floor(u64::MAX, 4096));
         // A file system that has room, and a path that cannot be checked.
-        assert!(!short_of_space(&std::env::temp_dir()));
-        assert!(!short_of_space(Path::new("/nonexistent/durable-test")));
+        assert_eq!(blocked_at(&std::env::temp_dir()), None);
+        assert_eq!(blocked_at(Path::new("/nonexistent/durable-test")), None);
     }
 
     #[test]
@@ -323,6 +397,17 @@ mod tests {
             "log" => {
                 println!("{:?}", failing(Some(1)));
                 println!("{:?}", failing(Some(0)));
+            }
+            "read-only" => {
+                let mut attempts = 0u32;
+                let result = retry("status.json", || {
+                    attempts += 1;
+                    match attempts {
+                        1 => Err(std::io::Error::from_raw_os_error(libc::EROFS)),
+                        _ => Ok(()),
+                    }
+                });
+                println!("{:?}", (result.is_ok(), attempts));
             }
             "budget" => println!("{:?}", failing(None)),
             "outage" => {
@@ -376,6 +461,19 @@ mod tests {
             [
                 "subagents: failed to write status.json: No space left on device (os error 28); retrying while space is short",
                 "subagents: wrote status.json after 1 full-disk retries",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_read_only_root_is_retried_and_logged_as_such() {
+        let (results, log) = run_case("read-only", 30_000);
+        assert_eq!(results, ["(true, 2)"]);
+        assert_eq!(
+            log,
+            [
+                "subagents: failed to write status.json: Read-only file system (os error 30); retrying while the root is read-only",
+                "subagents: wrote status.json after 1 read-only retries",
             ]
         );
     }

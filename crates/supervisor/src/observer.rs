@@ -44,6 +44,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use process_identity::{Liveness, ProcessIdentity};
 use serde_json::{Value, json};
+use status::layout::files;
 use status::model::{read_status, update_status};
 use status::proof::{self, Candidate, ProcessTerminal, ProcessTree, ProofState, RunnerClose};
 use status::{Layout, RunState, RunStatus, events, index, now_ms, reconcile};
@@ -365,7 +366,10 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
     // Cheap exit before any /proc scan or lock: most runs are final. A
     // finalizer that died right after writing the proof left its overlay,
     // event or marker release undone: finish them here.
-    if let Some(proof) = final_proof(run_dir, status) {
+    // A final proof under a status still active: its finalizer could not
+    // write the repair (full or read-only root); settled below like a run
+    // without a proof.
+    if let Some(proof) = final_proof(run_dir, status).filter(|_| !status.state.is_active()) {
         // A live monitor is still persisting it itself.
         let monitor_alive = matches!(
             Presence::of(status.monitor_identity.as_ref()),
@@ -439,8 +443,12 @@ pub fn gather(run_dir: &Path, status: &RunStatus) -> Facts {
     }
 }
 
+/// Nothing is left to finalize: the run never started, or its proof is
+/// final and its status too (a status still active under a final proof is
+/// a repair that could not be written).
 fn proof_is_final(run_dir: &Path, status: &RunStatus) -> bool {
-    projects_not_started(status) || final_proof(run_dir, status).is_some()
+    projects_not_started(status)
+        || (!status.state.is_active() && final_proof(run_dir, status).is_some())
 }
 
 /// The status records a `not-started` proof: the run never started.
@@ -816,13 +824,16 @@ pub fn finish_in_slot(
     witness: &Witness,
     slot: Option<u64>,
 ) -> (ProcessTerminal, Option<String>) {
-    let mut repaired = None;
-    if proof::read_candidate(run_dir).ok().flatten().is_none() {
-        repaired = repair_unfinished(run_dir, run_id, witness);
-        if let Ok(Some(status)) = read_status(run_dir) {
-            let candidate = witnessed_candidate(run_id, &status, witness);
-            let _ = proof::write_candidate(run_dir, &candidate);
-        }
+    let candidate = proof::read_candidate(run_dir).ok().flatten();
+    // A candidate does not mean the status was finished: a full or
+    // read-only root may have taken the status write and let the candidate
+    // through (or a finalizer before us wrote its witnessed one).
+    let repaired = repair_unfinished(run_dir, run_id, witness, candidate.as_ref());
+    if candidate.is_none()
+        && let Ok(Some(status)) = read_status(run_dir)
+    {
+        let candidate = witnessed_candidate(run_id, &status, witness);
+        let _ = proof::write_candidate(run_dir, &candidate);
     }
     let close = RunnerClose {
         process_instance_id: witness.runner_instance_id.clone(),
@@ -900,13 +911,18 @@ fn listing_facts(root: &Path, run_dir: &Path) -> Option<(Option<Value>, Value)> 
 }
 
 /// An active status whose runner is gone: restore the outcome from the
-/// events when every step's end is there, else fail (or stop) the run.
-fn repair_unfinished(run_dir: &Path, run_id: &str, witness: &Witness) -> Option<String> {
+/// evidence when every step's end is there, else fail (or stop) the run.
+fn repair_unfinished(
+    run_dir: &Path,
+    run_id: &str,
+    witness: &Witness,
+    candidate: Option<&Candidate>,
+) -> Option<String> {
     let current = read_status(run_dir).ok().flatten()?;
     if !current.state.is_active() {
         return None;
     }
-    let restored = outcome_from_events(&current, &events::read_all(run_dir));
+    let restored = outcome_from_evidence(&current, &events::read_all(run_dir), candidate);
     let base = match (&witness.role, witness.runner_end) {
         (Role::Monitor, Some(ended)) => format!(
             "Async runner process exited with {} before writing a final status.",
@@ -920,8 +936,8 @@ fn repair_unfinished(run_dir: &Path, run_id: &str, witness: &Witness) -> Option<
     let message = match (&witness.stop_reason, &restored) {
         (Some(reason), _) => reason.clone(),
         (None, Some(r)) => format!(
-            "Async runner exited before writing a final status; every step's end is in events.jsonl, so the run is {}.",
-            r.state
+            "Async runner exited before writing a final status; every step's end is in {}, so the run is {}.",
+            r.source, r.state
         ),
         (None, None) => reconcile::with_stderr_tail(run_dir, base),
     };
@@ -964,45 +980,57 @@ fn stopped(s: RunStatus, reason: &str, now: u64) -> RunStatus {
     s
 }
 
-/// The outcome the events prove.
+/// The outcome the evidence proves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restored {
     /// `complete` when every step completed, else `failed`.
     pub state: RunState,
     /// `Step failed: <agent>` for the first step that did not complete.
     pub error: Option<String>,
-    /// Step index → the step status its end event names.
+    /// Step index → the step status its end names.
     pub steps: BTreeMap<usize, String>,
+    /// Where the step ends were found, for the repair message:
+    /// `events.jsonl`, `status.json`, the candidate, or several of them.
+    pub source: String,
 }
 
 /// Events are evidence: when `events.jsonl` records the end of every step
 /// (`subagent.step.<status>` with `stepIndex`), the run's outcome is known
 /// even though the runner died before its final write (pure).
 pub fn outcome_from_events(status: &RunStatus, events: &[Value]) -> Option<Restored> {
+    outcome_from_evidence(status, events, None)
+}
+
+/// The outcome of a run whose runner died before its final write, when
+/// every step's end is known (pure). A step's end is, by precedence: its
+/// `subagent.step.<status>` event; its status recorded in `status.json`
+/// (the runner writes a step's end before its event, so a root that turned
+/// full or read-only in between keeps only that); its COMMAND's exit code
+/// in the candidate (0 complete, any other failed).
+pub fn outcome_from_evidence(
+    status: &RunStatus,
+    events: &[Value],
+    candidate: Option<&Candidate>,
+) -> Option<Restored> {
     let count = status.steps().len();
     if count == 0 {
         return None;
     }
+    let sources = [
+        (files::EVENTS, ends_in_events(events)),
+        (files::STATUS, ends_in_status(status)),
+        (files::CANDIDATE, ends_in_candidate(candidate)),
+    ];
     let mut ends = BTreeMap::new();
-    for event in events {
-        let Some(kind) = event
-            .get("type")
-            .and_then(Value::as_str)
-            .and_then(|t| t.strip_prefix("subagent.step."))
-        else {
-            continue;
-        };
-        let step_status = match kind {
-            "completed" => "complete",
-            "failed" | "stopped" | "paused" | "rejected" => kind,
-            _ => continue,
-        };
-        if let Some(i) = event.get("stepIndex").and_then(Value::as_u64) {
-            ends.insert(i as usize, step_status.to_owned());
+    let mut used = Vec::new();
+    for i in 0..count {
+        let (name, end) = sources
+            .iter()
+            .find_map(|(name, ends)| Some((*name, ends.get(&i)?.clone())))?;
+        ends.insert(i, end);
+        if !used.contains(&name) {
+            used.push(name);
         }
-    }
-    if (0..count).any(|i| !ends.contains_key(&i)) {
-        return None;
     }
     let first_bad = (0..count).find(|i| ends[i] != "complete");
     let (state, error) = match first_bad {
@@ -1016,7 +1044,65 @@ pub fn outcome_from_events(status: &RunStatus, events: &[Value]) -> Option<Resto
         state,
         error,
         steps: ends,
+        source: used.join(" and "),
     })
+}
+
+/// A step's end status, as `subagent.step.<kind>` names it.
+fn end_of_event(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "completed" => "complete",
+        "failed" => "failed",
+        "stopped" => "stopped",
+        "paused" => "paused",
+        "rejected" => "rejected",
+        _ => return None,
+    })
+}
+
+/// A step status that records the step's end.
+fn is_end_status(status: &str) -> bool {
+    matches!(
+        status,
+        "complete" | "failed" | "stopped" | "paused" | "rejected"
+    )
+}
+
+fn ends_in_events(events: &[Value]) -> BTreeMap<usize, String> {
+    let mut ends = BTreeMap::new();
+    for event in events {
+        let end = event
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(|t| t.strip_prefix("subagent.step."))
+            .and_then(end_of_event);
+        if let (Some(end), Some(i)) = (end, event.get("stepIndex").and_then(Value::as_u64)) {
+            ends.insert(i as usize, end.to_owned());
+        }
+    }
+    ends
+}
+
+fn ends_in_status(status: &RunStatus) -> BTreeMap<usize, String> {
+    let steps = status.steps().iter().enumerate();
+    steps
+        .filter(|(_, step)| is_end_status(&step.status))
+        .map(|(i, step)| (i, step.status.clone()))
+        .collect()
+}
+
+fn ends_in_candidate(candidate: Option<&Candidate>) -> BTreeMap<usize, String> {
+    let Some(candidate) = candidate else {
+        return BTreeMap::new();
+    };
+    let writers = candidate.writers.iter();
+    writers
+        .filter_map(|(i, records)| {
+            let code = records.last()?.exit_code?;
+            let end = if code == 0 { "complete" } else { "failed" };
+            Some((i.parse().ok()?, end.to_owned()))
+        })
+        .collect()
 }
 
 fn restore(mut s: RunStatus, restored: &Restored, now: u64) -> RunStatus {

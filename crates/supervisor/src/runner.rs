@@ -540,14 +540,14 @@ impl<'a> Execution<'a> {
         self.steps[i].closed_at = now_ms();
         let pgid = self.steps[i].pid.unwrap_or_default();
         self.steps[i].tree = Some(self.verify_group_gone(pgid));
-        let output = output_path(self.config, i);
         crate::agent_output::after_step(self.config, i);
-        if std::fs::metadata(&output).map_or(true, |m| m.len() == 0) {
-            let stdout = std::fs::read(log_path(self.config, i, "stdout")).unwrap_or_default();
-            // Made durable by the directory fsync of the run's final status.
-            let _ = atomic_file::replace_private_with(&output, &stdout, || {});
-        }
+        let filled = fill_output(self.config, i);
         self.write_step_end(i);
+        if filled.is_err() {
+            // The root was full or read-only; the step end's write waited
+            // for it to come back, so the copy may go through now.
+            let _ = fill_output(self.config, i);
+        }
     }
 
     fn verify_group_gone(&mut self, pgid: u32) -> ProcessTree {
@@ -601,7 +601,7 @@ impl<'a> Execution<'a> {
             status
         };
         let kind = format!("subagent.step.{kind}");
-        if write().is_err_and(|e| durable::NoSpace::no_space(&e)) {
+        if write().is_err_and(|e| durable::Unwritable::blocked(&e).is_some()) {
             // Evidence first: a runner killed while it waits for space must
             // still leave the step's end (its reserved room takes the line).
             self.event(&kind, fields);
@@ -903,6 +903,17 @@ fn step_verdict(
         ),
         (None, None) => ("pending", None, 1),
     }
+}
+
+/// A step's output file, when the COMMAND left it empty, is a copy of its
+/// stdout log. Made durable by the directory fsync of the run's final status.
+fn fill_output(config: &LaunchConfig, i: usize) -> Result<(), atomic_file::Error> {
+    let output = output_path(config, i);
+    if std::fs::metadata(&output).is_ok_and(|m| m.len() > 0) {
+        return Ok(());
+    }
+    let stdout = std::fs::read(log_path(config, i, "stdout")).unwrap_or_default();
+    atomic_file::replace_private_with(&output, &stdout, || {})
 }
 
 /// The task as COMMAND's stdin: `task.md` itself, byte for byte (the

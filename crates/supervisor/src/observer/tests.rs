@@ -842,3 +842,143 @@ fn a_stop_that_arrived_turns_the_repair_into_stopped_and_keeps_other_failures() 
     );
     assert_eq!(steps[1].error.as_deref(), Some("Stopped by the test."));
 }
+
+#[test]
+fn each_step_end_is_taken_from_the_events_then_the_status_then_the_candidate() {
+    let mut status = two_steps();
+    status.steps.as_mut().unwrap()[0].status = "complete".into();
+    let writer = |code| proof::WriterRecord {
+        process_instance_id: "runner-1-writer-1".into(),
+        kind: "pi-writer".into(),
+        attempt: 0,
+        close_observed_at: 1,
+        exit_code: code,
+        signal: None,
+        process_tree: ProcessTree::Unknown {
+            reason: "verification-failed".into(),
+            diagnostic: None,
+        },
+    };
+    let mut candidate = witnessed_candidate("r", &status, &monitor_witness(None, None));
+    candidate.writers = BTreeMap::from([("1".to_owned(), vec![writer(Some(3))])]);
+    // Step 0 from the status, step 1 from the candidate's exit code 3.
+    let restored = outcome_from_evidence(&status, &[], Some(&candidate)).unwrap();
+    assert_eq!(restored.state, RunState::Failed);
+    assert_eq!(restored.error.as_deref(), Some("Step failed: b"));
+    assert_eq!(
+        restored.source,
+        "status.json and process-terminal-candidate.json"
+    );
+    // An event outranks both.
+    let events = [step_event("completed", 1)];
+    let restored = outcome_from_evidence(&status, &events, Some(&candidate)).unwrap();
+    assert_eq!((restored.state, restored.error), (RunState::Complete, None));
+    assert_eq!(restored.source, "status.json and events.jsonl");
+    // An exit the candidate does not know (a signal) is no end.
+    candidate.writers = BTreeMap::from([("1".to_owned(), vec![writer(None)])]);
+    assert_eq!(outcome_from_evidence(&status, &[], Some(&candidate)), None);
+    assert_eq!(outcome_from_evidence(&status, &[], None), None);
+}
+
+/// `orphaned` with both steps recorded `complete` in the status.
+fn orphaned_with_recorded_ends(dir: &Path) {
+    orphaned(dir, dead());
+    status::model::update_status(dir, |s| {
+        let mut s = s?;
+        for step in s.steps.iter_mut().flatten() {
+            step.status = "complete".into();
+        }
+        Some(s)
+    })
+    .unwrap();
+}
+
+fn assert_finalized_complete(dir: &Path, observation: Observation, source: &str) {
+    let Observation::Finalized { repaired, .. } = &observation else {
+        panic!("not finalized: {observation:?}")
+    };
+    let message = repaired.as_deref().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "every step's end is in {source}, so the run is complete"
+        )),
+        "{message}"
+    );
+    let status = read_status(dir).unwrap().unwrap();
+    assert_eq!(status.state, RunState::Complete, "{observation:?}");
+    assert_eq!(status.error, None);
+    assert!(!index::has_marker(dir));
+}
+
+#[test]
+fn the_step_ends_recorded_in_the_status_restore_the_outcome_without_events() {
+    // A root that turned read-only after the runner wrote each step's end
+    // and before their events and the final status.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned_with_recorded_ends(&dir);
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    assert_finalized_complete(&dir, observation, "status.json");
+}
+
+#[test]
+fn a_candidate_under_a_status_still_running_does_not_skip_the_repair() {
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned(&dir, dead());
+    let status = read_status(&dir).unwrap().unwrap();
+    let mut candidate = witnessed_candidate("r", &status, &monitor_witness(None, None));
+    for i in ["0", "1"] {
+        let record = proof::WriterRecord {
+            process_instance_id: format!("runner-1-writer-{i}"),
+            kind: "pi-writer".into(),
+            attempt: 0,
+            close_observed_at: 1,
+            exit_code: Some(0),
+            signal: None,
+            process_tree: ProcessTree::Observed {
+                mechanism: "posix-process-group".into(),
+                process_group_id: 4242,
+                verified_at: 1,
+            },
+        };
+        candidate.writers.insert(i.into(), vec![record]);
+    }
+    candidate.expected_writers = Some(BTreeMap::from([("0".into(), 1), ("1".into(), 1)]));
+    proof::write_candidate(&dir, &candidate).unwrap();
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    assert_finalized_complete(&dir, observation, "process-terminal-candidate.json");
+}
+
+#[test]
+fn a_final_proof_under_a_status_still_running_is_repaired_once_its_processes_are_gone() {
+    // The finalizer wrote the proof but not the repair (the root filled up
+    // or turned read-only in between) and released the marker.
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned_with_recorded_ends(&dir);
+    let status = read_status(&dir).unwrap().unwrap();
+    let witness = Witness {
+        role: Role::Reconciler,
+        ..monitor_witness(None, None)
+    };
+    let candidate = witnessed_candidate("r", &status, &witness);
+    proof::write_candidate(&dir, &candidate).unwrap();
+    let close = RunnerClose {
+        process_instance_id: "runner-1".into(),
+        close_observed_at: 1,
+        exit_code: None,
+        signal: None,
+        observer: None,
+    };
+    let leases = |_: &str| Err("no lease".to_owned());
+    let proof = proof::finalize(&dir, "r", &close, &leases, 2);
+    assert_eq!(proof.state, ProofState::Observed);
+    assert!(!index::has_marker(&dir));
+    assert_eq!(read_status(&dir).unwrap().unwrap().state, RunState::Running);
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    assert_finalized_complete(&dir, observation, "status.json");
+}
