@@ -807,6 +807,48 @@ pub fn update_status(
     }
 }
 
+/// [`update_status`] for the status's owner, the runner, which keeps a copy
+/// of what it last wrote (`last`). A status that exists but cannot be read
+/// (unparsable, wrong types, oversize, a FIFO, directory or symlink in its
+/// place) is moved aside to `status.json.damaged-<ms>` (kept as evidence; a
+/// directory could not be replaced otherwise) and `change` gets `last`
+/// instead: the runner's own record of the run wins over a damaged file,
+/// whose other writers' changes (a stop request) are lost with it.
+/// `sync_dir`: as [`update_status`] when true, as
+/// [`update_status_unsynced_dir`] when false. Returns the new status and,
+/// when the file was damaged, why.
+pub fn update_status_owned(
+    run_dir: &Path,
+    last: Option<&RunStatus>,
+    sync_dir: bool,
+    change: impl FnOnce(Option<RunStatus>) -> Option<RunStatus>,
+) -> Result<(Option<RunStatus>, Option<String>)> {
+    let _lock = lock_status(run_dir)?;
+    let (current, damage) = match read_status(run_dir) {
+        Ok(current) => (current, None),
+        Err(e @ (Error::Invalid { .. } | Error::Read(_))) => {
+            let aside = run_dir.join(format!("{}.damaged-{}", files::STATUS, crate::now_ms()));
+            let status = run_dir.join(files::STATUS);
+            std::fs::rename(&status, &aside).map_err(|e| io_err("move aside", &status, e))?;
+            let why = format!("{e}; moved aside to '{}'", atomic_file::escape_path(&aside));
+            (last.cloned(), Some(why))
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(next) = change(current) else {
+        return Ok((None, damage));
+    };
+    if sync_dir {
+        write_status(run_dir, &next)?;
+    } else {
+        let bytes = atomic_file::to_pretty_json(&next);
+        atomic_file::replace_private_with(&run_dir.join(files::STATUS), &bytes, || {
+            crate::fault_point("mid-status-write")
+        })?;
+    }
+    Ok((Some(next), damage))
+}
+
 /// [`update_status`] whose write fsyncs the new status but not the run
 /// directory: a crash may bring back the previous (durable, complete)
 /// status. Only for a change whose loss in a crash leaves a state the
