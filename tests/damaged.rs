@@ -48,7 +48,10 @@ fn damage(env: &Env, id: &str, how: Damage) {
             std::fs::write(path.join("inside"), "x").unwrap();
         }
         Damage::Fifo => replace(&|p| {
-            let made = std::process::Command::new("mkfifo").arg(p).status().unwrap();
+            let made = std::process::Command::new("mkfifo")
+                .arg(p)
+                .status()
+                .unwrap();
             assert!(made.success());
         }),
         Damage::Symlink => replace(&|p| std::os::unix::fs::symlink("/etc/hostname", p).unwrap()),
@@ -92,7 +95,11 @@ fn tagged(id: &str) -> Vec<u32> {
     let wanted = format!("SUBAGENTS_RUN_ID={id}");
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let env = std::fs::read(entry.path().join("environ")).unwrap_or_default();
@@ -171,10 +178,16 @@ fn a_damaged_status_whose_monitor_and_runner_were_killed_is_proven_over_and_prun
     }
 
     env.ok(&["reconcile"]);
-    assert!(grandchildren.iter().all(|p| !alive(*p)), "{grandchildren:?}");
+    assert!(
+        grandchildren.iter().all(|p| !alive(*p)),
+        "{grandchildren:?}"
+    );
     assert_released(&env, &id);
     let proof = read_json(&env.run_dir(&id).join("process-terminal.json"));
-    assert_eq!(proof["instances"][0]["observer"]["role"], "reconciler", "{proof}");
+    assert_eq!(
+        proof["instances"][0]["observer"]["role"], "reconciler",
+        "{proof}"
+    );
 
     // Still unreadable, and said so with its reason and its proof.
     let out = env.run(&["status", &id]);
@@ -187,9 +200,15 @@ fn a_damaged_status_whose_monitor_and_runner_were_killed_is_proven_over_and_prun
         "{text}"
     );
     let listed = env.ok(&["list", "--all"]);
-    assert!(listed.contains(&format!("- {id} | unreadable |")), "{listed}");
+    assert!(
+        listed.contains(&format!("- {id} | unreadable |")),
+        "{listed}"
+    );
     let pruned = env.ok(&["prune", "--older-than", "0s"]);
-    assert!(pruned.contains(&format!("pruned {id} (unreadable")), "{pruned}");
+    assert!(
+        pruned.contains(&format!("pruned {id} (unreadable")),
+        "{pruned}"
+    );
     assert!(!env.run_dir(&id).exists());
 }
 
@@ -226,7 +245,10 @@ fn a_monitor_whose_runner_died_after_its_status_was_damaged_proves_the_run_over(
     poll(Duration::from_secs(30), || {
         proof.exists() && !env.marker(&id).exists()
     });
-    assert!(grandchildren.iter().all(|p| !alive(*p)), "{grandchildren:?}");
+    assert!(
+        grandchildren.iter().all(|p| !alive(*p)),
+        "{grandchildren:?}"
+    );
     let proof = read_json(&proof);
     assert_eq!(proof["state"], "observed", "{proof}");
     assert!(proof["instances"][0]["observer"].is_null(), "{proof}");
