@@ -57,17 +57,21 @@ pub fn read(run_dir: &Path) -> Result<Option<RunProcesses>> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e.into()),
     };
+    parse(&path, &bytes).map(Some)
+}
+
+/// Parses a record; `path` names the file in errors.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<RunProcesses> {
     let invalid = |reason: String| Error::Invalid {
         what: "run processes file",
-        path: atomic_file::escape_path(&path),
+        path: atomic_file::escape_path(path),
         reason,
     };
-    let record: RunProcesses =
-        serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+    let record: RunProcesses = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
     if record.version != 1 {
         return Err(invalid(format!("version {} is not 1", record.version)));
     }
-    Ok(Some(record))
+    Ok(record)
 }
 
 #[cfg(test)]
