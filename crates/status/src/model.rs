@@ -1017,4 +1017,49 @@ mod tests {
             RunState::Running
         );
     }
+
+    #[test]
+    fn the_owner_writes_a_damaged_status_from_its_last_write_and_keeps_the_damage_aside() {
+        let last = RunStatus::new("owned", RunState::Running);
+        for damage in ["wrong types", "directory", "fifo"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(files::STATUS);
+            match damage {
+                "wrong types" => std::fs::write(&path, r#"{"state": 5}"#).unwrap(),
+                "directory" => std::fs::create_dir(&path).unwrap(),
+                _ => assert!(
+                    std::process::Command::new("mkfifo")
+                        .arg(&path)
+                        .status()
+                        .unwrap()
+                        .success()
+                ),
+            }
+            assert!(update_status(dir.path(), |s| s).is_err(), "{damage}");
+            let (next, why) = update_status_owned(dir.path(), Some(&last), false, |s| {
+                let mut s = s?;
+                s.state = RunState::Complete;
+                Some(s)
+            })
+            .unwrap();
+            assert_eq!(next.unwrap().run_id, "owned", "{damage}");
+            assert!(why.unwrap().contains("moved aside to"), "{damage}");
+            assert_eq!(
+                read_status(dir.path()).unwrap().unwrap().state,
+                RunState::Complete
+            );
+            let aside = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with("status.json.damaged-")
+                });
+            assert_eq!(aside.count(), 1, "{damage}");
+            // A readable status is the owner's to change as it is.
+            let (next, why) = update_status_owned(dir.path(), None, true, |s| s).unwrap();
+            assert_eq!((next.unwrap().state, why), (RunState::Complete, None));
+        }
+    }
 }

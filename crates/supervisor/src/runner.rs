@@ -1163,7 +1163,8 @@ mod tests {
         interruption: Option<Interruption>,
     ) -> (RunState, Option<String>) {
         let _serial = crate::procs::tests::serial();
-        let mut execution = Execution::new(c, Signals::block().unwrap(), 0, None);
+        let mut execution =
+            Execution::new(c, Signals::block().unwrap(), 0, None, OwnStatus::default());
         execution.steps = steps;
         execution.interruption = interruption;
         execution.run_verdict(Some("reason given".into()))
@@ -1259,7 +1260,8 @@ mod tests {
         std::fs::write(output_path(&c, 0), "one\n").unwrap();
         std::fs::write(output_path(&c, 1), "two\n").unwrap();
         let _serial = crate::procs::tests::serial();
-        let execution = Execution::new(&c, Signals::block().unwrap(), 0, None);
+        let execution =
+            Execution::new(&c, Signals::block().unwrap(), 0, None, OwnStatus::default());
         let single = GroupConfig {
             start: 1,
             count: 1,
@@ -1278,7 +1280,8 @@ mod tests {
     fn the_candidate_claims_each_started_step_and_no_group_while_an_orphan_survives() {
         let c = config(None, None);
         let _serial = crate::procs::tests::serial();
-        let mut execution = Execution::new(&c, Signals::block().unwrap(), 0, None);
+        let mut execution =
+            Execution::new(&c, Signals::block().unwrap(), 0, None, OwnStatus::default());
         let observed = ProcessTree::Observed {
             mechanism: "posix-process-group".into(),
             process_group_id: 100,
