@@ -6,9 +6,10 @@
 #   scripts/fault-trials.sh [TRIALS] [FAULT...]
 #
 # TRIALS defaults to 20. FAULTs: monitor-early monitor-mid both-early
-# both-mid launcher runner command launcher-kill-during-creation (default:
-# all). The binary is $SUBAGENTS_BIN, else target/release/subagents.
-# `launcher` needs strace, `launcher-kill-during-creation` perl.
+# both-mid launcher runner command launcher-kill-during-creation
+# damaged-status damaged-killed damaged-owner (default: all). The binary is
+# $SUBAGENTS_BIN, else target/release/subagents. `launcher` needs strace,
+# `launcher-kill-during-creation` perl.
 #
 # launcher-kill-during-creation SIGKILLs the launcher 0-8 ms after its run
 # directory appears (trial i of N waits (i-1)*8/(N-1) ms). Clean means, on
@@ -18,6 +19,19 @@
 # repeated as above: a directory without status is finished once it is
 # 10 s old), and after `prune --older-than 0s` nothing of the run is left
 # (no run directory, no budget naming it).
+#
+# The damaged-* faults damage a file of a running run instead of killing a
+# process, taking the damage kinds in turn, one per trial:
+#   damaged-status  status.json replaced (wrong types, truncated, a
+#                   directory, a FIFO, a symlink), then `subagents stop`,
+#                   which must exit 0;
+#   damaged-killed  the same damage, then SIGKILL monitor and runner and
+#                   `reconcile`: the status stays unreadable, so the run
+#                   counts as settled by its process-terminal.json alone;
+#   damaged-owner   the slot's owner.json replaced (a FIFO, a directory,
+#                   20 MB, bad UTF-8, wrong types); a `reconcile` while the
+#                   run still runs must keep the slot, and the run then
+#                   ends by itself.
 #
 # A trial is clean when, after `subagents reconcile` (repeated every 100 ms,
 # at most 60 s), the run is neither queued nor running, its process-terminal
@@ -34,7 +48,7 @@ case "$trials" in
 '' | *[!0-9]*) echo "usage: $0 [TRIALS] [FAULT...]" >&2; exit 2 ;;
 esac
 shift $(($# > 0 ? 1 : 0))
-faults="${*:-monitor-early monitor-mid both-early both-mid launcher runner command launcher-kill-during-creation}"
+faults="${*:-monitor-early monitor-mid both-early both-mid launcher runner command launcher-kill-during-creation damaged-status damaged-killed damaged-owner}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${SUBAGENTS_BIN:-$repo/target/release/subagents}"
 [ -x "$bin" ] || { echo "no binary at $bin (cargo build --release -p subagents)" >&2; exit 2; }
@@ -60,8 +74,43 @@ settled() {
     local state proof
     state="$(field "$1" .state)"
     proof="$(field "$1" .processTerminal.state)"
+    if [ "${damaged_status:-}" = 1 ] && ! "$bin" status "$1" >/dev/null 2>&1; then
+        # Unreadable by design: the proof file alone says it is over.
+        state=unreadable
+        proof="$(jq -r .state "$SUBAGENTS_ROOT/async-subagent-runs/$1/process-terminal.json" 2>/dev/null)"
+    fi
     case "$state" in queued | running | '') return 1 ;; esac
     case "$proof" in observed | not-started) return 0 ;; *) return 1 ;; esac
+}
+
+# Damages status.json of run $1 in the $2-th way of five.
+damage_status() {
+    local file="$SUBAGENTS_ROOT/async-subagent-runs/$1/status.json" tmp
+    tmp="$file.trial-tmp"
+    case $(($2 % 5)) in
+    0) printf '{"state": 5}' >"$tmp" ;;
+    1) printf '{"runId": "x", "sta' >"$tmp" ;;
+    2) rm -f "$file" && mkdir "$file" && : >"$file/inside" && return ;;
+    3) mkfifo "$tmp" ;;
+    4) ln -s /etc/hostname "$tmp" ;;
+    esac
+    mv -T "$tmp" "$file"
+}
+
+# Damages the owner.json of session s's only slot in the $1-th way of five.
+damage_owner() {
+    local slot owner
+    slot="$(ls -d "$SUBAGENTS_ROOT"/session-active-async-capacity/*/slot-* 2>/dev/null | head -1)"
+    [ -n "$slot" ] || return 1
+    owner="$slot/owner.json"
+    rm -f "$owner"
+    case $(($1 % 5)) in
+    0) mkfifo "$owner" ;;
+    1) mkdir "$owner" && : >"$owner/inside" ;;
+    2) truncate -s 20000000 "$owner" ;;
+    3) printf '{"version": 1, "runId": "\377\376"}' >"$owner" ;;
+    4) printf '{"version": "1", "runId": 7}' >"$owner" ;;
+    esac
 }
 
 alive() { # processes carrying the run id in their environment
@@ -121,7 +170,7 @@ creation_finished() {
 # Runs one trial of fault $1 in root $SUBAGENTS_ROOT; prints why it is not
 # clean, nothing when it is. $2: the trial's number (1-based).
 trial() {
-    local fault="$1" id=""
+    local fault="$1" n="$2" id=""
     case "$fault" in
     launcher-kill-during-creation)
         local delay=$(((${2:-1} - 1) * 8000 / (trials > 1 ? trials - 1 : 1)))
@@ -147,19 +196,38 @@ trial() {
         monitor="$(field "$id" .monitorIdentity.pid)"
         runner="$(field "$id" .runnerIdentity.pid)"
         case "$fault" in
-        *-mid | runner | command)
+        *-mid | runner | command | damaged-*)
             wait_for 20 step_running "$id" || { echo "step never ran"; return; }
             ;;
         esac
-        local victims
+        local victims out
+        case "$fault" in
+        damaged-status)
+            damage_status "$id" "$n"
+            out="$("$bin" stop "$id" 2>&1)" || { echo "stop failed: $out"; return; }
+            ;;
+        damaged-killed)
+            damage_status "$id" "$n"
+            damaged_status=1
+            kill -9 "$monitor" "$runner" 2>/dev/null || { echo "the fault did not land"; return; }
+            ;;
+        damaged-owner)
+            damage_owner "$n" || { echo "no slot to damage"; return; }
+            "$bin" reconcile >/dev/null 2>&1
+            [ "$("$bin" capacity --session s --json 2>/dev/null | jq -r .used)" = 1 ] ||
+                { echo "the slot of a live run was reclaimed"; return; }
+            ;;
+        esac
         case "$fault" in
         monitor-*) victims="$monitor" ;;
         both-*) victims="$monitor $runner" ;;
         runner) victims="$runner" ;;
         command) victims="$(field "$id" .steps[0].externalProcess.pid)" ;;
         esac
-        # shellcheck disable=SC2086 # one or two pids
-        kill -9 $victims 2>/dev/null || { echo "the fault did not land: $victims already gone"; return; }
+        if [ -n "${victims:-}" ]; then
+            # shellcheck disable=SC2086 # one or two pids
+            kill -9 $victims 2>/dev/null || { echo "the fault did not land: $victims already gone"; return; }
+        fi
         ;;
     esac
     if [ -n "$id" ]; then

@@ -86,6 +86,10 @@ pub enum Kind {
     StartupProceed,
     /// A capacity slot's `owner.json`.
     CapacityOwner,
+    /// A capacity slot's second record of its run, `run.<generation>.<run id>`.
+    CapacityRunName,
+    /// `run-processes.json`.
+    RunProcesses,
     /// `recovery-descriptor.json`.
     Recovery,
     /// `launch-contract.json`.
@@ -104,7 +108,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in snapshot order.
-    pub const ALL: [Kind; 21] = [
+    pub const ALL: [Kind; 23] = [
         Kind::Status,
         Kind::Events,
         Kind::Candidate,
@@ -119,6 +123,8 @@ impl Kind {
         Kind::StartupAck,
         Kind::StartupProceed,
         Kind::CapacityOwner,
+        Kind::CapacityRunName,
+        Kind::RunProcesses,
         Kind::Recovery,
         Kind::LaunchContract,
         Kind::LeaseOwner,
@@ -145,6 +151,8 @@ impl Kind {
             Kind::StartupAck => "startup-ack",
             Kind::StartupProceed => "startup-proceed",
             Kind::CapacityOwner => "capacity-owner",
+            Kind::CapacityRunName => "capacity-run-name",
+            Kind::RunProcesses => "run-processes",
             Kind::Recovery => "recovery",
             Kind::LaunchContract => "launch-contract",
             Kind::LeaseOwner => "lease-owner",

@@ -433,6 +433,8 @@ impl Capacity {
                 return Err(not_transferable());
             }
             let next = self.transferred(&disk, request);
+            // Named first: owner.json's directory fsync covers the name.
+            pool::write_run_name(&slot.path, &next)?;
             pool::write_owner(&slot.path, &next)?;
             Ok((disk, next))
         })?;
@@ -523,7 +525,10 @@ impl Capacity {
     ) -> Result<(), CapacityError> {
         let key = session_key(session_id);
         for slot in list_slots(pool)? {
-            let Some(owner) = slot.owner()? else { continue };
+            let Some(owner) = slot.owner()? else {
+                self.reclaim_damaged(pool, &key, &slot, listed_active)?;
+                continue;
+            };
             let ours = owner.owner_session_id == session_id
                 && owner.owner_session_key == key
                 && owner.slot == slot.index;
@@ -583,6 +588,48 @@ impl Capacity {
             return Ok(false);
         };
         release_if_releasable(&pool, &slot, &owner, &HashSet::new())
+    }
+
+    /// Frees a slot whose `owner.json` is damaged (a FIFO or directory in
+    /// its place, oversize, not UTF-8, not an owner record) once the run its
+    /// second record names ([`pool::recorded_run`]) is provably over
+    /// ([`verdict::damaged_owner_verdict`]). A slot without that record (one
+    /// the reference made) is kept, as before.
+    fn reclaim_damaged(
+        &self,
+        pool: &Path,
+        key: &str,
+        slot: &SlotDir,
+        listed_active: &HashSet<String>,
+    ) -> Result<(), CapacityError> {
+        let Some(recorded) = pool::recorded_run(&slot.path) else {
+            return Ok(());
+        };
+        if listed_active.contains(&recorded.run_id) {
+            return Ok(());
+        }
+        let verdict = verdict::damaged_owner_verdict(&recorded, key, &self.runs_dir());
+        if verdict.state != ReleaseState::Releasable {
+            return Ok(());
+        }
+        with_claim(&slot.path, || {
+            let still = read_owner(&slot.path)?.is_none()
+                && pool::recorded_run(&slot.path).as_ref() == Some(&recorded);
+            if still {
+                pool::release_slot(pool, slot)?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// The runs directory next to this capacity root
+    /// (`<state root>/async-subagent-runs`).
+    fn runs_dir(&self) -> PathBuf {
+        self.root
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join("async-subagent-runs")
     }
 
     /// Counts the session's slots without changing anything.

@@ -20,6 +20,9 @@ use crate::owner::OwnerRecord;
 const LOCK_FILE: &str = ".lock";
 const CLAIM_FILE: &str = "capacity.claim";
 const OWNER_FILE: &str = "owner.json";
+/// Prefix of the slot's second record of its run: `run.<generation>.<run id>`,
+/// holding the reserving process (JSON, or `null`).
+const RUN_NAME_PREFIX: &str = "run.";
 
 fn io_error(op: &'static str, path: &Path, source: io::Error) -> CapacityError {
     atomic_file::Error {
@@ -221,6 +224,8 @@ pub(crate) fn create_slot(pool: &Path, owner: &OwnerRecord) -> Result<bool, Capa
         uuid::Uuid::new_v4()
     ));
     atomic_file::ensure_private_dir(&staging)?;
+    // Before owner.json, whose directory fsync makes this name durable too.
+    write_run_name(&staging, owner)?;
     // The reference's first write: pretty JSON with a trailing newline.
     let mut bytes = atomic_file::to_pretty_json(owner);
     bytes.push(b'\n');
@@ -249,6 +254,66 @@ pub(crate) fn create_slot(pool: &Path, owner: &OwnerRecord) -> Result<bool, Capa
             }
         }
     }
+}
+
+/// The run a slot holds, as its second record says, for when `owner.json`
+/// is damaged.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RecordedRun {
+    /// The generation of the reservation or transfer that wrote it.
+    pub(crate) generation: u64,
+    /// The run.
+    pub(crate) run_id: String,
+    /// The process that made that reservation, when its record is readable.
+    pub(crate) reserver: Option<ProcessIdentity>,
+}
+
+/// Whether `run_id` can be part of a file name as it is.
+fn name_safe(run_id: &str) -> bool {
+    !run_id.is_empty()
+        && run_id.len() <= 200
+        && run_id != "."
+        && run_id != ".."
+        && !run_id.contains(['/', '\0'])
+}
+
+/// Records `owner`'s run in the slot a second time, in a file name
+/// (`run.<generation>.<run id>`) that a damaged `owner.json` cannot take
+/// with it; its content is the reserving process. No fsync: the caller's
+/// next write in `slot_dir` (owner.json) fsyncs the directory, and the
+/// content only names a process alive now, which a crash ends anyway.
+pub(crate) fn write_run_name(slot_dir: &Path, owner: &OwnerRecord) -> Result<(), CapacityError> {
+    if !name_safe(&owner.run_id) {
+        return Ok(());
+    }
+    let name = format!("{RUN_NAME_PREFIX}{}.{}", owner.generation, owner.run_id);
+    atomic_file::write_json_transient(&slot_dir.join(name), &owner.reserved_by_process)?;
+    Ok(())
+}
+
+/// The latest run recorded by [`write_run_name`] in a slot, if any.
+pub(crate) fn recorded_run(slot_dir: &Path) -> Option<RecordedRun> {
+    let entries = fs::read_dir(slot_dir).ok()?;
+    let (generation, run_id) = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let (generation, run_id) = name.strip_prefix(RUN_NAME_PREFIX)?.split_once('.')?;
+            let generation = generation.parse::<u64>().ok()?;
+            name_safe(run_id).then(|| (generation, run_id.to_owned()))
+        })
+        .max()?;
+    let path = slot_dir.join(format!("{RUN_NAME_PREFIX}{generation}.{run_id}"));
+    let reserver = atomic_file::read::read_file(&path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Option<ProcessIdentity>>(&bytes).ok())
+        .flatten();
+    Some(RecordedRun {
+        generation,
+        run_id,
+        reserver,
+    })
 }
 
 /// Removes hidden leftovers of crashed creations and releases. Called under

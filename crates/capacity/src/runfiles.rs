@@ -33,6 +33,11 @@ pub(crate) fn read_status(dir: &Path) -> StatusRead {
         Err(e) => return StatusRead::Unreadable(e.to_string()),
     };
     match serde_json::from_slice::<Value>(&bytes) {
+        // A state that is not a string is no status at all (the status
+        // reader refuses it too); taken as present, it would read as over.
+        Ok(value) if value.get("state").is_some_and(|s| !s.is_string()) => {
+            StatusRead::Unreadable(format!("'{}': state is not a string", path.display()))
+        }
         Ok(value) if value.is_object() => StatusRead::Present(RunStatus(value)),
         Ok(_) => StatusRead::Unreadable(format!("'{}' is not a JSON object", path.display())),
         Err(e) => StatusRead::Unreadable(format!("failed to parse '{}': {e}", path.display())),
@@ -107,6 +112,14 @@ pub(crate) fn proof_state(dir: &Path, run_id: &str, runner_id: &str) -> Option<S
         .and_then(|p| valid_proof_state(p, run_id, runner_id))
         .unwrap_or("unknown");
     Some(state.to_owned())
+}
+
+/// The runner instance `process-terminal.json` names, whatever its state.
+pub(crate) fn proof_runner(dir: &Path) -> Option<String> {
+    let bytes = atomic_file::read::read_file(&dir.join("process-terminal.json")).ok()?;
+    let proof = serde_json::from_slice::<Value>(&bytes).ok()?;
+    let id = proof.get("runnerProcessInstanceId")?.as_str()?;
+    (!id.is_empty()).then(|| id.to_owned())
 }
 
 fn valid_proof_state<'a>(proof: &'a Value, run_id: &str, runner_id: &str) -> Option<&'a str> {

@@ -21,6 +21,7 @@ pub(crate) mod hooks {
     }
 }
 
+mod damaged;
 mod pool_files;
 mod processes;
 mod support;

@@ -7,8 +7,9 @@ use process_identity::Liveness;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::owner::{Kind, OwnerRecord};
-use crate::runfiles::{RunStatus, StatusRead, proof_state, read_status};
+use crate::owner::{Kind, OwnerRecord, session_key};
+use crate::pool::RecordedRun;
+use crate::runfiles::{RunStatus, StatusRead, proof_runner, proof_state, read_status};
 
 /// The three verdict states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,7 +68,28 @@ fn load_status(owner: &OwnerRecord) -> Result<RunStatus, Verdict> {
     match read_status(Path::new(&owner.async_dir)) {
         StatusRead::Present(status) => Ok(status),
         StatusRead::Missing => Err(abandoned(owner).unwrap_or_else(|| retained(STATUS_MISSING))),
-        StatusRead::Unreadable(e) => Err(retained(format!("{STATUS_MISSING}: {e}"))),
+        StatusRead::Unreadable(e) => Err(unreadable_status(owner, &e)),
+    }
+}
+
+/// Extension of the Rust version: a damaged `status.json` cannot say the
+/// run is over, but an observed proof of the slot's runner can: it is only
+/// written once every process of the run was proven gone. Without one the
+/// slot stays, with the read error as its reason.
+fn unreadable_status(owner: &OwnerRecord, error: &str) -> Verdict {
+    let dir = Path::new(&owner.async_dir);
+    let runner = owner
+        .runner_process_instance_id
+        .clone()
+        .or_else(|| proof_runner(dir).filter(|_| reserver_is_dead(owner)));
+    let observed =
+        runner.is_some_and(|r| proof_state(dir, &owner.run_id, &r).as_deref() == Some("observed"));
+    if observed {
+        releasable(format!(
+            "status file is unreadable ({error}), but a matching observed process-terminal proof is present"
+        ))
+    } else {
+        retained(format!("{STATUS_MISSING}: {error}"))
     }
 }
 
@@ -248,6 +270,88 @@ fn unsettled_child(step: &Value, runs_root: &Path) -> Option<Verdict> {
         Some(state) if state == "observed" => None,
         state => child(&format!(
             "process-terminal proof is {}",
+            state.as_deref().unwrap_or("missing")
+        )),
+    }
+}
+
+/// Extension of the Rust version: the verdict for a slot whose `owner.json`
+/// is damaged, from the run its second record names and that run's own
+/// files (in `runs_dir`), the pool's session key standing in for the
+/// owner's session. Releasable only when the run is provably over: a
+/// terminal status of this session with an observed proof (or a
+/// `not-started` failure); a damaged status with an observed proof; or no
+/// status at all (never written, or pruned) while the process that made
+/// the reservation is dead.
+pub(crate) fn damaged_owner_verdict(
+    recorded: &RecordedRun,
+    pool_key: &str,
+    runs_dir: &Path,
+) -> Verdict {
+    let run_id = recorded.run_id.as_str();
+    let dir = runs_dir.join(run_id);
+    let status = match read_status(&dir) {
+        StatusRead::Present(status) => status,
+        StatusRead::Missing => {
+            let dead = recorded
+                .reserver
+                .as_ref()
+                .is_some_and(|p| p.liveness() == Liveness::Dead);
+            return if dead {
+                releasable(format!(
+                    "owner record is damaged; run {run_id} has no status and its reserving process died"
+                ))
+            } else {
+                retained(format!(
+                    "owner record is damaged and run {run_id} has no status"
+                ))
+            };
+        }
+        StatusRead::Unreadable(e) => {
+            let observed = proof_runner(&dir)
+                .is_some_and(|r| proof_state(&dir, run_id, &r).as_deref() == Some("observed"));
+            return if observed {
+                releasable(format!(
+                    "owner record is damaged; run {run_id}'s status is unreadable ({e}), but its observed process-terminal proof is present"
+                ))
+            } else {
+                retained(format!("owner record is damaged; {STATUS_MISSING}: {e}"))
+            };
+        }
+    };
+    let ours = status.run_id() == Some(run_id)
+        && status.session_id().map(session_key).as_deref() == Some(pool_key);
+    if !ours {
+        return retained(format!(
+            "owner record is damaged and the status of {run_id} is not this slot's run"
+        ));
+    }
+    if !status.is_terminal() {
+        return retained(format!(
+            "owner record is damaged; run {run_id} is still {}",
+            state_text(&status)
+        ));
+    }
+    let runner = status
+        .process_terminal()
+        .map(|(_, _, id)| id)
+        .filter(|id| !id.is_empty());
+    let Some(runner) = runner else {
+        return retained("owner record is damaged; runner process identity has not been recorded");
+    };
+    if status
+        .process_terminal()
+        .is_some_and(|(state, ..)| state == "not-started")
+        && status.has_error()
+    {
+        return releasable("owner record is damaged; run failed before child startup completed");
+    }
+    match proof_state(&dir, run_id, runner) {
+        Some(state) if state == "observed" => releasable(
+            "owner record is damaged; its run's matching observed process-terminal proof is present",
+        ),
+        state => retained(format!(
+            "owner record is damaged; process-terminal proof is {}",
             state.as_deref().unwrap_or("missing")
         )),
     }

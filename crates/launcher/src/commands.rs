@@ -506,7 +506,13 @@ pub fn reconcile(layout: &Layout, json: bool) -> Result {
                         atomic_file::escape(&id),
                         atomic_file::escape(&e.to_string())
                     )]),
-                    Err(e) => unreadable.push(status::list::UnreadableRun::new(&id, &dir, &e)),
+                    Err(e) => {
+                        // Its session's slot may be freed by the proof alone.
+                        if let Ok(Some(record)) = status::processes::read(&dir) {
+                            sessions.extend(record.session_id);
+                        }
+                        unreadable.push(status::list::UnreadableRun::new(&id, &dir, &e));
+                    }
                 }
                 continue;
             }

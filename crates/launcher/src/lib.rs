@@ -22,6 +22,7 @@ pub mod api;
 pub mod budget;
 pub mod cli;
 pub mod commands;
+pub mod damaged;
 pub mod error;
 pub mod fanout;
 pub mod launch;

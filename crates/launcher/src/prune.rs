@@ -117,7 +117,7 @@ fn prune_run(
             }
         }
         Ok(Some(_)) => {}
-        Err(e) => return Err(format!("its status is unreadable: {e}")),
+        Err(e) => return prune_unreadable(layout, dir, id, cutoff, dry_run, &e),
     }
     let _lock =
         status::model::lock_status(dir).map_err(|e| format!("failed to lock its status: {e}"))?;
@@ -140,6 +140,63 @@ fn prune_run(
         id: id.to_owned(),
         state: status.state.as_str().to_owned(),
         ended_at: ended_at(&status),
+        slots,
+        budget,
+    }))
+}
+
+/// A run whose status cannot be read is pruned once it is proven over: an
+/// observed proof older than the cutoff, and neither the monitor nor the
+/// runner of its `run-processes.json` alive. Its slot is freed by the
+/// proof (the capacity verdict for an unreadable status).
+fn prune_unreadable(
+    layout: &Layout,
+    dir: &Path,
+    id: &str,
+    cutoff: u64,
+    dry_run: bool,
+    error: &status::Error,
+) -> Result<Option<Pruned>, String> {
+    let kept = |why: &str| Err(format!("its status is unreadable ({error}) and {why}"));
+    let _lock =
+        status::model::lock_status(dir).map_err(|e| format!("failed to lock its status: {e}"))?;
+    let record = status::processes::read(dir).ok().flatten();
+    let fallback = Fallback {
+        run_id: Some(id.to_owned()),
+        runner_process_instance_id: record
+            .as_ref()
+            .map(|r| r.runner_process_instance_id.clone()),
+    };
+    let Some(proof) = status::proof::read_proof(dir, &fallback) else {
+        return kept("it has no process-terminal proof");
+    };
+    if proof.state != ProofState::Observed {
+        return kept(&format!(
+            "its process-terminal proof is {}",
+            proof.state.as_str()
+        ));
+    }
+    let ended = proof.observed_at.unwrap_or(0);
+    if ended > cutoff {
+        return Ok(None);
+    }
+    let alive = |p: &process_identity::ProcessIdentity| p.liveness() == Liveness::Alive;
+    if record
+        .as_ref()
+        .is_some_and(|r| alive(&r.runner) || alive(&r.monitor))
+    {
+        return kept("its runner or monitor is still alive");
+    }
+    let session = record.as_ref().and_then(|r| r.session_id.as_deref());
+    let slots = release_slots(layout, id, session, dry_run);
+    let budget = budget_of(dir);
+    if !dry_run {
+        delete_run_dir(dir).map_err(|e| format!("failed to delete it: {e}"))?;
+    }
+    Ok(Some(Pruned {
+        id: id.to_owned(),
+        state: "unreadable".to_owned(),
+        ended_at: ended,
         slots,
         budget,
     }))
@@ -186,7 +243,13 @@ fn judge(dir: &Path, status: &RunStatus, cutoff: u64) -> Verdict {
 
 /// status.json first: from then on every command treats the directory as absent.
 fn delete_run_dir(dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(dir.join(files::STATUS)) {
+    let status = dir.join(files::STATUS);
+    // A damaged status may be a directory.
+    let removed = match std::fs::symlink_metadata(&status) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&status),
+        _ => std::fs::remove_file(&status),
+    };
+    match removed {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }

@@ -58,7 +58,8 @@ impl Launcher {
 
     /// One run's summary (observed and reconciled first).
     pub fn status(&self, run: &str) -> Result<RunView> {
-        let (run, observation) = load_observed(&self.layout, run)?;
+        let (run, observation) = load_observed(&self.layout, run)
+            .map_err(|e| crate::damaged::status_error(&self.layout, run, e))?;
         // Freeing the session's over slots reads every slot's owner; an
         // active run has no slot to give back, so asking about it costs the
         // same however many runs are active (a full pool is reconciled by
@@ -209,7 +210,10 @@ fn list_dismissed(layout: &Layout, query: &ListQuery) -> Result<Vec<RunSummary>>
 /// Asks the runner to stop (SIGTERM), then forces the groups; settles a
 /// run whose monitor is gone.
 pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
-    let run = load(layout, id)?;
+    let run = match load(layout, id) {
+        Ok(run) => run,
+        Err(e) => return crate::damaged::stop(layout, id, reason, e),
+    };
     let dir = run.async_dir.clone();
     let was_over = !run.status.state.is_active();
     if !was_over && let Some(host) = run.status.foreign_host() {

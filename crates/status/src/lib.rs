@@ -11,6 +11,8 @@
 //! * [`proof`]: `process-terminal-candidate.json` (written by the runner) and
 //!   `process-terminal.json` (written by the process that waited on the
 //!   runner), their validation and the finalizer that decides the proof;
+//! * [`processes`]: `run-processes.json`, the monitor's and runner's
+//!   identities, written once so a damaged status cannot take them along;
 //! * [`index`]: `.active-runs/<run-id>` markers, released only by an
 //!   `observed` proof;
 //! * [`reconcile`]: stale-run repair, safe against pid reuse;
@@ -31,6 +33,7 @@ pub mod layout;
 pub mod list;
 pub mod list_index;
 pub mod model;
+pub mod processes;
 pub mod proof;
 pub mod reconcile;
 pub mod reference;

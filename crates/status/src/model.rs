@@ -835,6 +835,48 @@ pub fn update_status(
     }
 }
 
+/// [`update_status`] for the status's owner, the runner, which keeps a copy
+/// of what it last wrote (`last`). A status that exists but cannot be read
+/// (unparsable, wrong types, oversize, a FIFO, directory or symlink in its
+/// place) is moved aside to `status.json.damaged-<ms>` (kept as evidence; a
+/// directory could not be replaced otherwise) and `change` gets `last`
+/// instead: the runner's own record of the run wins over a damaged file,
+/// whose other writers' changes (a stop request) are lost with it.
+/// `sync_dir`: as [`update_status`] when true, as
+/// [`update_status_unsynced_dir`] when false. Returns the new status and,
+/// when the file was damaged, why.
+pub fn update_status_owned(
+    run_dir: &Path,
+    last: Option<&RunStatus>,
+    sync_dir: bool,
+    change: impl FnOnce(Option<RunStatus>) -> Option<RunStatus>,
+) -> Result<(Option<RunStatus>, Option<String>)> {
+    let _lock = lock_status(run_dir)?;
+    let (current, damage) = match read_status(run_dir) {
+        Ok(current) => (current, None),
+        Err(e @ (Error::Invalid { .. } | Error::Read(_))) => {
+            let aside = run_dir.join(format!("{}.damaged-{}", files::STATUS, crate::now_ms()));
+            let status = run_dir.join(files::STATUS);
+            std::fs::rename(&status, &aside).map_err(|e| io_err("move aside", &status, e))?;
+            let why = format!("{e}; moved aside to '{}'", atomic_file::escape_path(&aside));
+            (last.cloned(), Some(why))
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(next) = change(current) else {
+        return Ok((None, damage));
+    };
+    if sync_dir {
+        write_status(run_dir, &next)?;
+    } else {
+        let bytes = atomic_file::to_pretty_json(&next);
+        atomic_file::replace_private_with(&run_dir.join(files::STATUS), &bytes, || {
+            crate::fault_point("mid-status-write")
+        })?;
+    }
+    Ok((Some(next), damage))
+}
+
 /// [`update_status`] whose write fsyncs the new status but not the run
 /// directory: a crash may bring back the previous (durable, complete)
 /// status. Only for a change whose loss in a crash leaves a state the
@@ -1002,5 +1044,50 @@ mod tests {
             read_status(dir.path()).unwrap().unwrap().state,
             RunState::Running
         );
+    }
+
+    #[test]
+    fn the_owner_writes_a_damaged_status_from_its_last_write_and_keeps_the_damage_aside() {
+        let last = RunStatus::new("owned", RunState::Running);
+        for damage in ["wrong types", "directory", "fifo"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(files::STATUS);
+            match damage {
+                "wrong types" => std::fs::write(&path, r#"{"state": 5}"#).unwrap(),
+                "directory" => std::fs::create_dir(&path).unwrap(),
+                _ => assert!(
+                    std::process::Command::new("mkfifo")
+                        .arg(&path)
+                        .status()
+                        .unwrap()
+                        .success()
+                ),
+            }
+            assert!(update_status(dir.path(), |s| s).is_err(), "{damage}");
+            let (next, why) = update_status_owned(dir.path(), Some(&last), false, |s| {
+                let mut s = s?;
+                s.state = RunState::Complete;
+                Some(s)
+            })
+            .unwrap();
+            assert_eq!(next.unwrap().run_id, "owned", "{damage}");
+            assert!(why.unwrap().contains("moved aside to"), "{damage}");
+            assert_eq!(
+                read_status(dir.path()).unwrap().unwrap().state,
+                RunState::Complete
+            );
+            let aside = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with("status.json.damaged-")
+                });
+            assert_eq!(aside.count(), 1, "{damage}");
+            // A readable status is the owner's to change as it is.
+            let (next, why) = update_status_owned(dir.path(), None, true, |s| s).unwrap();
+            assert_eq!((next.unwrap().state, why), (RunState::Complete, None));
+        }
     }
 }

@@ -806,13 +806,15 @@ fn persist_after_proof(
 /// the marker release (the status still projects another proof state, or the
 /// marker of an observed run is still there).
 pub fn persistence_unfinished(run_dir: &Path, proof: &ProcessTerminal) -> bool {
-    let projected = crate::model::read_status(run_dir)
-        .ok()
-        .flatten()
+    let marker_left = proof.state == ProofState::Observed && index::has_marker(run_dir);
+    // A damaged status cannot take the overlay: only the marker is left to do.
+    let Ok(status) = crate::model::read_status(run_dir) else {
+        return marker_left;
+    };
+    let projected = status
         .and_then(|s| s.process_terminal)
         .and_then(|p| p.get("state").and_then(Value::as_str).map(str::to_owned));
     let overlaid = projected.as_deref() == Some(proof.state.as_str());
-    let marker_left = proof.state == ProofState::Observed && index::has_marker(run_dir);
     !overlaid || marker_left
 }
 

@@ -139,6 +139,8 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
         );
     }
     let mut child = command.spawn()?;
+    // Before the runner has its config, so before it writes anything.
+    record_processes(config, child.id());
     // The runner inherited the ready pipe; our copy must close so the
     // launcher sees EOF if the runner dies before reporting.
     // SAFETY: descriptor 3 is the ready pipe handed to us and no longer used here.
@@ -151,6 +153,28 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
         .ok_or_else(|| std::io::Error::other("runner has no stdin"))?;
     stdin.write_all(&serde_json::to_vec(config).map_err(std::io::Error::other)?)?;
     Ok(child.id())
+}
+
+/// Writes `run-processes.json`: what `stop` and the observer need to end
+/// the run and prove it over even when its status gets damaged. No fsync
+/// (see `status::processes`); a record that cannot be written only loses
+/// that fallback, so the run goes on.
+fn record_processes(config: &LaunchConfig, runner: u32) {
+    let (Ok(monitor), Ok(runner)) = (ProcessIdentity::current(), ProcessIdentity::of(runner))
+    else {
+        return;
+    };
+    let record = status::processes::RunProcesses {
+        version: 1,
+        run_id: config.run_id.clone(),
+        session_id: config.session_id.clone(),
+        runner_process_instance_id: config.runner_process_instance_id.clone(),
+        monitor,
+        runner,
+    };
+    if let Err(e) = status::processes::write(&config.run_dir, &record) {
+        eprintln!("subagents: warning: {e}");
+    }
 }
 
 /// Blocks until the runner exits, reaping any orphan met on the way.

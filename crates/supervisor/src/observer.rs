@@ -341,10 +341,35 @@ pub fn observe_active(layout: &Layout, options: &Options) -> Vec<(String, Observ
 /// Observes one run directory: decides with [`judge`] and, when the monitor
 /// is gone, ends what is left of the run and finalizes it.
 pub fn observe(run_dir: &Path, options: &Options) -> Observation {
-    let Ok(Some(status)) = read_status(run_dir) else {
+    let Some(status) = status_or_stand_in(run_dir) else {
         return Observation::NoStatus;
     };
     observe_read(run_dir, &status, options)
+}
+
+/// The run's status; when it exists but cannot be read (damaged), a
+/// stand-in made from `run-processes.json` ([`stand_in`]).
+fn status_or_stand_in(run_dir: &Path) -> Option<RunStatus> {
+    match read_status(run_dir) {
+        Ok(status) => status,
+        Err(_) => stand_in(run_dir),
+    }
+}
+
+/// What `run-processes.json` says of a run whose status is damaged, as a
+/// status of a running run: its id, session, runner instance, monitor and
+/// runner. Enough to judge the run, end what is left of it (the monitor's
+/// session and the processes tagged with the run id) and prove it over;
+/// never written back. `None` without a readable record.
+pub fn stand_in(run_dir: &Path) -> Option<RunStatus> {
+    let record = status::processes::read(run_dir).ok().flatten()?;
+    let mut status = RunStatus::new(record.run_id, RunState::Running);
+    status.session_id = record.session_id;
+    status.pid = Some(record.runner.pid);
+    status.runner_identity = Some(record.runner);
+    status.monitor_identity = Some(record.monitor);
+    status.runner_process_instance_id = Some(record.runner_process_instance_id);
+    Some(status)
 }
 
 /// [`observe`] of the status a listing just read from `run_dir`; returns
@@ -404,7 +429,7 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
         return Observation::Waiting("another observer is finalizing this run".into());
     };
     // Re-read under the lock: another observer may have just finished.
-    let Ok(Some(status)) = read_status(run_dir) else {
+    let Some(status) = status_or_stand_in(run_dir) else {
         return Observation::NoStatus;
     };
     let facts = gather(run_dir, &status);
@@ -829,11 +854,18 @@ pub fn finish_in_slot(
     // read-only root may have taken the status write and let the candidate
     // through (or a finalizer before us wrote its witnessed one).
     let repaired = repair_unfinished(run_dir, run_id, witness, candidate.as_ref());
-    if candidate.is_none()
-        && let Ok(Some(status)) = read_status(run_dir)
-    {
-        let candidate = witnessed_candidate(run_id, &status, witness);
-        let _ = proof::write_candidate(run_dir, &candidate);
+    if candidate.is_none() {
+        // A damaged status names no steps: the candidate then claims only
+        // what was witnessed of the whole run (the runner reaped or gone,
+        // the monitor's session and the run's tagged processes emptied).
+        let status = match read_status(run_dir) {
+            Ok(status) => status,
+            Err(_) => Some(RunStatus::new(run_id, RunState::Running)),
+        };
+        if let Some(status) = status {
+            let candidate = witnessed_candidate(run_id, &status, witness);
+            let _ = proof::write_candidate(run_dir, &candidate);
+        }
     }
     let close = RunnerClose {
         process_instance_id: witness.runner_instance_id.clone(),

@@ -8,13 +8,14 @@
 //! children run at once. At the end it writes the process-terminal
 //! candidate and exits; its parent (the monitor) turns that into the proof.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,9 +24,11 @@ use nix::sys::signal::Signal;
 use process_identity::ProcessIdentity;
 use recovery::lease::{LeaseRequest, SessionLease, Writer, acquire_lease};
 use serde_json::json;
-use status::model::{update_status, update_status_unsynced_dir};
+use status::model::update_status_owned;
 use status::proof::{Candidate, ProcessTree, WriterRecord, write_candidate};
-use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, events, index, now_ms};
+use status::{
+    LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, RunState, RunStatus, events, index, now_ms,
+};
 
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
 use crate::durable;
@@ -81,11 +84,12 @@ fn run(config: &LaunchConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
-    write_running(config, &identity, started_at)?;
+    let own = OwnStatus::default();
+    write_running(config, &own, &identity, started_at)?;
     if lease.is_none() {
         send_ready(config, identity.pid);
     }
-    let mut execution = Execution::new(config, signals, started_at, lease);
+    let mut execution = Execution::new(config, signals, started_at, lease, own);
     for (index, group) in config.groups.iter().enumerate() {
         let ok = execution.run_group(index, group);
         if !ok || execution.interruption.is_some() {
@@ -131,6 +135,44 @@ fn revival_startup(config: &LaunchConfig, revival: &RevivalConfig) -> anyhow::Re
     Ok(lease)
 }
 
+/// The runner's copy of the status it last wrote. The runner owns
+/// `status.json`: when another writer (or anything else) damaged the file,
+/// the runner's next write moves it aside and writes from this copy
+/// (`status::model::update_status_owned`), so the run ends with a readable
+/// status, a candidate and, from its monitor, a proof.
+#[derive(Default)]
+struct OwnStatus(RefCell<Option<RunStatus>>);
+
+impl OwnStatus {
+    /// Read-modify-write of the status; `sync_dir` as in
+    /// `update_status_owned`.
+    fn update(
+        &self,
+        dir: &Path,
+        sync_dir: bool,
+        change: impl FnOnce(Option<RunStatus>) -> Option<RunStatus>,
+    ) -> status::Result<Option<RunStatus>> {
+        let last = self.0.borrow();
+        let (next, damage) = update_status_owned(dir, last.as_ref(), sync_dir, change)?;
+        drop(last);
+        if let Some(why) = damage {
+            eprintln!("subagents: runner rewrote its damaged status from its last write: {why}");
+        }
+        if let Some(next) = &next {
+            *self.0.borrow_mut() = Some(next.clone());
+        }
+        Ok(next)
+    }
+
+    /// The stop reason of the status on disk, else of the last write.
+    fn stop_reason(&self, dir: &Path) -> Option<String> {
+        match status::model::read_status(dir) {
+            Ok(status) => status.and_then(|s| s.stop_reason),
+            Err(_) => self.0.borrow().as_ref().and_then(|s| s.stop_reason.clone()),
+        }
+    }
+}
+
 /// Orphaned descendants of our children are reparented to us instead of init.
 pub fn become_subreaper() {
     // SAFETY: prctl with integer arguments has no memory effects.
@@ -141,6 +183,7 @@ pub fn become_subreaper() {
 
 fn write_running(
     config: &LaunchConfig,
+    own: &OwnStatus,
     identity: &ProcessIdentity,
     now: u64,
 ) -> anyhow::Result<()> {
@@ -153,7 +196,7 @@ fn write_running(
         .then(|| ProcessIdentity::of(parent).ok())
         .flatten();
     durable::retry("status.json", || {
-        update_status(dir, |current| {
+        own.update(dir, true, |current| {
             Some(transitions::running(
                 current,
                 config,
@@ -253,6 +296,8 @@ struct Execution<'a> {
     survivors: Vec<u32>,
     /// A revival's session lease, held until the run is over.
     lease: Option<SessionLease>,
+    /// The status as last written.
+    own: OwnStatus,
 }
 
 impl<'a> Execution<'a> {
@@ -261,6 +306,7 @@ impl<'a> Execution<'a> {
         signals: Signals,
         started_at: u64,
         lease: Option<SessionLease>,
+        own: OwnStatus,
     ) -> Self {
         let elapsed = Duration::from_millis(now_ms().saturating_sub(started_at));
         let run_deadline = config
@@ -277,6 +323,7 @@ impl<'a> Execution<'a> {
             previous_output: None,
             survivors: Vec::new(),
             lease,
+            own,
         }
         .stopped_before_start()
     }
@@ -520,7 +567,7 @@ impl<'a> Execution<'a> {
         // observer repairs as it would this one; the run's final write
         // syncs the directory, and with it this rename.
         let _ = durable::retry("status.json", || {
-            update_status_unsynced_dir(&config.run_dir, |s| {
+            self.own.update(&config.run_dir, false, |s| {
                 Some(transitions::step_started(
                     s?,
                     config,
@@ -589,7 +636,7 @@ impl<'a> Execution<'a> {
         // As the step's start: the run's final status write syncs the
         // directory before the run counts as finished.
         let write = || {
-            update_status_unsynced_dir(&self.config.run_dir, |s| {
+            self.own.update(&self.config.run_dir, false, |s| {
                 Some(transitions::step_ended(s?, self.config, i, &end, now))
             })
         };
@@ -670,13 +717,13 @@ impl<'a> Execution<'a> {
     fn finish(&mut self) -> anyhow::Result<()> {
         let config = self.config;
         let now = now_ms();
-        let stop_reason = status::model::read_status(&config.run_dir)?.and_then(|s| s.stop_reason);
+        let stop_reason = self.own.stop_reason(&config.run_dir);
         let (state, error) = self.run_verdict(stop_reason);
         let timed_out = self.interruption == Some(Interruption::TimedOut);
         let stopped =
             state == RunState::Stopped && self.interruption == Some(Interruption::Stopped);
         durable::retry("status.json", || {
-            update_status(&config.run_dir, |s| {
+            self.own.update(&config.run_dir, true, |s| {
                 Some(transitions::finished(
                     s?,
                     state,
@@ -1131,7 +1178,8 @@ mod tests {
         interruption: Option<Interruption>,
     ) -> (RunState, Option<String>) {
         let _serial = crate::procs::tests::serial();
-        let mut execution = Execution::new(c, Signals::block().unwrap(), 0, None);
+        let mut execution =
+            Execution::new(c, Signals::block().unwrap(), 0, None, OwnStatus::default());
         execution.steps = steps;
         execution.interruption = interruption;
         execution.run_verdict(Some("reason given".into()))
@@ -1244,7 +1292,8 @@ mod tests {
         std::fs::write(output_path(&c, 0), "one\n").unwrap();
         std::fs::write(output_path(&c, 1), "two\n").unwrap();
         let _serial = crate::procs::tests::serial();
-        let execution = Execution::new(&c, Signals::block().unwrap(), 0, None);
+        let execution =
+            Execution::new(&c, Signals::block().unwrap(), 0, None, OwnStatus::default());
         let single = GroupConfig {
             start: 1,
             count: 1,
@@ -1263,7 +1312,8 @@ mod tests {
     fn the_candidate_claims_each_started_step_and_no_group_while_an_orphan_survives() {
         let c = config(None, None);
         let _serial = crate::procs::tests::serial();
-        let mut execution = Execution::new(&c, Signals::block().unwrap(), 0, None);
+        let mut execution =
+            Execution::new(&c, Signals::block().unwrap(), 0, None, OwnStatus::default());
         let observed = ProcessTree::Observed {
             mechanism: "posix-process-group".into(),
             process_group_id: 100,

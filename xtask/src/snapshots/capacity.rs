@@ -62,6 +62,18 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
         &slot,
         "`Capacity::acquire` of a runner slot",
     )?);
+    out.push(
+        scratch
+            .record(
+                FAMILY,
+                "run-name-acquired",
+                Kind::CapacityRunName,
+                &slot.slot_dir().join("run.0.run-7f3a"),
+            )?
+            .note(
+                "`Capacity::acquire`: the slot's second record of its run, the reserving process",
+            ),
+    );
     slot.mark_started("00000000-0000-4000-8000-00000000a001")?;
     out.push(record(
         "owner-started",

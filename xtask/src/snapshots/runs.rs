@@ -553,5 +553,34 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
     chain(&scratch, &mut out)?;
     recovery_files(&scratch, &mut out)?;
     lease_owner(&scratch, &mut out)?;
+    run_processes(&scratch, &mut out)?;
     Ok(out)
+}
+
+/// `run-processes.json`, as the monitor writes it after spawning the runner.
+fn run_processes(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
+    let dir = scratch.path().join("async-subagent-runs/run-single");
+    std::fs::create_dir_all(&dir)?;
+    let record = status::processes::RunProcesses {
+        version: 1,
+        run_id: "run-single".into(),
+        session_id: Some("session-1".into()),
+        runner_process_instance_id: RUNNER_ID.into(),
+        monitor: identity(PID - 2, 21),
+        runner: identity(PID, 22),
+    };
+    status::processes::write(&dir, &record)?;
+    out.push(
+        scratch
+            .record(
+                FAMILY,
+                "run-processes",
+                Kind::RunProcesses,
+                &dir.join(status::processes::FILE),
+            )?
+            .note(
+                "`status::processes::write`: the monitor, once, before the runner has its config",
+            ),
+    );
+    Ok(())
 }

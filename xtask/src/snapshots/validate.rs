@@ -69,6 +69,14 @@ pub fn validate(kind: Kind, text: &str) -> Result<(), String> {
         Kind::CapacityOwner => capacity::OwnerRecord::parse(text.as_bytes())
             .map(drop)
             .ok_or_else(|| "capacity::OwnerRecord::parse refused it".to_owned()),
+        Kind::CapacityRunName => {
+            serde_json::from_str::<Option<process_identity::ProcessIdentity>>(text)
+                .map(drop)
+                .map_err(|e| format!("reserving process refused: {e}"))
+        }
+        Kind::RunProcesses => status::processes::parse(label, text.as_bytes())
+            .map(drop)
+            .map_err(|e| e.to_string()),
         Kind::Recovery => recovery::parse_descriptor(text.as_bytes(), label)
             .map(drop)
             .map_err(|e| e.to_string()),
