@@ -137,11 +137,17 @@ impl ProcessIdentity {
     }
 
     /// The machine to name when the record is of another one: its host name,
-    /// else its machine id.
+    /// else (or when it is this machine's host name too, as for containers
+    /// told apart by `$SUBAGENTS_MACHINE_ID`) its machine id.
     pub fn foreign_host(&self) -> Option<&str> {
-        (self.origin() == Origin::OtherMachine)
-            .then(|| self.host.as_deref().or(self.machine_id.as_deref()))
-            .flatten()
+        if self.origin() != Origin::OtherMachine {
+            return None;
+        }
+        let host = self
+            .host
+            .as_deref()
+            .filter(|h| host_name().as_deref() != Some(*h));
+        host.or(self.machine_id.as_deref())
     }
 
     /// Whether this recorded process is still the one running under its pid.
@@ -494,9 +500,16 @@ mod tests {
         assert_eq!(elsewhere.foreign_host(), Some("node-b"));
         let unnamed = ProcessIdentity {
             host: None,
-            ..elsewhere
+            ..elsewhere.clone()
         };
         assert_eq!(unnamed.foreign_host(), Some("another-machine-0001"));
+        // Same host name, another machine id (containers of one host told
+        // apart by $SUBAGENTS_MACHINE_ID): the machine id says which.
+        let same_name = ProcessIdentity {
+            host: host_name(),
+            ..elsewhere
+        };
+        assert_eq!(same_name.foreign_host(), Some("another-machine-0001"));
     }
 
     #[test]
