@@ -61,6 +61,9 @@ static FAULT_HOOK: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
 /// Points: `after-ack` (launcher: the ack is written,
 /// the acknowledgement not yet awaited; runner: the ack was read and the
 /// `acknowledged` record written, proceed not yet awaited).
+// The binary's crash tests (`SUBAGENTS_FAULT`) only: not part of the
+// crate's stable API.
+#[doc(hidden)]
 pub fn install_fault_hook(hook: fn(&str)) {
     let _ = FAULT_HOOK.set(hook);
 }

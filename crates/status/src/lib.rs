@@ -74,6 +74,9 @@ static FAULT_HOOK: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
 /// Points: `mid-status-write` (the temp file of
 /// `status.json` is written and synced, not yet renamed) and `after-proof`
 /// (`process-terminal.json` is written, not yet overlaid on the status).
+// The binary's crash tests (`SUBAGENTS_FAULT`) only: not part of the
+// crate's stable API.
+#[doc(hidden)]
 pub fn install_fault_hook(hook: fn(&str)) {
     let _ = FAULT_HOOK.set(hook);
 }
