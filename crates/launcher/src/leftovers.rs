@@ -238,14 +238,7 @@ fn sweep_finished(dir: &Path, status: &RunStatus) {
 }
 
 fn has_final_proof(dir: &Path, status: &RunStatus) -> bool {
-    let fallback = Fallback {
-        run_id: Some(status.run_id.clone()),
-        runner_process_instance_id: status.runner_process_instance_id.clone(),
-    };
-    let label = format!("{}/{}", dir.display(), files::STATUS);
-    let proof = status::proof::read_proof(dir, &fallback)
-        .or_else(|| status::proof::sanitize(status.process_terminal.as_ref(), &fallback, &label));
-    proof.is_some_and(|p| p.state != ProofState::Pending)
+    crate::prune::recorded_proof(dir, status).is_some_and(|p| p.state != ProofState::Pending)
 }
 
 /// The temp files (`.<name>.<pid>.<random>.tmp`) directly in `dir`.
