@@ -238,7 +238,7 @@ fn sweep_finished(dir: &Path, status: &RunStatus) {
 }
 
 fn has_final_proof(dir: &Path, status: &RunStatus) -> bool {
-    crate::prune::recorded_proof(dir, status).is_some_and(|p| p.state != ProofState::Pending)
+    recorded_proof(dir, status).is_some_and(|p| p.state != ProofState::Pending)
 }
 
 /// The temp files (`.<name>.<pid>.<random>.tmp`) directly in `dir`.
@@ -298,4 +298,19 @@ mod tests {
         assert_eq!(temp_writer(".claim.x.tmp"), None);
         assert_eq!(temp_writer("status.json"), None);
     }
+}
+
+/// The run's proof: `process-terminal.json`, else the one projected into
+/// its status.
+pub(crate) fn recorded_proof(
+    dir: &Path,
+    status: &RunStatus,
+) -> Option<status::proof::ProcessTerminal> {
+    let fallback = Fallback {
+        run_id: Some(status.run_id.clone()),
+        runner_process_instance_id: status.runner_process_instance_id.clone(),
+    };
+    let label = format!("{}/{}", dir.display(), files::STATUS);
+    status::proof::read_proof(dir, &fallback)
+        .or_else(|| status::proof::sanitize(status.process_terminal.as_ref(), &fallback, &label))
 }

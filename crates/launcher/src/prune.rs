@@ -223,7 +223,7 @@ fn judge(dir: &Path, status: &RunStatus, cutoff: u64) -> Verdict {
     if alive(&status.runner_identity) || alive(&status.monitor_identity) {
         return Verdict::Keep("its runner or monitor is still alive".into());
     }
-    match recorded_proof(dir, status).map(|p| p.state) {
+    match crate::leftovers::recorded_proof(dir, status).map(|p| p.state) {
         // A run that never had a runner: nothing of it can be running.
         Some(ProofState::Observed | ProofState::NotStarted) => Verdict::Prune,
         Some(state) => Verdict::Keep(format!(
@@ -420,19 +420,4 @@ fn report(
         slots,
         kept.len()
     );
-}
-
-/// The run's proof: `process-terminal.json`, else the one projected into
-/// its status.
-pub(crate) fn recorded_proof(
-    dir: &Path,
-    status: &RunStatus,
-) -> Option<status::proof::ProcessTerminal> {
-    let fallback = Fallback {
-        run_id: Some(status.run_id.clone()),
-        runner_process_instance_id: status.runner_process_instance_id.clone(),
-    };
-    let label = format!("{}/{}", dir.display(), files::STATUS);
-    status::proof::read_proof(dir, &fallback)
-        .or_else(|| status::proof::sanitize(status.process_terminal.as_ref(), &fallback, &label))
 }
