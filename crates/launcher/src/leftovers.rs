@@ -285,21 +285,6 @@ fn temp_writer(name: &str) -> Option<i32> {
     parts.next()?.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_writer_is_read_from_the_temp_name() {
-        assert_eq!(
-            temp_writer(".status.json.4242.0011223344556677.tmp"),
-            Some(4242)
-        );
-        assert_eq!(temp_writer(".claim.x.tmp"), None);
-        assert_eq!(temp_writer("status.json"), None);
-    }
-}
-
 /// The run's proof: `process-terminal.json`, else the one projected into
 /// its status.
 pub(crate) fn recorded_proof(
@@ -313,4 +298,19 @@ pub(crate) fn recorded_proof(
     let label = format!("{}/{}", dir.display(), files::STATUS);
     status::proof::read_proof(dir, &fallback)
         .or_else(|| status::proof::sanitize(status.process_terminal.as_ref(), &fallback, &label))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_is_read_from_the_temp_name() {
+        assert_eq!(
+            temp_writer(".status.json.4242.0011223344556677.tmp"),
+            Some(4242)
+        );
+        assert_eq!(temp_writer(".claim.x.tmp"), None);
+        assert_eq!(temp_writer("status.json"), None);
+    }
 }
