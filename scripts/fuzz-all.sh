@@ -38,6 +38,7 @@ seeds() {
     handshake_record) echo "handshake__startup-* handshake__ack handshake__proceed" ;;
     capacity_owner) echo "capacity__*" ;;
     lease_owner) echo "runs__lease-owner" ;;
+    run_processes) echo "runs__run-processes" ;;
     esac
 }
 
