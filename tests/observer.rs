@@ -245,32 +245,21 @@ const HELPER_ROOT: &str = "SUBAGENTS_TEST_RESERVING_LAUNCHER_ROOT";
 #[test]
 #[ignore = "not a test: the process a_launcher_killed_after_reserving_frees_its_slot starts and kills"]
 fn reserving_launcher() {
-    use clap::Parser;
     let root = std::env::var(HELPER_ROOT).expect("only run by its test");
-    let cli = launcher::cli::Cli::try_parse_from([
-        "subagents",
-        "--root",
-        &root,
-        "run",
-        "--session",
-        SESSION,
-        "--max-active",
-        "1",
-        // A task given: this worker's stdin is the test's pipe, not a task.
-        "--task",
-        "reserve",
-        "--",
-        "sleep",
-        "1",
-    ])
-    .unwrap();
-    let launcher::cli::Command::Run(args) = cli.command else {
-        panic!("not a run command")
+    // What `subagents run --session S --max-active 1 --task reserve -- sleep 1`
+    // asks for (a task given: this worker's stdin is the test's pipe).
+    let run = launcher::RunRequest {
+        task: Some("reserve".to_owned()),
+        command: vec!["sleep".to_owned(), "1".to_owned()],
+        ..Default::default()
+    };
+    let settings = launcher::Settings {
+        session: Some(SESSION.to_owned()),
+        max_active: Some(1),
+        ..Default::default()
     };
     let layout = status::Layout::new(&root);
-    let request =
-        launcher::prepare::Request::from_run(&args.request().unwrap(), &args.settings(), SESSION)
-            .unwrap();
+    let request = launcher::prepare::Request::from_run(&run, &settings, SESSION).unwrap();
     let (config, _slot) = launcher::prepare::prepare(&layout, &request).unwrap();
     println!("RESERVED {}", config.run_id);
     let mut line = String::new();

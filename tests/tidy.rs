@@ -1,12 +1,14 @@
-//! Tidy checks of the launcher's module structure (in the spirit of
-//! rust-analyzer's tidy tests): read `crates/launcher/src/*.rs`, collect every
-//! `crate::<module>` reference outside comments and string literals, and
-//! fail when
+//! Tidy checks of the layers (in the spirit of rust-analyzer's tidy tests):
+//! read `crates/launcher/src/*.rs` and `crates/subagents/src/*.rs`, collect
+//! every `crate::<module>` reference outside comments and string literals,
+//! and fail when
 //!
-//! * clap is named anywhere but in the CLI module (`cli.rs`): the API below
-//!   it takes typed requests, never parsed arguments;
-//! * the modules import each other in a cycle: nothing below a command
-//!   calls back up into it.
+//! * the `launcher` library depends on a front-end crate (clap, rmcp,
+//!   ratatui, crossterm, tokio) or names clap: it takes typed requests, never
+//!   parsed arguments, and prints nothing;
+//! * clap is named anywhere in the binary but its CLI module (`cli.rs`);
+//! * the modules of either crate import each other in a cycle: nothing
+//!   below a command calls back up into it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,14 +16,28 @@ use std::path::{Path, PathBuf};
 /// The modules allowed to name clap.
 const CLI_MODULES: &[&str] = &["cli"];
 
-fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// The crates whose layers these checks keep.
+const LIBRARY: &str = "launcher";
+const BINARY: &str = "subagents";
+
+/// Front-end crates the library must not depend on.
+const FRONT_ENDS: &[&str] = &[
+    "clap",
+    "clap_complete",
+    "rmcp",
+    "ratatui",
+    "crossterm",
+    "tokio",
+];
+
+fn crate_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name)
 }
 
-/// The launcher's source files: module name → code.
-fn sources() -> BTreeMap<String, String> {
+/// One crate's source files (`src/*.rs`): module name → code.
+fn sources(crate_name: &str) -> BTreeMap<String, String> {
     let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(src_dir()).unwrap() {
+    for entry in std::fs::read_dir(crate_dir(crate_name).join("src")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "rs") {
             let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
@@ -230,21 +246,62 @@ fn clap_outside_cli(files: &BTreeMap<String, String>) -> Vec<String> {
     files
         .iter()
         .filter(|(name, _)| !CLI_MODULES.contains(&name.as_str()))
-        .filter(|(_, code)| {
-            code.match_indices("clap").any(|(at, _)| {
-                let before = code[..at].chars().next_back();
-                let after = code[at + 4..].chars().next();
-                !before.is_some_and(is_ident_char)
-                    && (after == Some(':') || code[at + 4..].starts_with("_complete"))
-            })
-        })
+        .filter(|(_, code)| names_clap(code))
         .map(|(name, _)| name.clone())
         .collect()
 }
 
+/// True when code names the clap crate (`clap::`, `clap_complete`).
+fn names_clap(code: &str) -> bool {
+    code.match_indices("clap").any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + 4..].chars().next();
+        !before.is_some_and(is_ident_char)
+            && (after == Some(':') || code[at + 4..].starts_with("_complete"))
+    })
+}
+
+/// The names of a manifest's `[dependencies]` (not dev- or build-).
+fn normal_dependencies(manifest: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_dependencies = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_dependencies = line == "[dependencies]";
+        } else if in_dependencies && let Some((name, _)) = line.split_once('=') {
+            names.push(name.trim().trim_end_matches(".workspace").to_owned());
+        }
+    }
+    names
+}
+
+/// The front-end crates among a manifest's normal dependencies.
+fn front_end_dependencies(manifest: &str) -> Vec<String> {
+    normal_dependencies(manifest)
+        .into_iter()
+        .filter(|d| FRONT_ENDS.contains(&d.as_str()))
+        .collect()
+}
+
+#[test]
+fn the_library_depends_on_no_front_end() {
+    let manifest = std::fs::read_to_string(crate_dir(LIBRARY).join("Cargo.toml")).unwrap();
+    let found = front_end_dependencies(&manifest);
+    assert!(
+        found.is_empty(),
+        "crates/{LIBRARY} depends on front-end crates {found:?}: they belong to crates/{BINARY}"
+    );
+    let named: Vec<String> = sources(LIBRARY)
+        .into_iter()
+        .filter(|(_, code)| names_clap(code))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(named.is_empty(), "crates/{LIBRARY} names clap in {named:?}");
+}
+
 #[test]
 fn no_module_but_the_cli_names_clap() {
-    let offenders = clap_outside_cli(&sources());
+    let offenders = clap_outside_cli(&sources(BINARY));
     assert!(
         offenders.is_empty(),
         "clap is named outside the CLI module ({CLI_MODULES:?}) in: {offenders:?}; convert \
@@ -252,25 +309,31 @@ fn no_module_but_the_cli_names_clap() {
     );
 }
 
-#[test]
-fn the_launchers_modules_import_each_other_in_no_cycle() {
-    let graph = import_graph(&sources());
-    // The parser sees the edges it must see (else this test proves nothing).
-    for (from, to) in [
-        ("cli", "commands"),
-        ("commands", "service"),
-        ("mcp", "service"),
-    ] {
+/// Fails when a crate's modules import each other in a cycle; `expected`
+/// are edges the parser must see (else the check proves nothing).
+fn assert_no_cycle(crate_name: &str, expected: &[(&str, &str)]) {
+    let graph = import_graph(&sources(crate_name));
+    for (from, to) in expected {
         assert!(
-            graph.get(from).is_some_and(|t| t.contains(to)),
+            graph.get(*from).is_some_and(|t| t.contains(*to)),
             "expected {from} -> {to} in {graph:?}"
         );
     }
     let found = cycles(&graph);
     assert!(
         found.is_empty(),
-        "the launcher's modules import each other in cycles: {found:?}\n(graph: {graph:?})"
+        "the modules of crates/{crate_name} import each other in cycles: {found:?}\n(graph: {graph:?})"
     );
+}
+
+#[test]
+fn the_launchers_modules_import_each_other_in_no_cycle() {
+    assert_no_cycle(LIBRARY, &[("service", "wait"), ("service", "runs")]);
+}
+
+#[test]
+fn the_binarys_modules_import_each_other_in_no_cycle() {
+    assert_no_cycle(BINARY, &[("cli", "commands"), ("commands", "table")]);
 }
 
 #[test]
@@ -295,4 +358,6 @@ fn the_checks_catch_a_cycle_and_a_stray_clap() {
     assert_eq!(graph["c"], ["a"].map(String::from).into(), "{graph:?}");
     assert_eq!(cycles(&graph), vec![vec!["a", "b", "c"]]);
     assert_eq!(clap_outside_cli(&files), vec!["d".to_owned()]);
+    let manifest = "[dependencies]\nserde.workspace = true\nclap = \"4\"\n\n[dev-dependencies]\ntokio = \"1\"\n";
+    assert_eq!(front_end_dependencies(manifest), vec!["clap".to_owned()]);
 }

@@ -1,5 +1,5 @@
 //! The command line's side of each command: runs the typed operation of
-//! [`crate::service::Launcher`] and prints its outcome as text or as
+//! [`launcher::service::Launcher`] and prints its outcome as text or as
 //! `--json` (the outcome's serialisation). Nothing here parses arguments
 //! (that is `cli`) and nothing below calls back up here.
 
@@ -13,17 +13,17 @@ use status::reconcile::{self, Outcome};
 use status::{Layout, RunState, now_ms};
 use supervisor::observer;
 
-use crate::admission;
-use crate::api::{
+use crate::table::ColorChoice;
+use launcher::admission;
+use launcher::api::{
     BudgetOutcome, CapacityOutcome, ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest,
     StopRequest, WaitRequest,
 };
-use crate::error::{Error, Exit, Result};
-use crate::root::home;
-use crate::runs::{observe, observer_options, report_skipped, resolve};
-use crate::service::Launcher;
-use crate::table::ColorChoice;
-use crate::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
+use launcher::error::{Error, Exit, Result};
+use launcher::root::home;
+use launcher::runs::{observe, observer_options, report_skipped, resolve};
+use launcher::service::Launcher;
+use launcher::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
 
 fn print_json(value: &impl Serialize, pretty: bool) {
     let text = if pretty {
@@ -257,9 +257,9 @@ pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result 
         if query.all {
             observer::observe_active(layout, &observer_options(layout));
         }
-        return crate::listing::list(layout, query, display.json);
+        return launcher::listing::list(layout, query, display.json);
     }
-    let listing = crate::service::list(layout, query)?;
+    let listing = launcher::service::list(layout, query)?;
     if display.json {
         print_json(&listing, true);
         return Ok(());
@@ -371,7 +371,7 @@ pub fn logs(launcher: &Launcher, request: &LogsRequest, json: bool, follow: bool
         print_json(&launcher.logs(request)?, false);
         return Ok(());
     }
-    crate::logs::print(launcher.layout(), request, follow)
+    launcher::logs::print(launcher.layout(), request, follow)
 }
 
 /// `subagents capacity`.
@@ -422,7 +422,7 @@ fn capacity_text(outcome: &CapacityOutcome) -> String {
 /// `subagents budget` / `budget doctor`: the report, then exit 1 when the
 /// inherited budget cannot be opened.
 pub fn budget_doctor(layout: &Layout, fanout_limit: Option<u64>, json: bool) -> Result {
-    let report = crate::budget::doctor(layout, fanout_limit);
+    let report = launcher::budget::doctor(layout, fanout_limit);
     if json {
         print_json(&BudgetOutcome::Doctor(report.clone()), true);
     } else {
@@ -439,7 +439,7 @@ pub fn budget_doctor(layout: &Layout, fanout_limit: Option<u64>, json: bool) -> 
 
 /// `subagents budget create`.
 pub fn budget_create(layout: &Layout, root_run_id: &str, limit: Option<u64>) -> Result {
-    let descriptor = crate::budget::create(layout, root_run_id, limit)?;
+    let descriptor = launcher::budget::create(layout, root_run_id, limit)?;
     println!("{}", descriptor.to_json());
     Ok(())
 }
@@ -450,7 +450,7 @@ pub fn budget_show(
     run: Option<&str>,
     descriptor: Option<&std::path::Path>,
 ) -> Result {
-    print_json(&crate::budget::show(layout, run, descriptor)?, false);
+    print_json(&launcher::budget::show(layout, run, descriptor)?, false);
     Ok(())
 }
 
@@ -460,7 +460,7 @@ pub fn budget_claim(
     descriptor: Option<&std::path::Path>,
     paths: &[String],
 ) -> Result {
-    print_json(&crate::budget::claim(layout, descriptor, paths)?, false);
+    print_json(&launcher::budget::claim(layout, descriptor, paths)?, false);
     Ok(())
 }
 
@@ -490,7 +490,7 @@ pub fn reconcile(layout: &Layout, json: bool) -> Result {
         let Some(dir) = status::list::exact_run_dir(layout, &id) else {
             continue;
         };
-        let tidied = crate::leftovers::tidy(layout, &dir, &id, now_ms());
+        let tidied = launcher::leftovers::tidy(layout, &dir, &id, now_ms());
         sessions.extend(tidied.session);
         if let Some(message) = tidied.finished {
             repaired.push(json!({"runId": id, "message": message}));
@@ -522,7 +522,7 @@ pub fn reconcile(layout: &Layout, json: bool) -> Result {
         }
         if let Outcome::Repaired { message, status } = outcome {
             // Runner and monitor are gone: nobody else will end the commands.
-            crate::procs::kill_step_groups(&status);
+            launcher::procs::kill_step_groups(&status);
             repaired.push(json!({"runId": id, "message": message}));
         }
     }

@@ -1,7 +1,7 @@
 //! `subagents mcp`: the launcher's API as MCP tools on stdio (the official
 //! Rust SDK, `rmcp`).
 //!
-//! Each tool takes one request type of [`crate::api`] (its JSON Schema is
+//! Each tool takes one request type of [`launcher::api`] (its JSON Schema is
 //! the tool's input schema) and calls the same [`Launcher`] method as the
 //! command line. A success returns the outcome's JSON, exactly what the
 //! command's `--json` prints (as structured content when it is an object);
@@ -30,13 +30,13 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde::Serialize;
 
-use crate::api::{
+use launcher::api::{
     BudgetQuery, CapacityQuery, ListQuery, LogsRequest, ResumeRequest, RunRef, RunRequest,
     StopRequest, WaitReport, WaitRequest,
 };
-use crate::error::{Error, Result};
-use crate::service::Launcher;
-use crate::wait::{Keep, WaitEvent, progress_line};
+use launcher::error::{Error, Result};
+use launcher::service::Launcher;
+use launcher::wait::{Keep, WaitEvent, progress_line};
 
 /// `wait` without a timeout gives up after this long (error TIMEOUT, code
 /// 124): under the 60 s a client such as Codex allows a tool call by default.
@@ -249,7 +249,7 @@ impl Server {
                             },
                             WAIT_TAIL_LINES,
                         );
-                        crate::logs::outcome(run, &logs)
+                        launcher::logs::outcome(run, &logs)
                     })
                     .collect();
                 Ok(WaitReport { runs, logs })

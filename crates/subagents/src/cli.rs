@@ -7,12 +7,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::api::{
+use crate::commands;
+use launcher::api::{
     ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest, Settings, StopRequest, WaitRequest,
 };
-use crate::commands;
-use crate::error::{self, Result};
-use crate::service::Launcher;
+use launcher::error::{self, Result};
+use launcher::service::Launcher;
 
 /// Durable background runs of AI agent CLIs.
 #[derive(Debug, Parser)]
@@ -156,7 +156,7 @@ pub enum Command {
     /// not observed is kept (the reason is printed).
     Prune {
         /// How old a run's end must be (e.g. 7d, 12h, 30m).
-        #[arg(long, value_name = "DURATION", default_value = crate::prune::DEFAULT_AGE)]
+        #[arg(long, value_name = "DURATION", default_value = launcher::prune::DEFAULT_AGE)]
         older_than: Option<String>,
         /// Only say what would be deleted.
         #[arg(long)]
@@ -174,6 +174,7 @@ pub enum Command {
     },
     /// A live view of the active runs: steps, elapsed time, fan-out and
     /// capacity per session, the selected run's output; `s` stops a run.
+    #[cfg(feature = "top")]
     Top,
     /// Print a shell completion script.
     Completions {
@@ -182,6 +183,7 @@ pub enum Command {
     },
     /// Serve the launcher's API to an agent as an MCP server on stdio
     /// (tools run, status, list, wait, stop, resume, logs, budget, capacity).
+    #[cfg(feature = "mcp")]
     Mcp(McpArgs),
 }
 
@@ -375,6 +377,7 @@ pub struct ResumeArgs {
     pub json: bool,
 }
 
+#[cfg(feature = "mcp")]
 /// `subagents mcp`: the launch settings of every run the server starts
 /// (an agent's tool call cannot change them).
 #[derive(Debug, Args)]
@@ -414,13 +417,13 @@ impl From<ColorArg> for crate::table::ColorChoice {
     }
 }
 
-/// `validate --kind`: the artifact kinds of [`crate::validate::Kind`].
+/// `validate --kind`: the artifact kinds of [`launcher::validate::Kind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KindArg(pub crate::validate::Kind);
+pub struct KindArg(pub launcher::validate::Kind);
 
 impl ValueEnum for KindArg {
     fn value_variants<'a>() -> &'a [Self] {
-        use crate::validate::Kind;
+        use launcher::validate::Kind;
         const ALL: [KindArg; 9] = [
             KindArg(Kind::ALL[0]),
             KindArg(Kind::ALL[1]),
@@ -440,8 +443,8 @@ impl ValueEnum for KindArg {
     }
 }
 
-fn kind_help(kind: crate::validate::Kind) -> &'static str {
-    use crate::validate::Kind;
+fn kind_help(kind: launcher::validate::Kind) -> &'static str {
+    use launcher::validate::Kind;
     match kind {
         Kind::Recovery => "`recovery-descriptor.json` (strict v1 rules + the live fan-out budget)",
         Kind::LaunchContract => {
@@ -506,7 +509,7 @@ impl RunArgs {
 /// inside a run, where stdin may be a tool's pipe that never closes.
 fn stdin_is_pipe() -> bool {
     use std::os::unix::fs::FileTypeExt;
-    !crate::fanout::is_nested()
+    !launcher::fanout::is_nested()
         && std::fs::metadata("/proc/self/fd/0").is_ok_and(|m| m.file_type().is_fifo())
 }
 
@@ -535,6 +538,7 @@ impl ResumeArgs {
     }
 }
 
+#[cfg(feature = "mcp")]
 impl McpArgs {
     /// The launch settings of the server.
     pub fn settings(&self) -> Settings {
@@ -547,12 +551,22 @@ impl McpArgs {
     }
 }
 
+/// True for the commands that start runs (they take part in fault injection).
+fn launches_runs(command: &Command) -> bool {
+    match command {
+        Command::Run(_) | Command::Resume(_) => true,
+        #[cfg(feature = "mcp")]
+        Command::Mcp(_) => true,
+        _ => false,
+    }
+}
+
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
     if let Some(code) = internal_process() {
         return code;
     }
-    let config_warning = match crate::settings::apply() {
+    let config_warning = match launcher::settings::apply() {
         Ok(warning) => warning,
         Err(e) => {
             eprintln!("subagents: {}", atomic_file::escape(&e.message));
@@ -583,10 +597,7 @@ pub fn main() -> i32 {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    if matches!(
-        cli.command,
-        Command::Run(_) | Command::Resume(_) | Command::Mcp(_)
-    ) {
+    if launches_runs(&cli.command) {
         supervisor::fault::init(supervisor::fault::Process::Launcher);
     }
     let json = wants_json(&cli.command);
@@ -627,7 +638,7 @@ fn internal_process() -> Option<i32> {
         return None;
     };
     // The processes of a run were started by a launcher that checked the root.
-    atomic_file::read::set_allow_foreign_owner(crate::root::allow_shared_root(false));
+    atomic_file::read::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
     Some(main())
 }
 
@@ -713,19 +724,19 @@ fn wants_json(command: &Command) -> bool {
 }
 
 fn dispatch(cli: Cli) -> Result {
-    let layout = status::Layout::new(crate::root::state_root(cli.root));
+    let layout = status::Layout::new(launcher::root::state_root(cli.root));
     if !matches!(
         cli.command,
         Command::Completions { .. } | Command::Agents { .. }
     ) {
-        let shared = crate::root::allow_shared_root(cli.allow_shared_root);
+        let shared = launcher::root::allow_shared_root(cli.allow_shared_root);
         atomic_file::read::set_allow_foreign_owner(shared);
         if !shared {
-            crate::root::check_trusted(&layout).map_err(error::Error::failed)?;
+            launcher::root::check_trusted(&layout).map_err(error::Error::failed)?;
         }
     } else {
         // These read no run state.
-        atomic_file::read::set_allow_foreign_owner(crate::root::allow_shared_root(false));
+        atomic_file::read::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
     }
     let launcher = |settings: Settings| Launcher::new(layout.clone(), settings);
     match cli.command {
@@ -793,14 +804,14 @@ fn dispatch(cli: Cli) -> Result {
         }
         Command::Agents { action, json } => {
             let action = match action {
-                None | Some(AgentsAction::List) => crate::presets::Action::List,
-                Some(AgentsAction::Show { name }) => crate::presets::Action::Show(name),
-                Some(AgentsAction::Prompt) => crate::presets::Action::Prompt,
+                None | Some(AgentsAction::List) => launcher::presets::Action::List,
+                Some(AgentsAction::Show { name }) => launcher::presets::Action::Show(name),
+                Some(AgentsAction::Prompt) => launcher::presets::Action::Prompt,
             };
-            crate::presets::command(&action, json)
+            launcher::presets::command(&action, json)
         }
         Command::Validate { kind, file, json } => {
-            crate::validate::command(&layout, kind.0, &file, json)
+            launcher::validate::command(&layout, kind.0, &file, json)
         }
         Command::Capacity {
             session,
@@ -818,12 +829,14 @@ fn dispatch(cli: Cli) -> Result {
             older_than,
             dry_run,
             json,
-        } => crate::prune::command(&layout, older_than.as_deref(), dry_run, json),
-        Command::Config { json } => crate::settings::command(json),
+        } => launcher::prune::command(&layout, older_than.as_deref(), dry_run, json),
+        Command::Config { json } => launcher::settings::command(json),
+        #[cfg(feature = "top")]
         Command::Top => crate::top::command(
             &layout,
-            crate::root::allow_shared_root(cli.allow_shared_root),
+            launcher::root::allow_shared_root(cli.allow_shared_root),
         ),
+        #[cfg(feature = "mcp")]
         Command::Mcp(args) => crate::mcp::serve(launcher(args.settings())),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

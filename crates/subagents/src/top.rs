@@ -22,7 +22,7 @@ use status::format::{fanout_line, format_duration, shorten};
 use status::list::{Hooks, ListOptions, RunSummary};
 use status::{Layout, now_ms};
 
-use crate::error::{Error, Exit, Result};
+use launcher::error::{Error, Exit, Result};
 
 /// How much of each log file the output pane reads (its end).
 const TAIL_BYTES: u64 = 64 * 1024;
@@ -201,7 +201,7 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
         status::format::state_label(s),
         s.mode.as_deref().unwrap_or("single"),
         steps.len(),
-        shorten(Path::new(cwd), crate::root::home().as_deref()),
+        shorten(Path::new(cwd), launcher::root::home().as_deref()),
     )))];
     if steps.len() > 1 {
         for (i, step) in steps.iter().enumerate() {
@@ -310,8 +310,8 @@ pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
         reconcile: true,
         now: now_ms(),
         hooks: Hooks {
-            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
-            on_repaired: Some(&crate::procs::kill_step_groups),
+            fanout: Some(&|dir| launcher::fanout::live_snapshot(&budgets, dir)),
+            on_repaired: Some(&launcher::procs::kill_step_groups),
             observe: None,
         },
     };
@@ -319,7 +319,7 @@ pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
     let limit = std::env::var("SUBAGENTS_MAX_ACTIVE")
         .ok()
         .and_then(|v| v.parse().ok());
-    let pools = crate::admission::pools(layout);
+    let pools = launcher::admission::pools(layout);
     let mut groups: BTreeMap<String, Vec<RunSummary>> = BTreeMap::new();
     for run in listing.runs {
         let session = run

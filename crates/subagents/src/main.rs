@@ -1,0 +1,13 @@
+//! The `subagents` command: the front-ends (command line, `mcp`, `top`)
+//! over the `launcher` library, and the entry points of a run's processes.
+mod cli;
+mod commands;
+#[cfg(feature = "mcp")]
+mod mcp;
+mod table;
+#[cfg(feature = "top")]
+mod top;
+
+fn main() {
+    std::process::exit(cli::main());
+}
