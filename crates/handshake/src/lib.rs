@@ -4,7 +4,7 @@
 //!
 //! When a run revives an existing session, the launcher must not report the
 //! run as started until the runner holds the session lease and has been told
-//! to go on. The exchange (spec `handshake.md` §5) goes through three JSON
+//! to go on. The exchange (docs/protocol/handshake.md §4) goes through three JSON
 //! files in the run directory, which stay on disk as the trace:
 //!
 //! ```text

@@ -140,7 +140,7 @@ pub fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
     }
 }
 
-/// Result-based repair (status.md 4.3) when an active run's result file
+/// Result-based repair (docs/protocol/status.md §7.4) when an active run's result file
 /// exists; it wins over any liveness verdict.
 fn repair_with_result(
     run_dir: &Path,
