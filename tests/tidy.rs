@@ -384,7 +384,9 @@ fn citations(line: &str) -> Vec<String> {
         }
         let after = line[end..].trim_start_matches(['`', '"', '\'']);
         let with_section = after.starts_with(" §")
-            || after.strip_prefix(' ').is_some_and(|a| a.starts_with(|c: char| c.is_ascii_digit()));
+            || after
+                .strip_prefix(' ')
+                .is_some_and(|a| a.starts_with(|c: char| c.is_ascii_digit()));
         let capitals = stem.chars().all(|c| c.is_ascii_uppercase() || c == '_');
         if name.contains('/') || with_section || capitals {
             found.push(name.to_owned());
@@ -460,9 +462,18 @@ fn the_citation_scan_finds_what_it_must() {
     assert_eq!(found("see handshake.md §6 and §9"), ["handshake.md"]);
     assert_eq!(found("(spec `status.md` §5)"), ["status.md"]);
     assert_eq!(found("repair (status.md 4.3) of"), ["status.md"]);
-    assert_eq!(found("see docs/protocol/status.md §2."), ["docs/protocol/status.md"]);
-    assert_eq!(found("# entry point (see DEVELOPERS.md)."), ["DEVELOPERS.md"]);
-    assert_eq!(found("[compat](../docs/compat.md#x)"), ["../docs/compat.md"]);
+    assert_eq!(
+        found("see docs/protocol/status.md §2."),
+        ["docs/protocol/status.md"]
+    );
+    assert_eq!(
+        found("# entry point (see DEVELOPERS.md)."),
+        ["DEVELOPERS.md"]
+    );
+    assert_eq!(
+        found("[compat](../docs/compat.md#x)"),
+        ["../docs/compat.md"]
+    );
     // Run files, fixtures by absolute path, and bare names without a section
     // are not citations.
     assert!(found("writes task.md and answer.md").is_empty());
