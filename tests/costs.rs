@@ -91,7 +91,7 @@ const LAUNCH_FSYNCS: usize = 12;
 /// into the pool (2); binding the runner, the claim's and the new
 /// `owner.json`'s content (2). The pool and the slot directory are not
 /// fsynced: a slot or binding lost in a crash belonged to a run the crash
-/// ended (see docs/benchmarks.md, "What each fsync protects").
+/// ended (see docs/history/benchmarks-log.md, "What each fsync protects").
 const SLOT_FSYNCS: usize = 4;
 /// The recovery seal of a single run (`recovery-seal.json`, and the root's
 /// `.recovery-key` with the root directory on the first launch of a root).
@@ -658,7 +658,7 @@ fn the_binary_packs_its_relative_relocations() {
 /// Before they wait, the monitor and the runner unmap the clean pages of
 /// their code and constants (`supervisor::idle`): without it the ~3 MiB
 /// per process that start-up mapped stay resident for the whole run
-/// (docs/benchmarks.md, "Memory").
+/// (docs/history/benchmarks-log.md, "Floors of the targets not met").
 #[test]
 fn the_monitor_and_the_runner_release_their_code_pages_before_waiting() {
     let env = Env::new();

@@ -361,3 +361,195 @@ fn the_checks_catch_a_cycle_and_a_stray_clap() {
     let manifest = "[dependencies]\nserde.workspace = true\nclap = \"4\"\n\n[dev-dependencies]\ntokio = \"1\"\n";
     assert_eq!(front_end_dependencies(manifest), vec!["clap".to_owned()]);
 }
+
+/// Run-file and fixture names that look like citations but name files a run
+/// or a test creates, never a document of the repository.
+const CITATION_ALLOWLIST: &[&str] = &[
+    // A run's task files (`task.md`, `task-<i>.md`).
+    "task.md",
+    "task-<i>.md",
+    // Agent definition files the agents tests write.
+    "nested/solo.md",
+    // The instruction files of a user's project that `agents prompt` writes for.
+    "CLAUDE.md",
+    "AGENTS.md",
+];
+
+/// The repository root: the first ancestor of this package holding the
+/// workspace's `Cargo.lock`.
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .expect("a workspace root with Cargo.lock above the package")
+        .to_path_buf()
+}
+
+/// The files whose text may cite documents: `*.rs`, `*.md`, `*.sh`,
+/// `*.toml` and `.ci/run`, outside build output and hidden directories
+/// (but `.ci` and `.cargo`).
+fn citing_files(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                let hidden = name.starts_with('.') && name != ".ci" && name != ".cargo";
+                let skipped = name == "target" || hidden;
+                if !skipped {
+                    dirs.push(path);
+                }
+            } else if kind.is_file() {
+                let cites = [".rs", ".md", ".sh", ".toml"]
+                    .iter()
+                    .any(|ext| name.ends_with(ext))
+                    || path.ends_with(".ci/run");
+                if cites {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn is_path_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '<' | '>')
+}
+
+/// The documents `line` cites: `*.md` names with a directory
+/// (`docs/protocol/status.md`), bare names followed by a section
+/// (`status.md §2`, also with the name in backticks), and bare names
+/// written in capitals (`DEVELOPERS.md`). Absolute paths are examples, not
+/// citations.
+fn citations(line: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in line.match_indices(".md") {
+        let end = at + ".md".len();
+        if line[end..].chars().next().is_some_and(is_ident_char) {
+            continue;
+        }
+        let start = line[..at]
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| is_path_char(*c))
+            .last()
+            .map_or(at, |(i, _)| i);
+        let name = line[start..end].trim_start_matches("./");
+        let stem = &name[..name.len() - ".md".len()];
+        // Absolute paths and paths in a user's hidden project directories
+        // (`.subagents/agents/x.md`) are examples, not documents.
+        let hidden = name.starts_with('.') && !name.starts_with("../");
+        let example = name.starts_with('/') || hidden || line[..start].ends_with(['~', '$']);
+        if stem.is_empty() || stem.ends_with('/') || example {
+            continue;
+        }
+        let after = line[end..].trim_start_matches(['`', '"', '\'']);
+        let with_section = after.starts_with(" §")
+            || after
+                .strip_prefix(' ')
+                .is_some_and(|a| a.starts_with(|c: char| c.is_ascii_digit()));
+        let capitals = stem.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+        if name.contains('/') || with_section || capitals {
+            found.push(name.to_owned());
+        }
+    }
+    found
+}
+
+/// Whether `cited` names a file of the repository: relative to the root,
+/// to `docs/`, or to the citing file's directory or one above it.
+fn resolves(root: &Path, citing: &Path, cited: &str) -> bool {
+    // The citing file's directory and those above it up to the root, for
+    // paths a package writes relative to its own directory.
+    let mut bases = vec![root.join("docs")];
+    bases.extend(
+        citing
+            .ancestors()
+            .skip(1)
+            .take_while(|dir| dir.starts_with(root))
+            .map(Path::to_path_buf),
+    );
+    bases.iter().any(|base| base.join(cited).is_file())
+}
+
+/// Every unresolved citation as `file:line: name`.
+fn unresolved_citations(root: &Path, files: &[PathBuf]) -> Vec<String> {
+    let mut missing = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        let shown = file.strip_prefix(root).unwrap_or(file).display();
+        for (number, line) in text.lines().enumerate() {
+            for cited in citations(line) {
+                let allowed = CITATION_ALLOWLIST
+                    .iter()
+                    .any(|a| cited == *a || cited.ends_with(&format!("/{a}")));
+                if !allowed && !resolves(root, file, &cited) {
+                    missing.push(format!("{shown}:{}: {cited}", number + 1));
+                }
+            }
+        }
+    }
+    missing
+}
+
+#[test]
+fn every_cited_document_exists() {
+    let root = repo_root();
+    let this_file = root.join("tests/tidy.rs");
+    // This file's own fixtures below are citations by design.
+    let files: Vec<PathBuf> = citing_files(&root)
+        .into_iter()
+        .filter(|f| *f != this_file)
+        .collect();
+    assert!(
+        files.iter().any(|f| f.ends_with("ARCHITECTURE.md"))
+            && files.iter().any(|f| f.ends_with(".ci/run"))
+            && files.iter().any(|f| f.ends_with(".cargo/mutants.toml")),
+        "the scan misses the repository's files: {files:?}"
+    );
+    let missing = unresolved_citations(&root, &files);
+    assert!(
+        missing.is_empty(),
+        "cited documents that are not in the repository (cite a file under docs/, \
+         e.g. docs/protocol/status.md §2):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_citation_scan_finds_what_it_must() {
+    let found = |line: &str| citations(line);
+    assert_eq!(found("see handshake.md §6 and §9"), ["handshake.md"]);
+    assert_eq!(found("(spec `status.md` §5)"), ["status.md"]);
+    assert_eq!(found("repair (status.md 4.3) of"), ["status.md"]);
+    assert_eq!(
+        found("see docs/protocol/status.md §2."),
+        ["docs/protocol/status.md"]
+    );
+    assert_eq!(
+        found("# entry point (see DEVELOPERS.md)."),
+        ["DEVELOPERS.md"]
+    );
+    assert_eq!(
+        found("[compat](../docs/compat.md#x)"),
+        ["../docs/compat.md"]
+    );
+    // Run files, fixtures by absolute path, and bare names without a section
+    // are not citations.
+    assert!(found("writes task.md and answer.md").is_empty());
+    assert!(found("let f = \"/tmp/out.md\"; ~/x/a.md $HOME/b.md").is_empty());
+    assert!(found("parse reviewer.md, skip *.chain.md, the .mdx file").is_empty());
+    let root = repo_root();
+    let citing = root.join("crates/status/README.md");
+    assert!(resolves(&root, &citing, "../README.md"));
+    assert!(resolves(&root, &citing, "compat.md"));
+    assert!(!resolves(&root, &citing, "session-lease.md"));
+}

@@ -171,7 +171,7 @@ fn codex_flags(def: &AgentDefinition) -> Vec<String> {
 
 /// `pi -p` processes the prompt and exits; with no message argument it reads
 /// piped stdin. `--mode json` prints the session header and every event as
-/// JSON lines (pi's docs/json.md).
+/// JSON lines (pi's `--mode json` event stream; docs/protocol/agents.md §5.1).
 fn pi(def: &AgentDefinition) -> Vec<String> {
     let mut argv = strings(&["pi", "-p", "--mode", "json"]);
     if let Some(model) = &def.model {

@@ -1,5 +1,5 @@
 //! What to do with the reservation once `spawnRunner` returned
-//! (handshake.md §9).
+//! (docs/protocol/handshake.md §8).
 
 /// The facts of a spawn attempt that decide the capacity action.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! A held reservation: bind it to a runner, or roll it back (capacity.md §6.2–6.5).
+//! A held reservation: bind it to a runner, or roll it back (docs/protocol/capacity.md §4.3–4.5).
 
 use std::path::{Path, PathBuf};
 

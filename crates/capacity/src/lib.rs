@@ -1,6 +1,6 @@
 #![doc = include_str!("../README.md")]
 //!
-//! The per-session cap on active background runs (capacity.md).
+//! The per-session cap on active background runs (docs/protocol/capacity.md).
 //!
 //! A parent session may hold at most `limit` top-level async runs at once.
 //! Each admitted run occupies a slot directory

@@ -1,4 +1,4 @@
-//! The owner record of one slot (`slot-<N>/owner.json`, capacity.md §4).
+//! The owner record of one slot (`slot-<N>/owner.json`, docs/protocol/capacity.md §3).
 
 use process_identity::ProcessIdentity;
 use serde::{Deserialize, Serialize};
@@ -59,7 +59,7 @@ pub struct OwnerRecord {
 }
 
 impl OwnerRecord {
-    /// Parses an owner file; anything that breaks a §4 rule reads as "no owner".
+    /// Parses an owner file; anything that breaks a rule of docs/protocol/capacity.md §3 reads as "no owner".
     pub fn parse(bytes: &[u8]) -> Option<Self> {
         let owner: Self = serde_json::from_slice(bytes).ok()?;
         owner.is_valid().then_some(owner)

@@ -1,5 +1,5 @@
 //! The files of one session's pool: the pool lock, slot directories, slot
-//! claims, and the rename-then-delete release (capacity.md §3, §5).
+//! claims, and the rename-then-delete release (docs/protocol/capacity.md §1, §4).
 
 use std::fs::{self, File};
 use std::io;
@@ -64,7 +64,7 @@ pub(crate) struct SlotDir {
 }
 
 impl SlotDir {
-    /// The owner record, or `None` when missing or broken (§4); an
+    /// The owner record, or `None` when missing or broken (docs/protocol/capacity.md §3); an
     /// untrusted slot is an error ([`read_owner`]).
     pub(crate) fn owner(&self) -> Result<Option<OwnerRecord>, CapacityError> {
         read_owner(&self.path)
@@ -72,7 +72,7 @@ impl SlotDir {
 }
 
 /// Reads a slot's owner record. `Ok(None)` when the slot or its record is
-/// gone, unreadable or broken (§4: such a slot still counts and is never
+/// gone, unreadable or broken (docs/protocol/capacity.md §3: such a slot still counts and is never
 /// freed automatically).
 ///
 /// The trust checks of the state root happen here, when a slot is read,
@@ -357,7 +357,7 @@ struct ClaimRecord {
     holder: ProcessIdentity,
 }
 
-/// Runs `op` while holding the slot claim (§5). `Ok(None)` when the claim is
+/// Runs `op` while holding the slot claim (docs/protocol/capacity.md §4.2). `Ok(None)` when the claim is
 /// held by a live process (or by the reference) or the slot is gone. A claim
 /// left by a process of this version that provably died is taken over.
 pub(crate) fn with_claim<T>(

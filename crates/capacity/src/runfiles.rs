@@ -1,5 +1,5 @@
 //! The few fields of a run's `status.json` and `process-terminal.json` that
-//! the release verdicts look at (status.md §1.1, §2.3, §2.4), read tolerantly
+//! the release verdicts look at (docs/protocol/status.md §2.1, §5.3), read tolerantly
 //! as `serde_json::Value` so unknown keys never matter.
 
 use std::path::Path;
@@ -141,7 +141,7 @@ fn valid_proof_state<'a>(proof: &'a Value, run_id: &str, runner_id: &str) -> Opt
 }
 
 /// An `observed` proof needs `observedAt` and a runner instance with the
-/// expected id (status.md §2.4 step 5).
+/// expected id (docs/protocol/status.md §5.3).
 fn observed_is_complete(proof: &Value, runner_id: &str) -> bool {
     let has_time = proof.get("observedAt").is_some_and(Value::is_number);
     let runner = proof

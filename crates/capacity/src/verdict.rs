@@ -1,4 +1,4 @@
-//! Release verdicts (capacity.md §7): may a slot be freed?
+//! Release verdicts (docs/protocol/capacity.md §5): may a slot be freed?
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -229,7 +229,7 @@ fn workflow_verdict(owner: &OwnerRecord, live_workflows: &HashSet<String>) -> Ve
     releasable("workflow is terminal, controller is gone, and async children have observed proof")
 }
 
-/// Rule 7 for one workflow step: `None` when the step is settled.
+/// The async-child rule of docs/protocol/capacity.md §5.3 for one workflow step: `None` when the step is settled.
 fn unsettled_child(step: &Value, runs_root: &Path) -> Option<Verdict> {
     let text = |key| step.get(key).and_then(Value::as_str);
     let label = text("workflowKey").or(text("agent")).unwrap_or("unknown");

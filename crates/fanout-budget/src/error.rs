@@ -1,4 +1,4 @@
-//! Errors of the fan-out budget, with the reference's texts where the spec quotes them.
+//! Errors of the fan-out budget, with the reference's texts (docs/protocol/fanout-budget.md §3.3, §4.3).
 
 use std::io;
 use std::path::PathBuf;

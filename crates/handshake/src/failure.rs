@@ -1,4 +1,4 @@
-//! The pre-proceed failure record (§6.3): what a failed startup leaves for
+//! The pre-proceed failure record (docs/protocol/handshake.md §6.3): what a failed startup leaves for
 //! the process-terminal finaliser and for capacity accounting.
 
 use std::path::Path;

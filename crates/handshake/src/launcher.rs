@@ -66,7 +66,7 @@ impl Runner<'_> {
     }
 }
 
-/// Why the handshake failed before the commit (texts of the reference, §6.1).
+/// Why the handshake failed before the commit (texts of the reference, docs/protocol/handshake.md §6.1).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandshakeError {
@@ -136,7 +136,7 @@ pub struct StartupFailure {
     pub startup_did_not_proceed: bool,
     /// Set when the failure record (candidate or status) could not be written;
     /// the caller should then prefer rolling capacity back once
-    /// `termination_observed` holds (§13).
+    /// `termination_observed` holds (docs/protocol/handshake.md §10).
     pub persist_error: Option<atomic_file::Error>,
 }
 
@@ -219,7 +219,7 @@ impl LauncherSide<'_, '_> {
         Ok(())
     }
 
-    /// Waits for `state` (§5.4), waking on file events and on the runner's exit.
+    /// Waits for `state` (docs/protocol/handshake.md §4.4), waking on file events and on the runner's exit.
     fn await_state(
         &mut self,
         state: &'static str,
@@ -249,7 +249,7 @@ impl LauncherSide<'_, '_> {
             })
     }
 
-    /// One read of `runner-startup.json` (§5.3, plus the pid and run binding
+    /// One read of `runner-startup.json` (docs/protocol/handshake.md §4.3, plus the pid and run binding
     /// checks): `Ok(Some(token))` when `state` is there and valid.
     fn read_state(
         &self,

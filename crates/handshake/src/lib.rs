@@ -4,8 +4,9 @@
 //!
 //! When a run revives an existing session, the launcher must not report the
 //! run as started until the runner holds the session lease and has been told
-//! to go on. The exchange (spec `handshake.md` §5) goes through three JSON
-//! files in the run directory, which stay on disk as the trace:
+//! to go on. The exchange (docs/protocol/handshake.md §4) goes through three JSON
+//! files in the run directory, removed after `proceed` and left as the trace of
+//! a failed startup:
 //!
 //! ```text
 //! runner                                   launcher

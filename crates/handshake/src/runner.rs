@@ -27,7 +27,7 @@ impl Default for RunnerTimeouts {
     }
 }
 
-/// Why the runner's side of the handshake failed (texts of the reference, §5.5).
+/// Why the runner's side of the handshake failed (texts of the reference, docs/protocol/handshake.md §5).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunnerStartupError {
@@ -162,7 +162,7 @@ impl RunnerHandshake {
         }
     }
 
-    /// One read of a control file (§5.5): `Ok(true)` when it authorises `action`.
+    /// One read of a control file (docs/protocol/handshake.md §5): `Ok(true)` when it authorises `action`.
     fn check_control(&self, path: &Path, action: &str) -> Result<bool, RunnerStartupError> {
         let record = match records::read_json(path) {
             FileRead::Missing => return Ok(false),

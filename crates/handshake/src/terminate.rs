@@ -1,4 +1,4 @@
-//! Terminating a runner that never proceeded (§6.2, with §13's fixes): the
+//! Terminating a runner that never proceeded (docs/protocol/handshake.md §6.2, with the fixes of §10): the
 //! signals go to its process group, and "gone" is decided by `waitpid` for our
 //! own child (so its zombie does not count as alive) or by the pid-reuse-safe
 //! identity otherwise, plus an empty process group.

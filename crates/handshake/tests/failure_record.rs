@@ -1,4 +1,4 @@
-//! The pre-proceed failure record (§6.3) written on real files.
+//! The pre-proceed failure record (docs/protocol/handshake.md §6.3) written on real files.
 
 extern crate subagents_handshake as handshake;
 use std::fs;
@@ -47,7 +47,7 @@ fn merges_into_an_existing_status_and_keeps_its_fields() {
             },
         })
     );
-    // Key order of an existing file is kept; new keys follow in spec order.
+    // Key order of an existing file is kept; new keys follow in the order of docs/protocol/handshake.md §6.3.
     let keys: Vec<_> = value.as_object().unwrap().keys().cloned().collect();
     assert_eq!(
         keys,

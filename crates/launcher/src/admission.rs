@@ -171,7 +171,7 @@ impl<'a> Spawned<'a> {
 }
 
 /// Rolls the slot back only when the runner provably never proceeded and is
-/// provably gone (handshake.md §9); otherwise binds it to the runner, and the
+/// provably gone (docs/protocol/handshake.md §8); otherwise binds it to the runner, and the
 /// run's observed proof frees it later.
 pub fn settle(handle: Option<SlotHandle>, spawned: &Spawned<'_>) -> Result {
     let Some(mut handle) = handle else {

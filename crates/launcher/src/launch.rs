@@ -56,10 +56,10 @@ pub fn launch(layout: &Layout, request: &Request) -> Result<Launched> {
     }
 }
 
-/// The revival startup handshake (handshake.md §5–6): the runner holds the
+/// The revival startup handshake (docs/protocol/handshake.md §4–6): the runner holds the
 /// session lease and waits; we acknowledge and authorise it. On failure the
 /// crate has persisted the failure and terminated the runner; we free a
-/// lease the dead runner still holds and settle the slot by the §9 table.
+/// lease the dead runner still holds and settle the slot by the table of docs/protocol/handshake.md §8.
 fn hand_over(
     layout: &Layout,
     config: &LaunchConfig,

@@ -36,7 +36,7 @@ pub enum Budget {
     /// Inherit from the environment, else create a new root budget with this
     /// limit (else the configured one); claim the plan's static batch.
     Claim(Option<u64>),
-    /// Reuse a revived run's budget; claim nothing (fanout-budget.md §8.7).
+    /// Reuse a revived run's budget; claim nothing (docs/protocol/fanout-budget.md §8.3).
     Reuse(Descriptor),
 }
 
@@ -289,7 +289,7 @@ fn take_slot(
     run_dir: &Path,
 ) -> Result<Option<SlotHandle>> {
     // A nested launch is bounded by the fan-out budget it inherits, never
-    // by the session's capacity (capacity.md §2: top-level launches only).
+    // by the session's capacity (docs/protocol/capacity.md §2.1: top-level launches only).
     if crate::fanout::is_nested() {
         return Ok(None);
     }

@@ -18,7 +18,7 @@ pub struct Preset {
     pub invocation: Invocation,
 }
 
-/// The descriptor fields a preset run fills (recovery.md v1 names).
+/// The descriptor fields a preset run fills (version-1 names, docs/protocol/recovery.md §2.1).
 #[derive(Debug, Clone, Default)]
 pub struct PresetRecord {
     /// `model`.
@@ -42,7 +42,7 @@ impl Preset {
     /// The descriptor fields of this preset.
     pub fn record(&self) -> PresetRecord {
         let def = &self.definition;
-        // recovery.md: the model's `:<level>` suffix wins over `thinking`.
+        // docs/protocol/recovery.md §2.3: the model's `:<level>` suffix wins over `thinking`.
         let suffix = def
             .model
             .as_deref()

@@ -256,7 +256,7 @@ fn revival_request(
     })
 }
 
-/// recovery.md §8.3: the revived task text.
+/// The revived task text (docs/protocol/recovery.md §9).
 fn revived_task(source: &str, agent: &str, session_file: &Path, follow_up: &str) -> String {
     [
         "You are reviving a previous subagent conversation.".to_owned(),

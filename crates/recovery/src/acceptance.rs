@@ -1,4 +1,4 @@
-//! The public acceptance-input rules (recovery.md §5.9), as the reference's
+//! The public acceptance-input rules (docs/protocol/recovery.md §5), as the reference's
 //! `validateAcceptanceInput` applies them: every message is collected, in
 //! the reference's order, and the caller joins them with one space.
 

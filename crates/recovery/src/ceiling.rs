@@ -1,10 +1,10 @@
-//! The capability ceiling parser of recovery.md §5.2.
+//! The capability ceiling parser (docs/protocol/recovery.md §4).
 //!
 //! Messages that carry the label `async recovery descriptor '<file>'
 //! capabilityCeiling` are the reference's own. The reference reports the
 //! body rules without any file context; here they get the common
 //! `Invalid async recovery descriptor '<file>': ` prefix so every error names
-//! the file (recovery.md §12).
+//! the file (docs/protocol/recovery.md §4).
 
 use serde_json::{Map, Value};
 

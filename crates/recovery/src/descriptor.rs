@@ -72,7 +72,7 @@ fn prefix(path: &Path) -> String {
     format!("Invalid async recovery descriptor '{}'", path.display())
 }
 
-/// The live half of the `runFanoutBudget` rule (fanout-budget.md §4.3 steps
+/// The live half of the `runFanoutBudget` rule (docs/protocol/fanout-budget.md §4.3 steps
 /// 3–6: realpath inside the budget root, manifest readable and matching).
 ///
 /// The fan-out budget crate implements it; this crate checks only the shape,
@@ -98,8 +98,8 @@ pub fn descriptor_path(run_dir: &Path) -> PathBuf {
     run_dir.join(DESCRIPTOR_FILE)
 }
 
-/// Validates the descriptor file at `path` (structural rules of recovery.md
-/// §3–5) and returns it normalised. A missing file is an error here; this is
+/// Validates the descriptor file at `path` (structural rules of
+/// docs/protocol/recovery.md §3) and returns it normalised. A missing file is an error here; this is
 /// what `subagents validate --kind recovery FILE` calls.
 pub fn validate_descriptor_file(path: &Path) -> Result<RecoveryDescriptor, DescriptorError> {
     let bytes = atomic_file::read::read_file(path).map_err(|e| DescriptorError::Read {
@@ -131,7 +131,7 @@ fn from_value(value: Value, path: &Path) -> Result<RecoveryDescriptor, Descripto
 }
 
 /// Reads `<run_dir>/recovery-descriptor.json`: `Ok(None)` when the file does
-/// not exist (recovery.md §3 step 1), otherwise the validated descriptor.
+/// not exist (docs/protocol/recovery.md §3 step 1), otherwise the validated descriptor.
 pub fn read_descriptor(run_dir: &Path) -> Result<Option<RecoveryDescriptor>, DescriptorError> {
     match validate_descriptor_file(&descriptor_path(run_dir)) {
         Err(DescriptorError::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => {

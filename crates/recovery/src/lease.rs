@@ -38,7 +38,7 @@ pub const OWNER_FILE: &str = "owner.json";
 /// Environment variable that marks every writer process of a lease with the
 /// lease token (see [`SessionLease::writer_env`]).
 pub const WRITER_TOKEN_ENV: &str = "SUBAGENTS_REVIVAL_LEASE_TOKEN";
-/// Acquisition attempts before giving up with a conflict (session-lease.md §6).
+/// Acquisition attempts before giving up with a conflict (docs/protocol/recovery.md §6.4).
 const ATTEMPTS: usize = 4;
 
 /// `<state_root>/session-leases`.
@@ -46,7 +46,7 @@ pub fn lease_root(state_root: &Path) -> PathBuf {
     state_root.join(LEASES_DIR)
 }
 
-/// What a revival asks for (session-lease.md §1).
+/// What a revival asks for (docs/protocol/recovery.md §6.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
     /// The child session file to append to.
@@ -82,7 +82,7 @@ pub enum Writer {
     Running(u32),
 }
 
-/// `owner.json` (session-lease.md §4), plus our optional `bootId`.
+/// `owner.json` (docs/protocol/recovery.md §6.3), plus our optional `bootId`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerRecord {
@@ -126,7 +126,7 @@ pub struct OwnerRecord {
     pub updated_at_ms: u64,
 }
 
-/// The canonical identity of a session file (session-lease.md §2).
+/// The canonical identity of a session file (docs/protocol/recovery.md §6.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanonicalSession {
     /// Real path (absolute, symlinks resolved).
@@ -155,7 +155,7 @@ pub struct LeaseInspection {
     pub state: LeaseState,
 }
 
-/// Another revival holds the session (session-lease.md §9).
+/// Another revival holds the session (docs/protocol/recovery.md §6.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseConflict {
     /// Real path of the session file.
@@ -289,7 +289,7 @@ impl SessionLease {
         &self.session
     }
 
-    /// Records the writer process (session-lease.md §8.1), atomically.
+    /// Records the writer process (docs/protocol/recovery.md §6.7), atomically.
     pub fn update_writer(&mut self, writer: Writer) -> Result<(), LeaseError> {
         let owner_file = self.lease_dir().join(OWNER_FILE);
         match read_owner(&owner_file) {
@@ -316,7 +316,7 @@ impl SessionLease {
         Ok(())
     }
 
-    /// Gives the lease back if it is still ours (session-lease.md §8.2).
+    /// Gives the lease back if it is still ours (docs/protocol/recovery.md §6.8).
     /// `Ok(false)`: the record is not ours (or unreadable); nothing touched.
     pub fn release(self) -> Result<bool, LeaseError> {
         release_dir(&self.root, &self.session, &self.owner.token)
@@ -324,7 +324,7 @@ impl SessionLease {
 }
 
 /// Takes the lease of `request.session_file` under `lease_root`
-/// (session-lease.md §6), reclaiming a demonstrably stale holder.
+/// (docs/protocol/recovery.md §6.4), reclaiming a demonstrably stale holder.
 pub fn acquire_lease(
     lease_root: &Path,
     request: &LeaseRequest,
@@ -365,7 +365,7 @@ pub fn acquire_lease(
     Err(conflict(&session, holder))
 }
 
-/// Reports whether the session is free, owned or unreadable (session-lease.md §10).
+/// Reports whether the session is free, owned or unreadable (docs/protocol/recovery.md §6.9).
 pub fn inspect_lease(
     lease_root: &Path,
     session_file: &Path,
@@ -479,7 +479,7 @@ fn new_owner(session: &CanonicalSession, request: &LeaseRequest) -> OwnerRecord 
     }
 }
 
-/// The stale-holder rule (session-lease.md §7).
+/// The stale-holder rule (docs/protocol/recovery.md §6.6).
 fn demonstrably_stale(holder: &OwnerRecord) -> bool {
     if holder.hostname != hostname() {
         return false;
@@ -568,7 +568,7 @@ fn token_carried_by_a_process(token: &str, holder_start: Option<u64>) -> bool {
     })
 }
 
-/// "Demonstrably gone" (session-lease.md §5). Identities are compared only
+/// "Demonstrably gone" (docs/protocol/recovery.md §6.5). Identities are compared only
 /// within one scheme (`linux:` vs `linux:`): a scheme mismatch proves nothing.
 fn gone(pid: u32, recorded: Option<&str>) -> bool {
     match pid_liveness(pid) {
@@ -620,7 +620,7 @@ enum OwnerRead {
     Owner(Box<OwnerRecord>),
 }
 
-/// Reads an owner record; anything breaking §4 is unreadable, and so is a
+/// Reads an owner record; anything breaking docs/protocol/recovery.md §6.3 is unreadable, and so is a
 /// lease directory another user could have planted (a symlink, not a
 /// directory, writable by others or owned by someone else): only nothing at
 /// all at the lease's name is no lease, since anything there blocks every
@@ -646,7 +646,7 @@ fn read_owner(owner_file: &Path) -> OwnerRead {
     }
 }
 
-/// Parses an owner record; `None` for anything breaking §4 (an unreadable
+/// Parses an owner record; `None` for anything breaking docs/protocol/recovery.md §6.3 (an unreadable
 /// owner). Touches no file (fuzzing entry point).
 pub fn parse_owner(bytes: &[u8]) -> Option<OwnerRecord> {
     serde_json::from_slice::<Value>(bytes)
@@ -655,7 +655,7 @@ pub fn parse_owner(bytes: &[u8]) -> Option<OwnerRecord> {
         .and_then(|v| serde_json::from_value::<OwnerRecord>(v).ok())
 }
 
-/// The rules of session-lease.md §4 on the raw JSON.
+/// The rules of docs/protocol/recovery.md §6.3 on the raw JSON.
 fn valid_owner(value: &Value) -> bool {
     let Some(map) = object(value) else {
         return false;

@@ -1,4 +1,4 @@
-//! Typed form of the version-1 recovery descriptor (recovery.md §2, §4).
+//! Typed form of the version-1 recovery descriptor (docs/protocol/recovery.md §2).
 //!
 //! Field order is the order the reference writes. Nested objects for which
 //! the reference accepts unknown keys keep them in `extra`, so a descriptor
@@ -128,7 +128,7 @@ pub struct RecoveryDescriptor {
     pub capability_ceiling: Option<CapabilityCeiling>,
 }
 
-/// The fan-out budget descriptor (fanout-budget.md §4.3), normalised.
+/// The fan-out budget descriptor (docs/protocol/fanout-budget.md §4), normalised.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunFanoutBudget {
@@ -365,7 +365,7 @@ pub enum NotifyChannel {
     Intercom,
 }
 
-/// Normalised capability ceiling (recovery.md §5.2).
+/// Normalised capability ceiling (docs/protocol/recovery.md §4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CapabilityCeiling {

@@ -1,5 +1,5 @@
 //! Structural validation of a parsed descriptor in the reference's order
-//! (recovery.md §3–5), with the normalisations the reader applies.
+//! (docs/protocol/recovery.md §3), with the normalisations the reader applies.
 //!
 //! Works on `serde_json::Value` first so that the first failing rule, and its
 //! exact message, match the reference; the typed struct is read afterwards.
@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::json::{canonical_integer, integer, is_string_list, non_empty_str, object};
 use crate::{acceptance, ceiling};
 
-/// The 41 top-level fields of a version-1 descriptor (recovery.md §5.10).
+/// The 41 top-level fields of a version-1 descriptor (docs/protocol/recovery.md §2.1).
 pub const ALLOWED_FIELDS: [&str; 41] = [
     "version",
     "launchContractDigest",
@@ -84,7 +84,7 @@ const RUNTIME_TURN_KEYS: [&str; 5] = [
     "exceededAtTurn",
 ];
 
-/// Validates `value` and returns the normalised object (recovery.md §3).
+/// Validates `value` and returns the normalised object (docs/protocol/recovery.md §3).
 pub(crate) fn descriptor(value: Value, file: &str) -> Checked<Map<String, Value>> {
     let Value::Object(mut map) = value else {
         return Err(fail("", "expected an object."));
@@ -156,7 +156,7 @@ fn enumerated(map: &Map<String, Value>, field: &str, allowed: &[&str]) -> Checke
     }
 }
 
-/// Steps 11–13 of §3: string lists, `systemPrompt`, optional strings.
+/// Step 12 of docs/protocol/recovery.md §3: string lists, `systemPrompt`, optional strings.
 fn scalar_fields(map: &Map<String, Value>) -> Checked {
     for field in [
         "fallbackModels",
@@ -194,7 +194,7 @@ fn scalar_fields(map: &Map<String, Value>) -> Checked {
     Ok(())
 }
 
-/// Step 14 of §3, in the reference's order.
+/// Step 13 of docs/protocol/recovery.md §3, in the reference's order.
 fn nested_fields(map: &mut Map<String, Value>) -> Checked {
     if map.get("completionGuard").is_some_and(|v| !v.is_boolean()) {
         return Err(fail(
@@ -261,7 +261,7 @@ fn not_object_message(field: &str) -> String {
     }
 }
 
-/// `runFanoutBudget` shape (fanout-budget.md §4.3 steps 1–2) and its
+/// `runFanoutBudget` shape (docs/protocol/fanout-budget.md §4.3 steps 1–2) and its
 /// normalisation; the filesystem part is [`crate::FanoutBudgetCheck`]'s.
 fn fanout_shape(value: Option<&Value>) -> Checked<Value> {
     const FIELD: &str = "runFanoutBudget";

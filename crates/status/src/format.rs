@@ -321,7 +321,7 @@ fn progress_label(run: &RunSummary) -> String {
     }
 }
 
-/// A validated `parallelGroups` entry (5.5).
+/// A validated `parallelGroups` entry (as the reference validates it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParallelGroup {
     /// First flat index.

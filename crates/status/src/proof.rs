@@ -233,7 +233,7 @@ pub struct Fallback {
     pub runner_process_instance_id: Option<String>,
 }
 
-/// Validates a pi-writer or runner record as the reference does (2.4).
+/// Validates a pi-writer or runner record as the reference does (docs/protocol/status.md §5.1, §5.3).
 pub fn valid_instance(value: &Value, kind: Option<&str>) -> bool {
     let Some(obj) = value.as_object() else {
         return false;
@@ -449,7 +449,7 @@ pub fn sanitize(
     )
 }
 
-/// Reads and validates the candidate (2.4): `Ok(None)` when absent.
+/// Reads and validates the candidate (docs/protocol/status.md §5.1): `Ok(None)` when absent.
 pub fn read_candidate(run_dir: &Path) -> Result<Option<Candidate>, String> {
     let path = run_dir.join(files::CANDIDATE);
     let text = match atomic_file::read::read_to_string(&path) {
@@ -579,7 +579,8 @@ pub enum LeaseState {
 /// Inspects the lease of a session file; errors become `proof-write-failed`.
 pub type LeaseInspector<'a> = &'a dyn Fn(&str) -> Result<LeaseState, String>;
 
-/// 2.8: whether a run in `state` with `session_file` can be resumed.
+/// Whether a run in `state` with `session_file` can be resumed
+/// (docs/protocol/status.md §5.7).
 pub fn resume_disposition(state: Option<&str>, session_file: Option<&str>) -> &'static str {
     match state {
         Some("stopped") => "non-resumable",
@@ -592,7 +593,7 @@ pub fn resume_disposition(state: Option<&str>, session_file: Option<&str>) -> &'
     }
 }
 
-/// Decides the proof for a runner close (2.5 step B), without writing anything.
+/// Decides the proof for a runner close (docs/protocol/status.md §5.4), without writing anything.
 pub fn decide(
     run_dir: &Path,
     run_id: &str,
@@ -703,7 +704,7 @@ fn ordered_writers(candidate: &Candidate) -> Vec<&WriterRecord> {
     keyed.into_iter().flat_map(|(_, v)| v.iter()).collect()
 }
 
-/// Finalizes the proof of a run whose runner close was observed (2.5, 2.6):
+/// Finalizes the proof of a run whose runner close was observed (docs/protocol/status.md §5.4, §5.5):
 /// idempotent; writes `process-terminal.json`, overlays status, appends the
 /// event, and only then releases the marker (when observed). Returns the
 /// durable proof.
@@ -765,7 +766,7 @@ pub fn finalize_then(
     proof
 }
 
-/// Steps 3–4 and 2 of 2.6 for a proof already on disk: overlay, event, and
+/// The overlay, event and marker release of docs/protocol/status.md §5.5 for a proof already on disk: overlay, event, and
 /// only then (observed) the marker release. `on_observed` edits the status
 /// in the overlay's own write when the proof is observed.
 fn persist_after_proof(
@@ -839,7 +840,7 @@ pub fn complete_persisted_then(
     true
 }
 
-/// Sets the run proof on a status and projects a proof on every step (2.7).
+/// Sets the run proof on a status and projects a proof on every step (docs/protocol/status.md §5.6).
 pub fn overlay(
     mut status: RunStatus,
     proof: &ProcessTerminal,

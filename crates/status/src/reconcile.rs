@@ -140,7 +140,7 @@ pub fn run_id_of(run_dir: &Path, status: &RunStatus) -> String {
     }
 }
 
-/// Result-based repair (status.md 4.3) when an active run's result file
+/// Result-based repair (docs/protocol/status.md §7.4) when an active run's result file
 /// exists; it wins over any liveness verdict.
 fn repair_with_result(
     run_dir: &Path,
@@ -229,7 +229,7 @@ fn dead_message(pid: u32) -> String {
     )
 }
 
-/// Applies the failed repair of 4.4 to a status, downgrading a pending
+/// Applies the failed repair (docs/protocol/status.md §7.2) to a status, downgrading a pending
 /// lifecycle-3 proof to `unknown/stale-repair` (nobody is left to observe).
 pub fn repair(status: RunStatus, message: &str, now: u64) -> RunStatus {
     let mut status = fail_active(status, message, now);

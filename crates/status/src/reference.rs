@@ -58,7 +58,7 @@ pub fn result_path(run_dir: &Path, run_id: &str) -> Option<PathBuf> {
     )
 }
 
-/// Why a reference record is stale (status.md 4.2 steps 5, 7, 8), or `None`.
+/// Why a reference record is stale (docs/protocol/status.md §7.3), or `None`.
 pub fn stale_message(status: &RunStatus, options: Options) -> Option<String> {
     if status.display_dismissed_at.is_some() || status.state != RunState::Running {
         return None;
@@ -132,7 +132,7 @@ fn read_result(path: &Path) -> Result<Option<ResultData>> {
     Ok(Some(ResultData { state, results }))
 }
 
-/// Result-based repair (status.md 4.3) of an active run whose result file
+/// Result-based repair (docs/protocol/status.md §7.4) of an active run whose result file
 /// exists; `Ok(None)` when the run is not active or has no result file.
 pub fn repair_from_result(
     status: &RunStatus,
@@ -271,7 +271,7 @@ pub fn listed_last_activity(run_dir: &Path, status: &RunStatus) -> Option<u64> {
     output_mtime.or(step_activity).or(started)
 }
 
-/// The failed result file of status.md 4.4 for a run repaired with `message`
+/// The failed result file (docs/protocol/status.md §7.4) for a run repaired with `message`
 /// (`repaired` is the status after the repair, `original` before it).
 pub fn failed_result(
     original: &RunStatus,

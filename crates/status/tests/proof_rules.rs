@@ -330,7 +330,7 @@ fn empty_session_file_and_lease_token_are_dropped() {
     assert_eq!(dropped.revival_lease_token, None);
 }
 
-// The finalizer's decision table (status.md 2.5, step B).
+// The finalizer's decision table (docs/protocol/status.md §5.4).
 
 fn writer(tree_observed: bool, pgid: u32) -> WriterRecord {
     WriterRecord {

@@ -194,8 +194,8 @@ pub fn signal_group(pgid: u32, sig: Signal) {
 /// Live processes that must be gone: members of `pgid`, or (with `None`)
 /// every child of ours, which as a subreaper includes reparented orphans —
 /// except the monitors and runners of nested runs, which a COMMAND started
-/// with `subagents run` and which must outlive it (cli.md: a run goes on
-/// after the command that started it exits).
+/// with `subagents run` and which must outlive it (a run goes on after
+/// the command that started it exits: docs/protocol/supervisor.md §11.1).
 pub fn leftovers(pgid: Option<u32>) -> Vec<u32> {
     let mut pids = match pgid {
         Some(g) => process_identity::group_members(g).unwrap_or_default(),
