@@ -738,7 +738,9 @@ fn source_is_transferable(owner: &OwnerRecord, source_run_id: &str) -> bool {
     let StatusRead::Present(status) = read_status(Path::new(&owner.async_dir)) else {
         return false;
     };
-    status.run_id() == Some(source_run_id) && !matches!(status.state(), Some("queued" | "running"))
+    // A paused source is the one a resume takes over: not active, though
+    // it holds its slot (see `status::RunState::holds_capacity`).
+    status.run_id == source_run_id && !status.state.is_active()
 }
 
 fn snapshot_of(pool: &Path, limit: u32) -> Result<Snapshot, CapacityError> {
