@@ -7,6 +7,9 @@
 //! `<root>/<sha256(session id)>/slot-<N>/owner.json` from admission until
 //! there is proof it finished: a terminal status **and** a verified process
 //! exit ([`release_verdict`]). The root is `<state root>/session-active-async-capacity`.
+//! The run's `status.json` and `process-terminal.json` are read through the
+//! `status` crate; a run holds its slot while
+//! `status::RunState::holds_capacity` (queued, running, paused).
 //!
 //! * [`Capacity::acquire`] takes the first free slot (reconciling the pool
 //!   first when every index below the limit is occupied) or fails with [`CapacityError::Exhausted`]
