@@ -7,6 +7,9 @@
 //! `<root>/<sha256(session id)>/slot-<N>/owner.json` from admission until
 //! there is proof it finished: a terminal status **and** a verified process
 //! exit ([`release_verdict`]). The root is `<state root>/session-active-async-capacity`.
+//! The run's `status.json` and `process-terminal.json` are read through the
+//! `status` crate; a run holds its slot while
+//! `status::RunState::holds_capacity` (queued, running, paused).
 //!
 //! * [`Capacity::acquire`] takes the first free slot (reconciling the pool
 //!   first when every index below the limit is occupied) or fails with [`CapacityError::Exhausted`]
@@ -738,7 +741,9 @@ fn source_is_transferable(owner: &OwnerRecord, source_run_id: &str) -> bool {
     let StatusRead::Present(status) = read_status(Path::new(&owner.async_dir)) else {
         return false;
     };
-    status.run_id() == Some(source_run_id) && !matches!(status.state(), Some("queued" | "running"))
+    // A paused source is the one a resume takes over: not active, though
+    // it holds its slot (see `status::RunState::holds_capacity`).
+    status.run_id == source_run_id && !status.state.is_active()
 }
 
 fn snapshot_of(pool: &Path, limit: u32) -> Result<Snapshot, CapacityError> {

@@ -5,11 +5,15 @@ use std::path::Path;
 
 use process_identity::Liveness;
 use serde::Serialize;
-use serde_json::Value;
+use status::proof::ProofState;
+use status::{RunStatus, Step};
 
 use crate::owner::{Kind, OwnerRecord, session_key};
 use crate::pool::RecordedRun;
-use crate::runfiles::{RunStatus, StatusRead, proof_runner, proof_state, read_status};
+use crate::runfiles::{
+    StatusRead, has_error, has_runner_trace, observed_proof, projected_runner, proof_state,
+    read_status, status_run_id,
+};
 
 /// The three verdict states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,7 +68,7 @@ pub fn release_verdict(owner: &OwnerRecord, live_workflows: &HashSet<String>) ->
     }
 }
 
-fn load_status(owner: &OwnerRecord) -> Result<RunStatus, Verdict> {
+fn load_status(owner: &OwnerRecord) -> Result<Box<RunStatus>, Verdict> {
     match read_status(Path::new(&owner.async_dir)) {
         StatusRead::Present(status) => Ok(status),
         StatusRead::Missing => Err(abandoned(owner).unwrap_or_else(|| retained(STATUS_MISSING))),
@@ -78,12 +82,12 @@ fn load_status(owner: &OwnerRecord) -> Result<RunStatus, Verdict> {
 /// slot stays, with the read error as its reason.
 fn unreadable_status(owner: &OwnerRecord, error: &str) -> Verdict {
     let dir = Path::new(&owner.async_dir);
-    let runner = owner
-        .runner_process_instance_id
-        .clone()
-        .or_else(|| proof_runner(dir).filter(|_| reserver_is_dead(owner)));
-    let observed =
-        runner.is_some_and(|r| proof_state(dir, &owner.run_id, &r).as_deref() == Some("observed"));
+    // Without a bound runner, the one the proof names stands in for it
+    // once the reserving process is dead (nobody else can bind the slot).
+    let observed = match owner.runner_process_instance_id.as_deref() {
+        Some(runner) => observed_proof(dir, &owner.run_id, Some(runner)),
+        None => reserver_is_dead(owner) && observed_proof(dir, &owner.run_id, None),
+    };
     if observed {
         releasable(format!(
             "status file is unreadable ({error}), but a matching observed process-terminal proof is present"
@@ -113,7 +117,7 @@ fn abandoned(owner: &OwnerRecord) -> Option<Verdict> {
 /// (no runner pid or identity in the status, no candidate, no handshake).
 /// Nobody else could bind the slot, so it is free.
 fn never_bound(owner: &OwnerRecord, status: &RunStatus) -> Option<Verdict> {
-    if !status.is_terminal() || status.has_runner_trace() {
+    if status.state.holds_capacity() || has_runner_trace(status) {
         return None;
     }
     let dir = Path::new(&owner.async_dir);
@@ -143,30 +147,35 @@ fn runner_id<'a>(owner: &'a OwnerRecord, status: &'a RunStatus) -> Option<&'a st
     if let Some(id) = owner.runner_process_instance_id.as_deref() {
         return Some(id);
     }
-    let from_status = status.process_terminal().map(|(_, _, id)| id);
-    from_status.filter(|id| !id.is_empty() && reserver_is_dead(owner))
+    projected_runner(status).filter(|_| reserver_is_dead(owner))
 }
 
 fn identity_mismatch(owner: &OwnerRecord, status: &RunStatus) -> Option<Verdict> {
-    if status.session_id() != Some(owner.owner_session_id.as_str()) {
+    let session = status.session_id.as_deref();
+    if session != Some(owner.owner_session_id.as_str()) {
         return Some(retained(format!(
             "status session {} does not match owner session {}",
-            status.session_id().unwrap_or("unknown"),
+            session.unwrap_or("unknown"),
             owner.owner_session_id
         )));
     }
-    if status.run_id() != Some(owner.run_id.as_str()) {
+    if status_run_id(status) != Some(owner.run_id.as_str()) {
         return Some(retained(format!(
             "status run {} does not match owner run {}",
-            status.run_id().unwrap_or("unknown"),
+            status_run_id(status).unwrap_or("unknown"),
             owner.run_id
         )));
     }
     None
 }
 
-fn state_text(status: &RunStatus) -> &str {
-    status.state().unwrap_or("unknown")
+fn state_text(status: &RunStatus) -> &'static str {
+    status.state.as_str()
+}
+
+/// The state of the proof file as the verdicts print it.
+fn proof_text(state: Option<ProofState>) -> &'static str {
+    state.map_or("missing", ProofState::as_str)
 }
 
 fn runner_verdict(owner: &OwnerRecord) -> Verdict {
@@ -181,22 +190,22 @@ fn runner_verdict(owner: &OwnerRecord) -> Verdict {
     if let Some(verdict) = identity_mismatch(owner, &status) {
         return verdict;
     }
-    if !status.is_terminal() {
+    if status.state.holds_capacity() {
         return retained(format!("run is still {}", state_text(&status)));
     }
-    if status.process_terminal() == Some(("not-started", &owner.run_id, runner))
-        && status.has_error()
+    let projected = |key| status.projected_proof_str(key);
+    if projected("state") == Some("not-started")
+        && projected("runId") == Some(owner.run_id.as_str())
+        && projected("runnerProcessInstanceId") == Some(runner)
+        && has_error(&status)
     {
         return releasable("run failed before child startup completed");
     }
     match proof_state(Path::new(&owner.async_dir), &owner.run_id, runner) {
-        Some(state) if state == "observed" => {
+        Some(ProofState::Observed) => {
             releasable("matching observed process-terminal proof is present")
         }
-        state => retained(format!(
-            "process-terminal proof is {}",
-            state.as_deref().unwrap_or("missing")
-        )),
+        state => retained(format!("process-terminal proof is {}", proof_text(state))),
     }
 }
 
@@ -208,11 +217,11 @@ fn workflow_verdict(owner: &OwnerRecord, live_workflows: &HashSet<String>) -> Ve
     if let Some(verdict) = identity_mismatch(owner, &status) {
         return verdict;
     }
-    if status.mode() != Some("workflow") {
-        let mode = status.mode().unwrap_or("unknown");
+    if status.mode.as_deref() != Some("workflow") {
+        let mode = status.mode.as_deref().unwrap_or("unknown");
         return retained(format!("status mode is {mode}, not workflow"));
     }
-    if !status.is_terminal() {
+    if status.state.holds_capacity() {
         return retained(format!("workflow is still {}", state_text(&status)));
     }
     if live_workflows.contains(&owner.run_id) {
@@ -229,14 +238,14 @@ fn workflow_verdict(owner: &OwnerRecord, live_workflows: &HashSet<String>) -> Ve
     releasable("workflow is terminal, controller is gone, and async children have observed proof")
 }
 
-/// The async-child rule of docs/protocol/capacity.md §5.3 for one workflow step: `None` when the step is settled.
-fn unsettled_child(step: &Value, runs_root: &Path) -> Option<Verdict> {
-    let text = |key| step.get(key).and_then(Value::as_str);
-    let label = text("workflowKey").or(text("agent")).unwrap_or("unknown");
-    if let Some(state @ ("pending" | "running" | "paused")) = text("status") {
+/// Rule 7 for one workflow step: `None` when the step is settled.
+fn unsettled_child(step: &Step, runs_root: &Path) -> Option<Verdict> {
+    let label = step.extra_str("workflowKey").unwrap_or(&step.agent);
+    if step.holds_capacity() {
+        let state = &step.status;
         return Some(retained(format!("workflow child {label} is still {state}")));
     }
-    match step.get("async").and_then(Value::as_bool) {
+    match step.is_async() {
         None => {
             return Some(retained(format!(
                 "workflow child {label} is missing async classification"
@@ -246,7 +255,7 @@ fn unsettled_child(step: &Value, runs_root: &Path) -> Option<Verdict> {
         Some(true) => {}
     }
     let child = |what: &str| Some(retained(format!("async workflow child {label} {what}")));
-    let Some(run_id) = text("runId").filter(|id| !id.is_empty()) else {
+    let Some(run_id) = step.extra_str("runId").filter(|id| !id.is_empty()) else {
         return child("is missing run id");
     };
     let dir = runs_root.join(run_id);
@@ -256,22 +265,15 @@ fn unsettled_child(step: &Value, runs_root: &Path) -> Option<Verdict> {
     let StatusRead::Present(status) = read_status(&dir) else {
         return child("status is missing or unreadable");
     };
-    if !status.is_terminal() {
+    if status.state.holds_capacity() {
         return child(&format!("is still {}", state_text(&status)));
     }
-    let runner = status
-        .process_terminal()
-        .map(|(_, _, id)| id)
-        .filter(|id| !id.is_empty());
-    let Some(runner) = runner else {
+    let Some(runner) = projected_runner(&status) else {
         return child("has no runner process identity");
     };
     match proof_state(&dir, run_id, runner) {
-        Some(state) if state == "observed" => None,
-        state => child(&format!(
-            "process-terminal proof is {}",
-            state.as_deref().unwrap_or("missing")
-        )),
+        Some(ProofState::Observed) => None,
+        state => child(&format!("process-terminal proof is {}", proof_text(state))),
     }
 }
 
@@ -308,9 +310,7 @@ pub(crate) fn damaged_owner_verdict(
             };
         }
         StatusRead::Unreadable(e) => {
-            let observed = proof_runner(&dir)
-                .is_some_and(|r| proof_state(&dir, run_id, &r).as_deref() == Some("observed"));
-            return if observed {
+            return if observed_proof(&dir, run_id, None) {
                 releasable(format!(
                     "owner record is damaged; run {run_id}'s status is unreadable ({e}), but its observed process-terminal proof is present"
                 ))
@@ -319,40 +319,32 @@ pub(crate) fn damaged_owner_verdict(
             };
         }
     };
-    let ours = status.run_id() == Some(run_id)
-        && status.session_id().map(session_key).as_deref() == Some(pool_key);
+    let ours = status_run_id(&status) == Some(run_id)
+        && status.session_id.as_deref().map(session_key).as_deref() == Some(pool_key);
     if !ours {
         return retained(format!(
             "owner record is damaged and the status of {run_id} is not this slot's run"
         ));
     }
-    if !status.is_terminal() {
+    if status.state.holds_capacity() {
         return retained(format!(
             "owner record is damaged; run {run_id} is still {}",
             state_text(&status)
         ));
     }
-    let runner = status
-        .process_terminal()
-        .map(|(_, _, id)| id)
-        .filter(|id| !id.is_empty());
-    let Some(runner) = runner else {
+    let Some(runner) = projected_runner(&status) else {
         return retained("owner record is damaged; runner process identity has not been recorded");
     };
-    if status
-        .process_terminal()
-        .is_some_and(|(state, ..)| state == "not-started")
-        && status.has_error()
-    {
+    if status.projected_proof_str("state") == Some("not-started") && has_error(&status) {
         return releasable("owner record is damaged; run failed before child startup completed");
     }
     match proof_state(&dir, run_id, runner) {
-        Some(state) if state == "observed" => releasable(
+        Some(ProofState::Observed) => releasable(
             "owner record is damaged; its run's matching observed process-terminal proof is present",
         ),
         state => retained(format!(
             "owner record is damaged; process-terminal proof is {}",
-            state.as_deref().unwrap_or("missing")
+            proof_text(state)
         )),
     }
 }

@@ -43,6 +43,19 @@ impl RunState {
         matches!(self, Self::Queued | Self::Running)
     }
 
+    /// Whether a run in this state keeps its session's capacity slot:
+    /// the active states and `paused`. Every capacity verdict asks this.
+    // Why `paused` differs from `is_active`: in the reference (0.49.0) a
+    // paused run is over for listings, waits and stale repair, but it is
+    // one that can go on: its runner may still be alive waiting on a
+    // checkpoint decision, and a resume takes over its slot (a transfer)
+    // rather than charging a second one. So a paused run is not active yet
+    // holds its slot ("Queued, running, paused, and needs-attention runs
+    // retain capacity", the reference's configuration docs).
+    pub fn holds_capacity(self) -> bool {
+        self.is_active() || self == Self::Paused
+    }
+
     /// The lower-case name used on disk.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -637,7 +650,38 @@ impl<'de> Visitor<'de> for RunStatusVisitor {
     }
 }
 
+impl Step {
+    /// Whether a step in this status keeps its workflow's capacity slot:
+    /// `pending`, `running` and `paused`, the step-level counterparts of
+    /// [`RunState::holds_capacity`].
+    pub fn holds_capacity(&self) -> bool {
+        matches!(self.status.as_str(), "pending" | "running" | "paused")
+    }
+
+    /// A string key the reference writes on workflow steps and this model
+    /// keeps in `extra` (`workflowKey`, `runId`); `None` when absent or
+    /// not a string.
+    pub fn extra_str(&self, key: &str) -> Option<&str> {
+        self.extra.get(key).and_then(Value::as_str)
+    }
+
+    /// A workflow step's `async` classification: whether it ran as a
+    /// background run of its own; `None` when absent or not a boolean.
+    pub fn is_async(&self) -> Option<bool> {
+        self.extra.get("async").and_then(Value::as_bool)
+    }
+}
+
 impl RunStatus {
+    /// A string field of the run-level `processTerminal` projection as
+    /// written (`state`, `runId`, `runnerProcessInstanceId`), not
+    /// validated: callers that decide on it check `process-terminal.json`
+    /// itself (see [`crate::proof::read_proof`]). `None` when there is no
+    /// projection, or the field is absent or not a string.
+    pub fn projected_proof_str(&self, key: &str) -> Option<&str> {
+        self.process_terminal.as_ref()?.get(key)?.as_str()
+    }
+
     /// A fresh status for `run_id` in `state`; everything else absent.
     pub fn new(run_id: impl Into<String>, state: RunState) -> Self {
         Self {

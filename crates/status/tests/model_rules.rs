@@ -162,3 +162,55 @@ fn the_unsynced_update_writes_what_it_returns() {
     assert!(none.is_none());
     assert_eq!(read_status(tmp.path()).unwrap().unwrap(), next);
 }
+
+#[test]
+fn paused_is_over_for_listings_but_holds_its_capacity_slot() {
+    use RunState::*;
+    let all = [Queued, Running, Complete, Failed, Paused, Stopped, Rejected];
+    let active: Vec<_> = all.into_iter().filter(|s| s.is_active()).collect();
+    let holding: Vec<_> = all.into_iter().filter(|s| s.holds_capacity()).collect();
+    assert_eq!(active, [Queued, Running]);
+    assert_eq!(holding, [Queued, Running, Paused]);
+}
+
+#[test]
+fn the_capacity_facts_of_steps_and_of_the_projection() {
+    let status = parse(&json!({
+        "runId": "r", "state": "complete",
+        "processTerminal": {"state": "not-started", "runId": "r-proj", "runnerProcessInstanceId": 7},
+        "steps": [
+            {"agent": "a", "status": "paused", "workflowKey": "build", "async": true, "runId": "child"},
+            {"agent": "b", "status": "pending", "async": "yes", "workflowKey": 3},
+            {"agent": "c", "status": "running"},
+            {"agent": "d", "status": "complete"},
+            {"agent": "e", "status": "failed"},
+        ],
+    }))
+    .unwrap();
+    assert_eq!(status.projected_proof_str("state"), Some("not-started"));
+    assert_eq!(status.projected_proof_str("runId"), Some("r-proj"));
+    assert_eq!(status.projected_proof_str("runnerProcessInstanceId"), None);
+    assert_eq!(
+        RunStatus::new("r", RunState::Complete).projected_proof_str("state"),
+        None
+    );
+    let steps = status.steps();
+    let holding: Vec<bool> = steps.iter().map(|s| s.holds_capacity()).collect();
+    assert_eq!(holding, [true, true, true, false, false]);
+    assert_eq!(
+        (
+            steps[0].extra_str("workflowKey"),
+            steps[0].extra_str("runId"),
+            steps[0].is_async()
+        ),
+        (Some("build"), Some("child"), Some(true))
+    );
+    assert_eq!(
+        (steps[1].extra_str("workflowKey"), steps[1].is_async()),
+        (None, None)
+    );
+    assert_eq!(
+        (steps[2].extra_str("runId"), steps[2].is_async()),
+        (None, None)
+    );
+}

@@ -444,3 +444,212 @@ fn a_run_over_before_its_launcher_bound_the_slot_is_freed_by_the_launcher() {
     assert_eq!(fx.used(), 0);
     assert!(!handle.rollback().unwrap(), "nothing left to roll back");
 }
+
+#[test]
+fn a_status_the_status_reader_refuses_keeps_the_slot_naming_the_file() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-a", 1);
+    handle.mark_started("rid-a").unwrap();
+    let path = fx.run_dir("run-a").join("status.json");
+    // Read field by field, each would be a run that failed before its
+    // child started, which frees the slot; the status reader refuses them.
+    let failed_early = |key: &str, value: serde_json::Value| {
+        let mut status = json!({
+            "runId": "run-a", "sessionId": SESSION, "mode": "single", "state": "failed",
+            "error": "Timed out",
+            "processTerminal": {"version": 1, "state": "not-started", "runId": "run-a",
+                                "runnerProcessInstanceId": "rid-a"},
+        });
+        status[key] = value;
+        status.to_string().into_bytes()
+    };
+    let cases: [(&str, Vec<u8>, &str); 5] = [
+        ("malformed", b"{\"state\": \"failed\"".to_vec(), "EOF"),
+        (
+            "wrong-typed state",
+            failed_early("state", json!(5)),
+            "state:",
+        ),
+        (
+            "not a run state",
+            failed_early("state", json!("detached")),
+            "state:",
+        ),
+        (
+            "wrong-typed pid",
+            failed_early("pid", json!("4242")),
+            "pid:",
+        ),
+        (
+            "wrong-typed steps",
+            failed_early("steps", json!("none")),
+            "steps:",
+        ),
+    ];
+    for (what, bytes, field) in cases {
+        atomic_file::write_private(&path, &bytes).unwrap();
+        let (state, reason) = verdict(&fx, "run-a");
+        assert_eq!(state, ReleaseState::Retained, "{what}: {reason}");
+        let prefix = format!(
+            "status file is missing or unreadable: failed to parse async status file '{}': ",
+            path.display()
+        );
+        assert!(reason.starts_with(&prefix), "{what}: {reason}");
+        assert!(reason[prefix.len()..].contains(field), "{what}: {reason}");
+        assert_eq!(fx.reconcile(1).used, 1, "{what}");
+    }
+    // The same status well typed is read, and frees the slot.
+    atomic_file::write_private(&path, &failed_early("pid", json!(4242))).unwrap();
+    assert_eq!(
+        verdict(&fx, "run-a"),
+        (
+            ReleaseState::Releasable,
+            "run failed before child startup completed".to_owned()
+        )
+    );
+}
+
+#[test]
+fn a_paused_run_keeps_its_slot_until_a_resume_takes_it_over() {
+    use status::RunState;
+    assert!(RunState::Paused.holds_capacity() && !RunState::Paused.is_active());
+    let fx = Fixture::new();
+    let mut source = fx.acquire("run-a", 1);
+    source.mark_started("rid-a").unwrap();
+    let dir = fx.write_status("run-a", "paused", "rid-a");
+    // Its processes are gone, yet a resume may carry it on.
+    write_proof(&dir, "observed", "run-a", "rid-a");
+    assert_eq!(verdict(&fx, "run-a"), retained("run is still paused"));
+    assert_eq!(fx.reconcile(1).used, 1);
+    let revival = fx.transfer("run-a", "run-b", Some(1)).unwrap().unwrap();
+    assert!(revival.is_transfer());
+    assert_eq!(revival.owner().run_id, "run-b");
+    assert_eq!(fx.used(), 1);
+
+    let fx = Fixture::new();
+    let _workflow = fx.acquire_kind("wf", 1, Kind::Workflow).unwrap().unwrap();
+    let settled = json!([{"agent": "a", "status": "complete", "async": false}]);
+    write_workflow(&fx, "wf", "paused", settled.clone());
+    assert_eq!(verdict(&fx, "wf"), retained("workflow is still paused"));
+    let paused_step =
+        json!([{"agent": "a", "workflowKey": "review", "status": "paused", "async": false}]);
+    write_workflow(&fx, "wf", "failed", paused_step);
+    assert_eq!(
+        verdict(&fx, "wf"),
+        retained("workflow child review is still paused")
+    );
+    let child_dir = fx.write_status("child-p", "paused", "rid-p");
+    write_proof(&child_dir, "observed", "child-p", "rid-p");
+    let async_step =
+        json!([{"agent": "a", "status": "complete", "async": true, "runId": "child-p"}]);
+    write_workflow(&fx, "wf", "failed", async_step);
+    assert_eq!(
+        verdict(&fx, "wf"),
+        retained("async workflow child a is still paused")
+    );
+    write_workflow(&fx, "wf", "failed", settled);
+    assert_eq!(fx.reconcile(1).used, 0);
+}
+
+/// A `status.json` as the reference's runner writes it: its own keys
+/// (camelCase), many this version does not model, steps with theirs.
+fn reference_status(
+    run_id: &str,
+    mode: &str,
+    runner: &str,
+    steps: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "lifecycleArtifactVersion": 3,
+        "runId": run_id,
+        "toolCallId": "toolu_01RefCall",
+        "sessionId": SESSION,
+        "mode": mode,
+        "context": "fresh",
+        "isNested": false,
+        "state": "complete",
+        "activityState": "idle",
+        "lastActivityAt": 1_700_000_000_400u64,
+        "turnCount": 4,
+        "toolCount": 9,
+        "steering": {"pending": 0, "delivered": []},
+        "startedAt": 1_700_000_000_000u64,
+        "endedAt": 1_700_000_000_500u64,
+        "lastUpdate": 1_700_000_000_500u64,
+        "turnBudget": {"used": 4, "limit": 40},
+        "pid": 31337,
+        "cwd": "/home/u/project",
+        "currentStep": 0,
+        "chainStepCount": 1,
+        "checkpoint": null,
+        "workflowGraph": {"nodes": [{"id": "n0"}], "edges": []},
+        "launchContractDigest": "sha256:0f0f",
+        "capabilityAudit": {"granted": ["read"], "denied": []},
+        "processTerminal": {"version": 1, "state": "pending", "runId": run_id,
+                            "runnerProcessInstanceId": runner},
+        "steps": steps,
+    })
+}
+
+#[test]
+fn a_status_the_reference_wrote_is_read() {
+    let fx = Fixture::new();
+    let mut handle = fx.acquire("run-r", 2);
+    handle.mark_started("rid-r").unwrap();
+    let dir = fx.run_dir("run-r");
+    let step = json!([{
+        "agent": "worker", "status": "complete", "context": "fresh",
+        "description": "[prompt redacted]", "startedAt": 1_700_000_000_010u64,
+        "endedAt": 1_700_000_000_490u64, "durationMs": 480, "exitCode": 0,
+        "runner": {"kind": "pi", "model": "m-1"}, "tokens": {"input": 10, "output": 3},
+    }]);
+    write_json(
+        &dir.join("status.json"),
+        &reference_status("run-r", "single", "rid-r", step),
+    );
+    assert_eq!(
+        verdict(&fx, "run-r"),
+        retained("process-terminal proof is missing")
+    );
+    write_proof(&dir, "observed", "run-r", "rid-r");
+    assert_eq!(
+        verdict(&fx, "run-r"),
+        (
+            ReleaseState::Releasable,
+            "matching observed process-terminal proof is present".to_owned()
+        )
+    );
+
+    // A workflow's steps: its child is named by the step's `workflowKey`
+    // and found by its `runId`, keys this version keeps as the reference's.
+    let mut workflow = fx.acquire_kind("wf-r", 2, Kind::Workflow).unwrap().unwrap();
+    workflow.mark_workflow_started().unwrap();
+    let wf_step = json!([{
+        "agent": "builder", "workflowKey": "compile", "status": "complete", "async": true,
+        "runId": "child-r", "context": "fork", "runner": {"kind": "pi"},
+    }]);
+    let wf_dir = fx.run_dir("wf-r");
+    write_json(
+        &wf_dir.join("status.json"),
+        &reference_status("wf-r", "workflow", "rid-w", wf_step),
+    );
+    let child_dir = fx.run_dir("child-r");
+    write_json(
+        &child_dir.join("status.json"),
+        &reference_status("child-r", "single", "rid-c", json!([])),
+    );
+    assert_eq!(
+        verdict(&fx, "wf-r"),
+        retained("async workflow child compile process-terminal proof is missing")
+    );
+    write_proof(&child_dir, "observed", "child-r", "rid-c");
+    assert_eq!(
+        verdict(&fx, "wf-r"),
+        (
+            ReleaseState::Releasable,
+            "workflow is terminal, controller is gone, and async children have observed proof"
+                .to_owned()
+        )
+    );
+    assert_eq!(fx.reconcile(2).used, 0);
+}
