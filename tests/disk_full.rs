@@ -466,7 +466,7 @@ fn a_root_read_only_while_the_command_exits_ends_complete_once_writable() {
 /// started last), and the status is returned once the monitor exited by
 /// itself.
 fn read_only_past_the_runner_budget(
-    run: &Run,
+    run: &Run<'_>,
     run_args: &[&str],
     gates: &[&Path],
     last: usize,
