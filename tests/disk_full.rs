@@ -460,6 +460,50 @@ fn a_root_read_only_while_the_command_exits_ends_complete_once_writable() {
     assert!(stderr_log(run.root, &id).contains("read-only retries"));
 }
 
+/// What a run whose root turned read-only past the runner's retry budget
+/// (4 s), and writable only once the runner gave up, ends with: the run is
+/// started with `run_args`, its COMMANDs wait on `gates` (the step `last`
+/// started last), and the status is returned once the monitor exited by
+/// itself.
+fn read_only_past_the_runner_budget(
+    run: &Run<'_>,
+    run_args: &[&str],
+    gates: &[&Path],
+    last: usize,
+) -> Option<(String, Value)> {
+    let mut args = vec!["run", "--session", "s", "--max-active", "2"];
+    args.extend_from_slice(run_args);
+    let id = run.ok(&args).trim().to_owned();
+    poll(Duration::from_secs(20), || {
+        run.status(&id)["steps"][last]["externalProcess"]["pid"].is_u64()
+    });
+    let status = run.status(&id);
+    let runner = status["runnerIdentity"]["pid"].as_u64().unwrap() as u32;
+    let monitor = status["monitorIdentity"]["pid"].as_u64().unwrap() as u32;
+    let Some(read_only) = ReadOnly::over(run.root) else {
+        gates.iter().for_each(|gate| release(gate));
+        return None;
+    };
+    gates.iter().for_each(|gate| release(gate));
+    poll(Duration::from_secs(60), || !alive(runner));
+    assert!(alive(monitor), "the monitor retries its finalization");
+    assert_eq!(
+        run.status(&id)["state"],
+        "running",
+        "nothing could be written"
+    );
+    read_only.writable();
+    // No command needed: the monitor ends the run itself.
+    poll(Duration::from_secs(60), || !alive(monitor));
+    let status = run.status(&id);
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
+    let marker = run.root.join("async-subagent-runs/.active-runs").join(&id);
+    assert!(!marker.exists(), "the active marker is released");
+    let dir = run.root.join("async-subagent-runs").join(&id);
+    assert_eq!(common::processes_under(&[&dir]), Vec::<u32>::new());
+    Some((id, status))
+}
+
 #[test]
 fn a_monitor_that_outlives_its_runner_on_a_read_only_root_ends_the_run_once_writable() {
     let Some(tmpfs) = Tmpfs::mount("8m") else {
@@ -476,24 +520,113 @@ fn a_monitor_that_outlives_its_runner_on_a_read_only_root_ends_the_run_once_writ
         "echo before; read line < '{}'; echo after; exit 0",
         gate.display()
     );
-    let id = run.start_script(&script);
-    let [runner, monitor, _] = run.processes(&id);
-    let Some(read_only) = ReadOnly::over(run.root) else {
-        release(&gate);
+    let args = ["--", "sh", "-c", &script];
+    let Some((id, status)) = read_only_past_the_runner_budget(&run, &args, &[&gate], 0) else {
         return;
     };
-    release(&gate);
-    poll(Duration::from_secs(60), || !alive(runner));
-    assert!(alive(monitor), "the monitor retries its finalization");
-    read_only.writable();
-    // No command needed: the monitor ends the run itself.
-    poll(Duration::from_secs(60), || !alive(monitor));
-    let status = run.status(&id);
-    assert_eq!(status["state"], "failed", "{status}");
-    let error = status["error"].as_str().unwrap();
-    assert!(error.contains("before writing a final status"), "{error}");
-    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
-    let marker = run.root.join("async-subagent-runs/.active-runs").join(&id);
-    assert!(!marker.exists(), "the active marker is released");
+    // The runner handed the outcome it saw to its monitor before it exited.
+    assert_eq!(status["state"], "complete", "{status}");
+    assert_eq!(status["steps"][0]["status"], "complete", "{status}");
+    assert_eq!(status["steps"][0]["exitCode"], 0, "{status}");
     assert_eq!(run.logs(&id), "before\nafter\n");
+    run.assert_completed_cleanly(&id);
+}
+
+#[test]
+fn a_failure_seen_while_the_root_was_read_only_keeps_its_exit_code() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "4000",
+    };
+    let script = format!("read line < '{}'; exit 3", gate.display());
+    let args = ["--", "sh", "-c", &script];
+    let Some((_, status)) = read_only_past_the_runner_budget(&run, &args, &[&gate], 0) else {
+        return;
+    };
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["steps"][0]["status"], "failed", "{status}");
+    assert_eq!(status["steps"][0]["exitCode"], 3, "{status}");
+    let error = status["error"].as_str().unwrap();
+    assert!(!error.contains("before writing a final status"), "{error}");
+}
+
+#[test]
+fn a_chain_that_ended_while_the_root_was_read_only_keeps_every_step() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "4000",
+    };
+    let spec = serde_json::json!({"mode": "chain", "steps": [
+        {"agent": "first", "command": ["sh", "-c", "echo one; exit 0"]},
+        {"agent": "second", "command": ["sh", "-c",
+            format!("read line < '{}'; echo two; exit 0", gate.display())]}
+    ]});
+    let file = work.path().join("chain.json");
+    std::fs::write(&file, spec.to_string()).unwrap();
+    let args = ["--spec", file.to_str().unwrap()];
+    let Some((id, status)) = read_only_past_the_runner_budget(&run, &args, &[&gate], 1) else {
+        return;
+    };
+    assert_eq!(status["state"], "complete", "{status}");
+    for step in 0..2 {
+        assert_eq!(status["steps"][step]["status"], "complete", "{status}");
+        assert_eq!(status["steps"][step]["exitCode"], 0, "{status}");
+    }
+    let logs = run.logs(&id);
+    assert!(logs.contains("one\n") && logs.contains("two\n"), "{logs}");
+    run.assert_completed_cleanly(&id);
+}
+
+#[test]
+fn a_parallel_run_that_ended_while_the_root_was_read_only_keeps_each_exit_code() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    let second = work.path().join("second.fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&second)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "4000",
+    };
+    let waits = |gate: &Path, code: u8| {
+        serde_json::json!([
+            "sh",
+            "-c",
+            format!("read line < '{}'; exit {code}", gate.display())
+        ])
+    };
+    let spec = serde_json::json!({"mode": "parallel", "tasks": [
+        {"agent": "a", "command": waits(&gate, 0)},
+        {"agent": "b", "command": waits(&second, 4)}
+    ]});
+    let file = work.path().join("parallel.json");
+    std::fs::write(&file, spec.to_string()).unwrap();
+    let args = ["--spec", file.to_str().unwrap()];
+    let gates = [gate.as_path(), second.as_path()];
+    let Some((_, status)) = read_only_past_the_runner_budget(&run, &args, &gates, 1) else {
+        return;
+    };
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["steps"][0]["status"], "complete", "{status}");
+    assert_eq!(status["steps"][0]["exitCode"], 0, "{status}");
+    assert_eq!(status["steps"][1]["status"], "failed", "{status}");
+    assert_eq!(status["steps"][1]["exitCode"], 4, "{status}");
 }

@@ -13,11 +13,12 @@
 //!   30 s), logging to its stderr.
 //!
 //! The monitor finalizes the proof the same way ([`until_proof_written`]).
-//! If the root does not come back in time, the runner gives up and exits;
-//! the step-end events stay (on a full disk), and whoever finalizes the run
-//! (its monitor, or a later `reconcile`/`list`/`status` once the root is
-//! writable) restores the outcome from the evidence instead of declaring
-//! the run failed.
+//! If the root does not come back in time, the runner hands its outcome to
+//! its monitor (`crate::handover`) and exits; the monitor writes it when
+//! the root takes it. The step-end events stay too (on a full disk), so
+//! whoever finalizes the run later (a `reconcile`/`list`/`status` once the
+//! root is writable and the monitor gone) restores the outcome from the
+//! evidence instead of declaring the run failed.
 
 use std::fmt::Display;
 use std::os::fd::AsRawFd;

@@ -20,6 +20,8 @@
 //!   the final answer into `output-<i>.log`, the CLI's session into the status.
 //! * [`durable`] keeps state writes going through a full disk (retry with
 //!   backoff, space reserved for the step-end evidence).
+//! * [`handover`] carries the runner's outcome to its monitor when the
+//!   root cannot take it (read-only or full past the retry budget).
 //! * [`idle`] gives back the monitor's and the runner's clean code pages
 //!   before they wait.
 //! * [`fault`] kills a named process at a named point (`SUBAGENTS_FAULT`),
@@ -33,6 +35,7 @@ pub mod agent_output;
 pub mod config;
 pub mod durable;
 pub mod fault;
+pub mod handover;
 pub mod idle;
 pub mod monitor;
 pub mod observer;

@@ -24,6 +24,7 @@ use status::proof::{self, ProcessTerminal, ProofState};
 use crate::config::LaunchConfig;
 use crate::durable;
 use crate::fault::{self, Point};
+use crate::handover;
 use crate::observer::{self, Role, Witness};
 use crate::procs::{Ended, Signals, empty_group};
 
@@ -53,8 +54,8 @@ pub fn main() -> i32 {
         return 1;
     }
     fault::point(Point::AfterRunDir);
-    let runner = match spawn_runner(&config) {
-        Ok(pid) => pid,
+    let (runner, handed) = match spawn_runner(&config) {
+        Ok(spawned) => spawned,
         Err(e) => {
             record_spawn_failure(&config, &e.to_string());
             return 1;
@@ -64,6 +65,8 @@ pub fn main() -> i32 {
     crate::idle::release_clean_file_pages();
     let (ended, mut reaped) = wait_for(runner);
     let closed_at = now_ms();
+    // What a runner that could not write its outcome handed us instead.
+    let outcome = handed.and_then(handover::Receiver::take);
     let (_, more) = empty_group(
         &mut signals,
         None,
@@ -87,6 +90,9 @@ pub fn main() -> i32 {
     };
     fault::point(Point::AfterCandidate);
     durable::until_proof_written(&config.run_dir, || {
+        if let Some(outcome) = &outcome {
+            handover::restore(&config.run_dir, outcome);
+        }
         observer::finish_in_slot(
             &config.run_dir,
             &config.run_id,
@@ -122,14 +128,24 @@ fn register(config: &LaunchConfig) -> bool {
     registered.is_err() || !given_up
 }
 
-fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
+/// Spawns the runner; returns its pid and the pipe it hands its outcome
+/// into when the root cannot take it (`None` when no pipe could be made:
+/// the run goes on without that fallback).
+fn spawn_runner(config: &LaunchConfig) -> std::io::Result<(u32, Option<handover::Receiver>)> {
     let mut command = Command::new(std::env::current_exe()?);
     command
         .arg("__runner")
         // Only for `ps`: the run this process belongs to.
         .arg(&config.run_id)
         .current_dir(&config.run_dir)
+        .env_remove(handover::OUTCOME_FD_ENV)
         .stdin(Stdio::piped());
+    let mut handed = handover::Receiver::open()
+        .inspect_err(|e| eprintln!("subagents: warning: failed to create the outcome pipe: {e}"))
+        .ok();
+    if let Some(handed) = &handed {
+        handed.hand_to(&mut command);
+    }
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     // SAFETY: only resets the signal mask (async-signal-safe) between fork and exec.
     unsafe {
@@ -139,6 +155,9 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
         );
     }
     let mut child = command.spawn()?;
+    if let Some(handed) = &mut handed {
+        handed.spawned();
+    }
     // Before the runner has its config, so before it writes anything.
     record_processes(config, child.id());
     // The runner inherited the ready pipe; our copy must close so the
@@ -152,7 +171,7 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<u32> {
         .take()
         .ok_or_else(|| std::io::Error::other("runner has no stdin"))?;
     stdin.write_all(&serde_json::to_vec(config).map_err(std::io::Error::other)?)?;
-    Ok(child.id())
+    Ok((child.id(), handed))
 }
 
 /// Writes `run-processes.json`: what `stop` and the observer need to end

@@ -33,6 +33,7 @@ use status::{
 use crate::config::{GroupConfig, LaunchConfig, READY_FD_ENV, RevivalConfig};
 use crate::durable;
 use crate::fault::{self, Point};
+use crate::handover;
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
 use crate::spawn::Launched;
 pub use crate::transitions::output_path;
@@ -72,6 +73,7 @@ pub fn main() -> i32 {
 fn run(config: &LaunchConfig) -> anyhow::Result<()> {
     let signals = Signals::block()?;
     become_subreaper();
+    handover::keep_from_children();
     fault::point(Point::AfterRunDir);
     durable::reserve_evidence(&config.run_dir);
     let started_at = now_ms();
@@ -298,6 +300,9 @@ struct Execution<'a> {
     lease: Option<SessionLease>,
     /// The status as last written.
     own: OwnStatus,
+    /// Each ended step's end as recorded (or meant to be, on a root that
+    /// refused the write): the final write applies them all again.
+    ends: BTreeMap<usize, (transitions::StepEnd, u64)>,
 }
 
 impl<'a> Execution<'a> {
@@ -324,6 +329,7 @@ impl<'a> Execution<'a> {
             survivors: Vec::new(),
             lease,
             own,
+            ends: BTreeMap::new(),
         }
         .stopped_before_start()
     }
@@ -620,7 +626,7 @@ impl<'a> Execution<'a> {
         }
     }
 
-    fn write_step_end(&self, i: usize) {
+    fn write_step_end(&mut self, i: usize) {
         let (status, error, exit_code) = step_verdict(self.config, i, &self.steps[i]);
         let run = &self.steps[i];
         let now = now_ms();
@@ -633,6 +639,7 @@ impl<'a> Execution<'a> {
             timed_out: run.interruption == Some(Interruption::TimedOut),
             process: run.ended.map(|e| (e.code(), e.signal())),
         };
+        self.ends.insert(i, (end.clone(), now));
         // As the step's start: the run's final status write syncs the
         // directory before the run counts as finished.
         let write = || {
@@ -719,26 +726,31 @@ impl<'a> Execution<'a> {
         let now = now_ms();
         let stop_reason = self.own.stop_reason(&config.run_dir);
         let (state, error) = self.run_verdict(stop_reason);
-        let timed_out = self.interruption == Some(Interruption::TimedOut);
-        let stopped =
-            state == RunState::Stopped && self.interruption == Some(Interruption::Stopped);
-        durable::retry("status.json", || {
+        let verdict = Verdict {
+            state,
+            error,
+            timed_out: self.interruption == Some(Interruption::TimedOut),
+            stopped: state == RunState::Stopped && self.interruption == Some(Interruption::Stopped),
+            now,
+        };
+        let written = durable::retry("status.json", || {
             self.own.update(&config.run_dir, true, |s| {
-                Some(transitions::finished(
-                    s?,
-                    state,
-                    error.clone(),
-                    timed_out,
-                    stopped,
-                    now,
-                ))
+                Some(self.final_status(s?, &verdict))
             })
-        })?;
-        self.append_end_events(state, error.as_deref(), now);
+        });
+        if let Err(e) = written {
+            self.hand_over(&e, &verdict);
+            return Err(e.into());
+        }
+        self.append_end_events(state, verdict.error.as_deref(), now);
         let mut candidate = self.candidate();
-        durable::retry("the candidate", || {
+        let written = durable::retry("the candidate", || {
             write_candidate(&config.run_dir, &candidate)
-        })?;
+        });
+        if let Err(e) = written {
+            self.hand_over(&e, &verdict);
+            return Err(e.into());
+        }
         if let Some(lease) = self.lease.take() {
             // The proof needs to know the lease was given back, and by whom.
             candidate.session_file = config
@@ -756,6 +768,53 @@ impl<'a> Execution<'a> {
         }
         fault::point(Point::AfterCandidate);
         Ok(())
+    }
+
+    /// `s` with every step's end and the run's verdict: what the final
+    /// write makes of the status on disk. The step ends are applied again
+    /// (they are idempotent) because a write of one may have been refused.
+    fn final_status(&self, mut s: RunStatus, verdict: &Verdict) -> RunStatus {
+        for (i, (end, at)) in &self.ends {
+            s = transitions::step_ended(s, self.config, *i, end, *at);
+        }
+        transitions::finished(
+            s,
+            verdict.state,
+            verdict.error.clone(),
+            verdict.timed_out,
+            verdict.stopped,
+            verdict.now,
+        )
+    }
+
+    /// The final status or the candidate could not be written because the
+    /// root stayed read-only or full past the retry budget: rather than let
+    /// the outcome die with us, hand it to the monitor, which writes it once
+    /// the root takes it (see `handover`). Any other error hands nothing
+    /// over: the monitor repairs the run from the evidence as before.
+    fn hand_over(&mut self, error: &impl durable::Unwritable, verdict: &Verdict) {
+        if error.blocked().is_none() {
+            return;
+        }
+        let dir = &self.config.run_dir;
+        // Reading still works on such a root; the copy of our last write
+        // stands in for a status that cannot be read.
+        let current = status::model::read_status(dir).ok().flatten();
+        let Some(base) = current.or_else(|| self.own.0.borrow().clone()) else {
+            return;
+        };
+        let status = self.final_status(base, verdict);
+        let mut candidate = self.candidate();
+        if let Some(lease) = self.lease.take() {
+            candidate.session_file = self
+                .config
+                .revival
+                .as_ref()
+                .map(|r| r.session_file.display().to_string());
+            candidate.revival_lease_token = Some(lease.token().to_owned());
+            candidate.revival_lease_release_acknowledged = Some(lease.release().unwrap_or(false));
+        }
+        handover::send(&handover::Outcome { status, candidate });
     }
 
     /// The run's final state. A stop that arrived once every step had
@@ -899,6 +958,16 @@ impl Execution<'_> {
     }
 }
 
+/// The run's verdict as the final write records it.
+struct Verdict {
+    state: RunState,
+    error: Option<String>,
+    timed_out: bool,
+    /// A stop request ended the run: its error is the recorded stop reason.
+    stopped: bool,
+    now: u64,
+}
+
 fn stop_message(reason: Option<&str>) -> String {
     reason.unwrap_or("Subagent stopped by user.").to_owned()
 }
@@ -1011,6 +1080,7 @@ fn spawn_command(
         .stdout(log("stdout")?)
         .stderr(log("stderr")?)
         .env_remove(READY_FD_ENV)
+        .env_remove(handover::OUTCOME_FD_ENV)
         .env_remove(fault::FAULT_ENV)
         .env("SUBAGENTS_RUN_ID", &config.run_id)
         .env("SUBAGENTS_ROOT", &config.root)

@@ -1,0 +1,249 @@
+//! The runner's outcome, handed to its monitor when the root cannot take it.
+//!
+//! A runner whose final status write is still refused (a read-only or full
+//! root) once its retry budget (`SUBAGENTS_WRITE_RETRY_MS`) is spent exits;
+//! the outcome it saw (every step's end, the run's verdict, its candidate)
+//! would die with it, and its monitor, retrying its own finalization until
+//! the root is writable, would end the run `failed`. So before it exits the
+//! runner writes that outcome into a pipe its monitor made for it, and the
+//! monitor writes it (status, then candidate) before it finalizes the proof.
+//!
+//! Why a handover rather than a runner that never gives up: every time
+//! bound stays as it was (the runner still exits after its budget, the
+//! monitor still finalizes within its own), a runner waiting for the root
+//! never blocks a `stop` or a SIGKILL for longer than before, a full disk
+//! still leaves the step-end events behind for a later `reconcile`, and the
+//! outcome lives on in the one process that outlives the runner anyway.
+//! A runner killed before it handed anything over leaves the pipe empty:
+//! the monitor then repairs the run from the evidence, as before.
+//!
+//! The pipe is non-blocking at both ends: the runner never waits on its
+//! monitor (a write that does not fit is logged and dropped), and the
+//! monitor reads only after it reaped the runner, whatever is there.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::process::Command;
+
+use serde::Serialize;
+use serde_json::Value;
+use status::RunStatus;
+use status::model::{parse_status, update_status};
+use status::proof::{self, Candidate};
+
+/// The runner's inherited descriptor of the pipe's write end.
+pub const OUTCOME_FD_ENV: &str = "SUBAGENTS_OUTCOME_FD";
+
+/// The room asked for the pipe: a status of many steps fits.
+const PIPE_SIZE: libc::c_int = 1024 * 1024;
+
+/// What the runner would have written last.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// The final `status.json`.
+    pub status: RunStatus,
+    /// The process-terminal candidate.
+    pub candidate: Candidate,
+}
+
+impl Outcome {
+    fn parse(bytes: &[u8]) -> Result<Self, String> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let status = parse_status(
+            Path::new("the runner's outcome"),
+            &value["status"].to_string(),
+        )
+        .map_err(|e| e.to_string())?;
+        let candidate =
+            serde_json::from_value(value["candidate"].clone()).map_err(|e| e.to_string())?;
+        Ok(Self { status, candidate })
+    }
+}
+
+/// The monitor's end of the pipe.
+pub struct Receiver {
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+}
+
+impl Receiver {
+    /// Makes the pipe (both ends close-on-exec and non-blocking).
+    pub fn open() -> std::io::Result<Self> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: pipe2(2) fills the two descriptors of the array we own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Best effort: without it the pipe holds 64 KiB, still room for most runs.
+        // SAFETY: fcntl(2) on a descriptor we own.
+        unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+        Ok(Self {
+            read,
+            write: Some(write),
+        })
+    }
+
+    /// Lets the runner spawned by `command` inherit the write end, and tells
+    /// it which descriptor that is.
+    pub fn hand_to(&self, command: &mut Command) {
+        let Some(write) = &self.write else { return };
+        let fd = write.as_raw_fd();
+        command.env(OUTCOME_FD_ENV, fd.to_string());
+        // SAFETY: only clears close-on-exec of our descriptor (fcntl is
+        // async-signal-safe) between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(command, move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Closes our copy of the write end once the runner has its own.
+    pub fn spawned(&mut self) {
+        self.write = None;
+    }
+
+    /// What the runner handed over; call once it was reaped. `None` when it
+    /// handed nothing (it wrote its outcome itself, or was killed).
+    pub fn take(self) -> Option<Outcome> {
+        let mut file = File::from(self.read);
+        let mut bytes = Vec::new();
+        // Non-blocking: a descriptor an escaped process still holds cannot stall us.
+        let _ = file.read_to_end(&mut bytes);
+        if bytes.is_empty() {
+            return None;
+        }
+        match Outcome::parse(&bytes) {
+            Ok(outcome) => Some(outcome),
+            Err(e) => {
+                eprintln!("subagents: failed to read the runner's outcome: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// The runner's side: keeps the inherited descriptor from its COMMANDs.
+/// Call once at start.
+pub fn keep_from_children() {
+    if let Some(fd) = inherited() {
+        // SAFETY: fcntl(2) on the descriptor our monitor handed us.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+/// The descriptor named by [`OUTCOME_FD_ENV`], if it is a pipe.
+fn inherited() -> Option<RawFd> {
+    let fd = std::env::var(OUTCOME_FD_ENV).ok()?.parse::<RawFd>().ok()?;
+    // SAFETY: fstat(2) fills the zeroed struct we own; a bad fd only fails.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if fd < 3 || unsafe { libc::fstat(fd, &mut stat) } != 0 {
+        return None;
+    }
+    (stat.st_mode & libc::S_IFMT == libc::S_IFIFO).then_some(fd)
+}
+
+/// The runner's side: hands `outcome` to the monitor (once; the runner
+/// exits after it). Logs to stderr why it could not.
+pub fn send(outcome: &Outcome) {
+    let Some(fd) = inherited() else {
+        return;
+    };
+    // SAFETY: the monitor handed us this descriptor for exactly this use; we own it from here.
+    let mut pipe = unsafe { File::from_raw_fd(fd) };
+    let sent = serde_json::to_vec(outcome)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| pipe.write_all(&bytes));
+    match sent {
+        Ok(()) => eprintln!("subagents: handed the run's outcome to its monitor"),
+        Err(e) => eprintln!("subagents: failed to hand the run's outcome to its monitor: {e}"),
+    }
+}
+
+/// The monitor's side: writes what the runner could not, as the runner
+/// would have: its final status over a status still active (a stop request
+/// recorded meanwhile is kept: it changes no outcome already seen), then
+/// its candidate when there is none. Best effort: the caller retries while
+/// the root is full or read-only.
+pub fn restore(run_dir: &Path, outcome: &Outcome) {
+    let written = update_status(run_dir, |current| {
+        let current = current?;
+        if !current.state.is_active() {
+            return None;
+        }
+        let mut next = outcome.status.clone();
+        next.stop_reason = next.stop_reason.or(current.stop_reason);
+        Some(next)
+    });
+    if written.is_err() {
+        return;
+    }
+    if proof::read_candidate(run_dir).ok().flatten().is_none() {
+        let _ = proof::write_candidate(run_dir, &outcome.candidate);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use status::RunState;
+
+    use super::*;
+
+    fn outcome() -> Outcome {
+        let mut status = RunStatus::new("r1", RunState::Complete);
+        status.ended_at = Some(17);
+        Outcome {
+            status,
+            candidate: Candidate {
+                version: 1,
+                run_id: "r1".into(),
+                runner_process_instance_id: "rid".into(),
+                writers: BTreeMap::new(),
+                expected_writers: Some(BTreeMap::from([("0".into(), 1)])),
+                session_file: None,
+                revival_lease_token: None,
+                revival_lease_release_acknowledged: None,
+            },
+        }
+    }
+
+    #[test]
+    fn an_outcome_sent_into_the_pipe_comes_out_whole() {
+        let outcome = outcome();
+        let bytes = serde_json::to_vec(&outcome).unwrap();
+        assert_eq!(Outcome::parse(&bytes).unwrap(), outcome);
+        assert!(Outcome::parse(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn the_final_status_replaces_only_an_active_one_and_keeps_a_stop_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut running = RunStatus::new("r1", RunState::Running);
+        running.stop_reason = Some("asked".into());
+        status::model::write_status(dir.path(), &running).unwrap();
+        restore(dir.path(), &outcome());
+        let written = status::model::read_status(dir.path()).unwrap().unwrap();
+        assert_eq!(written.state, RunState::Complete);
+        assert_eq!(written.ended_at, Some(17));
+        assert_eq!(written.stop_reason.as_deref(), Some("asked"));
+        assert_eq!(
+            proof::read_candidate(dir.path()).unwrap(),
+            Some(outcome().candidate)
+        );
+        // A status already final is not touched.
+        let failed = RunStatus::new("r1", RunState::Failed);
+        status::model::write_status(dir.path(), &failed).unwrap();
+        restore(dir.path(), &outcome());
+        let kept = status::model::read_status(dir.path()).unwrap().unwrap();
+        assert_eq!(kept.state, RunState::Failed);
+    }
+}
