@@ -13,7 +13,7 @@ pub mod files {
     /// The run's status.
     pub const STATUS: &str = "status.json";
     /// Advisory lock serialising read-modify-write of `status.json`.
-    pub const STATUS_LOCK: &str = ".status.lock";
+    pub(crate) const STATUS_LOCK: &str = ".status.lock";
     /// Lifecycle events.
     pub const EVENTS: &str = "events.jsonl";
     /// Runner-written terminal candidate.
