@@ -380,7 +380,7 @@ fn run_file_opens(trace: &str, runs_dir: &Path) -> usize {
 
 /// Lists until the listing index holds a row for each of the `runs`
 /// finished runs (a status is indexed once it is a couple of seconds old;
-/// see `status::list_index::SETTLE_NS`), so what is traced next is the
+/// see `listing::list_index::SETTLE_NS`), so what is traced next is the
 /// steady state.
 fn settle_index(env: &Env, runs: usize) {
     let index = env.root().join("listing-index/finished-runs-v2");

@@ -9,10 +9,10 @@
 
 use std::path::PathBuf;
 
+use listing::list::{RunSummary, UnreadableRun};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use status::list::{RunSummary, UnreadableRun};
 
 /// A run summary in a schema: an object with the fields of `status.json`.
 type SummarySchema = Map<String, Value>;

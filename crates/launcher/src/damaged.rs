@@ -25,7 +25,7 @@ fn alive(identity: &ProcessIdentity) -> bool {
 /// The record of a run whose status could not be read, if it has one.
 fn record_of(layout: &Layout, id: &str) -> Option<(String, RunProcesses)> {
     let id = resolve(layout, id).ok()?;
-    let dir = status::list::exact_run_dir(layout, &id)?;
+    let dir = status::layout::exact_run_dir(layout, &id)?;
     let record = status::processes::read(&dir).ok().flatten()?;
     (record.run_id == id).then_some((id, record))
 }
@@ -74,7 +74,7 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, error: Error) -> Result<Sto
         stop_reason: Some(reason.to_owned()),
         ..observer_options(layout)
     };
-    if let Some(dir) = status::list::exact_run_dir(layout, &id) {
+    if let Some(dir) = status::layout::exact_run_dir(layout, &id) {
         observer::observe(&dir, &options);
     }
     admission::release_finished(layout, record.session_id.as_deref());

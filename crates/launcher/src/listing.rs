@@ -2,13 +2,13 @@
 //! (a rendered text block, or for JSON just the name of a run whose facts
 //! are frozen), then prints in listing order. Memory grows with the rows,
 //! never with whole statuses. `list --all` as text takes finished runs'
-//! blocks from the listing index (`status::list_index`) where they hold.
+//! blocks from the listing index (`listing::list_index`) where they hold.
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::{BufWriter, Write};
 
+use listing::list::{Hooks, ListOptions, RunSummary, UnreadableRun, has_frozen_facts};
 use status::Layout;
-use status::list::{Hooks, ListOptions, RunSummary, UnreadableRun, has_frozen_facts};
 
 use crate::admission;
 use crate::api::ListQuery;
@@ -63,7 +63,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if json {
-        let rows = status::list::list_rows(layout, &options, |summary| {
+        let rows = listing::list::list_rows(layout, &options, |summary| {
             note_session(&summary);
             match summary.async_dir.file_name().and_then(|n| n.to_str()) {
                 Some(name) if has_frozen_facts(&summary.status) => JsonRow::Frozen(name.to_owned()),
@@ -83,7 +83,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
             let summary = match row {
                 JsonRow::Whole(summary) => *summary,
                 JsonRow::Frozen(name) => {
-                    match status::list::load(layout, &name, false, now, &reload) {
+                    match listing::list::load(layout, &name, false, now, &reload) {
                         Ok(Some(summary)) => summary,
                         // Gone since the first look: nothing to show.
                         Ok(None) => continue,
@@ -108,11 +108,11 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
     } else if args.all {
         // Finished runs' rows from the listing index where they still hold.
         let home = home();
-        let text = status::list_index::TextOptions {
+        let text = listing::list_index::TextOptions {
             home: home.as_deref(),
             started,
         };
-        let listing = status::list_index::list_text(layout, &options, &text)?;
+        let listing = listing::list_index::list_text(layout, &options, &text)?;
         report_skipped(&listing.skipped_repairs);
         admission::release_finished(layout, listing.sessions.iter().map(String::as_str));
         // Streamed: the index's rows are copied out in chunks, never held.
@@ -124,10 +124,10 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
         // Every row's text goes into one buffer (one allocation that grows,
         // not one per run); rows are ranges into it.
         let mut text = String::new();
-        let rows = status::list::list_rows(layout, &options, |summary| {
+        let rows = listing::list::list_rows(layout, &options, |summary| {
             note_session(&summary);
             let start = text.len();
-            for (i, line) in status::format::run_lines(&summary, now, home.as_deref())
+            for (i, line) in listing::format::run_lines(&summary, now, home.as_deref())
                 .iter()
                 .enumerate()
             {

@@ -9,9 +9,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use listing::list::RunSummary;
 use status::Layout;
 use status::layout::files;
-use status::list::RunSummary;
 
 use crate::api::{LogFile, LogsOutcome, LogsRequest};
 use crate::error::{Error, Exit, Result};

@@ -67,8 +67,8 @@ pub fn command(layout: &Layout, older_than: Option<&str>, dry_run: bool, json: b
     let mut pruned = Vec::new();
     let mut kept = Vec::new();
     let mut references: BTreeMap<String, String> = BTreeMap::new();
-    for id in status::list::run_names(layout)? {
-        let Some(dir) = status::list::exact_run_dir(layout, &id) else {
+    for id in listing::list::run_names(layout)? {
+        let Some(dir) = status::layout::exact_run_dir(layout, &id) else {
             continue;
         };
         match prune_run(layout, &dir, &id, cutoff, dry_run) {
@@ -401,7 +401,7 @@ fn report(
     let verb = if dry_run { "would prune" } else { "pruned" };
     let now = now_ms();
     for p in pruned {
-        let ago = status::format::format_duration(now.saturating_sub(p.ended_at));
+        let ago = listing::format::format_duration(now.saturating_sub(p.ended_at));
         println!("{verb} {} ({}, ended {ago} ago)", p.id, p.state);
     }
     for k in kept {

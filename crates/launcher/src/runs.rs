@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
+use listing::list::{Hooks, Resolved, RunSummary};
 use status::Layout;
-use status::list::{Hooks, Resolved, RunSummary};
 use status::now_ms;
 use supervisor::observer;
 
@@ -11,7 +11,7 @@ use crate::error::{Error, Exit, Result};
 
 /// Resolves a run id or prefix, exit 4 when unknown or ambiguous.
 pub fn resolve(layout: &Layout, id: &str) -> Result<String> {
-    match status::list::resolve(layout, id)? {
+    match listing::list::resolve(layout, id)? {
         Resolved::Run(id) => Ok(id),
         Resolved::NotFound => Err(Error::new(Exit::NotFound, format!("no such run: '{id}'"))),
         Resolved::Ambiguous(ids) => Err(Error::new(
@@ -29,7 +29,7 @@ pub fn observer_options(layout: &Layout) -> observer::Options {
 /// Observes one run: a run whose monitor is gone is finalized here
 /// (see `supervisor::observer`); a run with a live monitor is left to it.
 pub fn observe(layout: &Layout, id: &str) -> observer::Observation {
-    match status::list::exact_run_dir(layout, id) {
+    match status::layout::exact_run_dir(layout, id) {
         Some(dir) => observer::observe(&dir, &observer_options(layout)),
         None => observer::Observation::NoStatus,
     }
@@ -52,7 +52,7 @@ pub fn load_observed(layout: &Layout, id: &str) -> Result<(RunSummary, observer:
         observe: None,
     };
     let mut skipped = Vec::new();
-    let run = status::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
+    let run = listing::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
     report_skipped(&skipped);
     let run =
         run?.ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;

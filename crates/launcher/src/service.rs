@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use listing::list::{Hooks, ListOptions, RunSummary};
 use nix::sys::signal::Signal;
 use process_identity::Liveness;
 use serde_json::json;
-use status::list::{Hooks, ListOptions, RunSummary};
 use status::model::update_status;
 use status::reconcile;
 use status::{Layout, RunState, now_ms};
@@ -156,7 +156,7 @@ pub fn list(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
             observe: (!query.all).then_some(&observe),
         },
     };
-    let listing = status::list::list(layout, &options)?;
+    let listing = listing::list::list(layout, &options)?;
     report_skipped(&listing.skipped_repairs);
     let mut runs = listing.runs;
     if by_start {
@@ -187,10 +187,10 @@ fn list_dismissed(layout: &Layout, query: &ListQuery) -> Result<Vec<RunSummary>>
         observe: None,
     };
     let now = now_ms();
-    let mut runs: Vec<RunSummary> = status::list::run_names(layout)?
+    let mut runs: Vec<RunSummary> = listing::list::run_names(layout)?
         .iter()
         .filter_map(|id| {
-            status::list::load(layout, id, false, now, &hooks)
+            listing::list::load(layout, id, false, now, &hooks)
                 .ok()
                 .flatten()
         })

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
+use listing::list::RunSummary;
 use notify::{RecursiveMode, Watcher};
-use status::list::RunSummary;
 use status::{Layout, RunState, now_ms};
 
 use crate::api::{WaitOutcome, WaitRequest};
@@ -287,7 +287,7 @@ pub fn is_settled(run: &RunSummary) -> bool {
 }
 
 fn load_all(layout: &Layout, ids: &[String]) -> Result<Vec<RunSummary>> {
-    let hooks = status::list::Hooks {
+    let hooks = listing::list::Hooks {
         fanout: None,
         on_repaired: Some(&crate::procs::kill_step_groups),
         observe: None,
@@ -295,7 +295,7 @@ fn load_all(layout: &Layout, ids: &[String]) -> Result<Vec<RunSummary>> {
     ids.iter()
         .map(|id| {
             crate::runs::observe(layout, id);
-            status::list::load(layout, id, true, now_ms(), &hooks)?
+            listing::list::load(layout, id, true, now_ms(), &hooks)?
                 .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))
         })
         .collect()

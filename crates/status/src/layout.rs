@@ -13,7 +13,7 @@ pub mod files {
     /// The run's status.
     pub const STATUS: &str = "status.json";
     /// Advisory lock serialising read-modify-write of `status.json`.
-    pub const STATUS_LOCK: &str = ".status.lock";
+    pub(crate) const STATUS_LOCK: &str = ".status.lock";
     /// Lifecycle events.
     pub const EVENTS: &str = "events.jsonl";
     /// Runner-written terminal candidate.
@@ -82,6 +82,33 @@ pub fn is_safe_run_id(id: &str) -> bool {
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The run directory of `id` when it is a real (non-symlink) directory inside the root.
+pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
+    layout.runs_dir().canonicalize().ok()?;
+    run_dir_under(layout, id).map(|(dir, _)| dir)
+}
+
+/// [`exact_run_dir`] for many ids: the runs root is resolved once, here
+/// (`None` when it does not resolve), not once per id.
+pub fn exact_run_dirs(layout: &Layout) -> Option<impl Fn(&str) -> Option<PathBuf> + '_> {
+    layout.runs_dir().canonicalize().ok()?;
+    Some(move |id: &str| run_dir_under(layout, id).map(|(dir, _)| dir))
+}
+
+/// [`exact_run_dir`] once the runs root is known to resolve (listings check
+/// it once, not once per run), with the directory's metadata.
+pub fn run_dir_under(layout: &Layout, id: &str) -> Option<(PathBuf, std::fs::Metadata)> {
+    if !is_safe_run_id(id) {
+        return None;
+    }
+    // A safe id is one plain path component, and a directory that is not a
+    // symlink resolves to `<real root>/<id>`: inside the root without
+    // resolving it again.
+    let dir = layout.run_dir(id);
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    meta.is_dir().then_some((dir, meta))
 }
 
 #[cfg(test)]

@@ -16,22 +16,21 @@
 //! * [`index`]: `.active-runs/<run-id>` markers, released only by an
 //!   `observed` proof;
 //! * [`reconcile`]: stale-run repair, safe against pid reuse;
-//! * [`reference`]: the reference's own rules for records it wrote
+//! * [`reference`](mod@reference): the reference's own rules for records it wrote
 //!   (bare-pid staleness, result-based repair, the failed result file);
-//! * [`list`] and [`format`]: run summaries and the reference's list text;
-//! * [`list_index`]: the index of finished runs' rendered rows that spares
-//!   `list --all` a read of every finished run.
+//! * [`layout`]: where the files live, and a run's directory found by id
+//!   without following a symlink out of the root.
+//!
+//! Listing runs (summaries, the list text, the index of finished runs'
+//! rows) is the `subagents-listing` crate, built on this one.
 //!
 //! The formats are those of pi-subagents 0.49.0 (see `docs/compat.md`),
 //! so the same reader serves runs written by either implementation.
 #![warn(missing_docs)]
 
 pub mod events;
-pub mod format;
 pub mod index;
 pub mod layout;
-pub mod list;
-pub mod list_index;
 pub mod model;
 pub mod processes;
 pub mod proof;

@@ -17,6 +17,23 @@ use serde_json::{Map, Value};
 use crate::layout::files;
 use crate::{Error, Result, io_err};
 
+/// Status field (an extension the reference ignores) set by the monitor
+/// once a run is over and its proof is final:
+/// `{"frozenAt": ms, "fanoutClaimsDir": path}`. From then on a listing takes
+/// `processTerminal` from the status as it is instead of re-validating the
+/// proof sidecar, and `runFanoutBudget` too as long as no claim was added
+/// since (claims are never released and take the lowest free slot, so with
+/// `used` claims frozen, slot file `used` existing means more were made —
+/// by a nested run still going); only then is the budget counted again.
+pub const LISTING_FACTS: &str = "listingFacts";
+
+/// The source text of this module, for caches of what it parses: the
+/// listing index of `subagents-listing` fingerprints it, so a build whose
+/// parsing differs never takes another build's rows.
+// Not part of the crate's stable API: only the fingerprint's input.
+#[doc(hidden)]
+pub const SOURCE: &str = include_str!("model.rs");
+
 /// State of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -768,8 +785,9 @@ pub fn parse_status(path: &Path, text: &str) -> Result<RunStatus> {
 /// [`parse_status`] for a text listing: the same checks, but of the
 /// proofs (which a text listing does not show) only what it reads is
 /// kept: nothing of the steps' `processTerminal`, and of the run's only
-/// [`LISTED_PROOF_KEYS`]. Never write back or show a status parsed so.
-pub(crate) fn parse_listed_status(path: &Path, text: &str) -> Result<RunStatus> {
+/// `state`, `runId` and `runnerProcessInstanceId`. Never write back or
+/// show a status parsed so.
+pub fn parse_listed_status(path: &Path, text: &str) -> Result<RunStatus> {
     parse_status_as(path, text, RunStatusVisitor { listed: true })
 }
 

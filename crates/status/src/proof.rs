@@ -387,7 +387,11 @@ fn validate_observed(
 }
 
 /// A synthetic (never persisted) `unknown/proof-write-failed` proof for an unreadable one.
-pub fn unreadable_proof(run_id: &str, runner_id: &str, diagnostic: String) -> ProcessTerminal {
+pub(crate) fn unreadable_proof(
+    run_id: &str,
+    runner_id: &str,
+    diagnostic: String,
+) -> ProcessTerminal {
     ProcessTerminal::unknown(run_id, runner_id, "proof-write-failed", Some(diagnostic))
 }
 

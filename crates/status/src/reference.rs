@@ -28,10 +28,10 @@ use crate::reconcile::Options;
 use crate::{Error, LIFECYCLE_ARTIFACT_VERSION, Result, io_err};
 
 /// Directory of result files next to `async-subagent-runs`.
-pub const RESULTS_DIR: &str = "async-subagent-results";
+pub(crate) const RESULTS_DIR: &str = "async-subagent-results";
 
 /// The reference's message of a result-based repair.
-pub const RESULT_REPAIR_MESSAGE: &str =
+pub(crate) const RESULT_REPAIR_MESSAGE: &str =
     "Existing async result file was used to repair stale running status.";
 
 /// Thinking levels a model suffix (`model:high`) or a step may name.
@@ -341,7 +341,7 @@ fn insert_some(map: &mut Map<String, Value>, key: &str, value: Option<Value>) {
 }
 
 /// Writes the failed result file (atomic, 0600, its directory 0700).
-pub fn write_failed_result(path: &Path, result: &Value) -> Result<()> {
+pub(crate) fn write_failed_result(path: &Path, result: &Value) -> Result<()> {
     if let Some(dir) = path.parent() {
         atomic_file::ensure_private_dir(dir)?;
     }

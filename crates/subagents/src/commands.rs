@@ -5,9 +5,9 @@
 
 use std::io::IsTerminal;
 
+use listing::list::RunSummary;
 use serde::Serialize;
 use serde_json::json;
-use status::list::RunSummary;
 use status::model::update_status;
 use status::reconcile::{self, Outcome};
 use status::{Layout, RunState, now_ms};
@@ -120,7 +120,7 @@ pub fn describe(run: &RunSummary) -> String {
     let home = home();
     let s = &run.status;
     let now = now_ms();
-    let mut lines = status::format::run_lines(run, now, home.as_deref());
+    let mut lines = listing::format::run_lines(run, now, home.as_deref());
     // Our own step lines: numbered like `logs` headers, skipped steps named.
     let steps = s.steps();
     if lines.len() > steps.len() {
@@ -132,7 +132,7 @@ pub fn describe(run: &RunSummary) -> String {
     if s.timed_out == Some(true) {
         let after = s
             .timeout_ms
-            .map(|ms| format!(" after {}", status::format::format_duration(ms)))
+            .map(|ms| format!(" after {}", listing::format::format_duration(ms)))
             .unwrap_or_default();
         lines.push(format!("  Timed out{after}"));
     }
@@ -146,7 +146,7 @@ pub fn describe(run: &RunSummary) -> String {
         let elapsed = end.unwrap_or(now).saturating_sub(start);
         lines.push(format!(
             "  Elapsed: {}",
-            status::format::format_duration(elapsed)
+            listing::format::format_duration(elapsed)
         ));
     }
     let failing = failing_step(s.steps());
@@ -211,10 +211,10 @@ fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> Stri
     };
     let mut parts = vec![format!("  {}. {}", i + 1, step.agent), state.to_owned()];
     match (step.duration_ms, step.started_at) {
-        (Some(ms), _) => parts.push(status::format::format_duration(ms)),
+        (Some(ms), _) => parts.push(listing::format::format_duration(ms)),
         (None, Some(start)) if step.status == "running" => parts.push(format!(
             "{} so far",
-            status::format::format_duration(now.saturating_sub(start))
+            listing::format::format_duration(now.saturating_sub(start))
         )),
         _ => {}
     }
@@ -280,14 +280,14 @@ pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result 
     } else {
         println!(
             "{}",
-            status::format::format_run_list(runs, heading, now_ms(), home().as_deref())
+            listing::format::format_run_list(runs, heading, now_ms(), home().as_deref())
         );
     }
     print_unreadable(&listing.unreadable);
     Ok(())
 }
 
-fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
+fn print_unreadable(unreadable: &[listing::list::UnreadableRun]) {
     if unreadable.is_empty() {
         return;
     }
@@ -480,14 +480,14 @@ pub fn reconcile(layout: &Layout, json: bool) -> Result {
             observed.push(json!({"runId": id, "message": line}));
         }
     }
-    let mut names = status::list::run_names(layout)?;
+    let mut names = listing::list::run_names(layout)?;
     names.extend(status::index::read_index(&layout.runs_dir())?);
     names.sort();
     names.dedup();
     let mut sessions = Vec::new();
     let mut unreadable = Vec::new();
     for id in names {
-        let Some(dir) = status::list::exact_run_dir(layout, &id) else {
+        let Some(dir) = status::layout::exact_run_dir(layout, &id) else {
             continue;
         };
         let tidied = launcher::leftovers::tidy(layout, &dir, &id, now_ms());
@@ -511,7 +511,7 @@ pub fn reconcile(layout: &Layout, json: bool) -> Result {
                         if let Ok(Some(record)) = status::processes::read(&dir) {
                             sessions.extend(record.session_id);
                         }
-                        unreadable.push(status::list::UnreadableRun::new(&id, &dir, &e));
+                        unreadable.push(listing::list::UnreadableRun::new(&id, &dir, &e));
                     }
                 }
                 continue;

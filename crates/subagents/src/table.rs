@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
+use listing::format::{format_duration, shorten};
+use listing::list::RunSummary;
 use status::RunState;
-use status::format::{format_duration, shorten};
-use status::list::RunSummary;
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,10 +107,10 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
     let state = match s.foreign_host() {
         Some(host) => format!(
             "{}@{}",
-            status::format::state_label(s),
+            listing::format::state_label(s),
             atomic_file::escape(host)
         ),
-        None => status::format::state_label(s),
+        None => listing::format::state_label(s),
     };
     [
         atomic_file::escape(&run.id),

@@ -12,14 +12,14 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use listing::format::{fanout_line, format_duration, shorten};
+use listing::list::{Hooks, ListOptions, RunSummary};
 use notify::{RecursiveMode, Watcher};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout as Split};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Text};
 use ratatui::widgets::{Block, List, ListItem, ListState, Paragraph};
-use status::format::{fanout_line, format_duration, shorten};
-use status::list::{Hooks, ListOptions, RunSummary};
 use status::{Layout, now_ms};
 
 use launcher::error::{Error, Exit, Result};
@@ -198,7 +198,7 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
     let mut lines = vec![Line::from(atomic_file::escape(&format!(
         "{}  {}  {}  {done}/{} done  {elapsed}  {}",
         run.id,
-        status::format::state_label(s),
+        listing::format::state_label(s),
         s.mode.as_deref().unwrap_or("single"),
         steps.len(),
         shorten(Path::new(cwd), launcher::root::home().as_deref()),
@@ -315,7 +315,7 @@ pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
             observe: None,
         },
     };
-    let listing = status::list::list(layout, &options)?;
+    let listing = listing::list::list(layout, &options)?;
     let limit = std::env::var("SUBAGENTS_MAX_ACTIVE")
         .ok()
         .and_then(|v| v.parse().ok());

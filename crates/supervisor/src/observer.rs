@@ -326,7 +326,7 @@ impl Observation {
 /// Observes every run of the active index; returns `(run id, observation)`.
 pub fn observe_active(layout: &Layout, options: &Options) -> Vec<(String, Observation)> {
     let names = index::read_index(&layout.runs_dir()).unwrap_or_default();
-    let Some(run_dir) = status::list::exact_run_dirs(layout) else {
+    let Some(run_dir) = status::layout::exact_run_dirs(layout) else {
         return Vec::new();
     };
     names
@@ -885,7 +885,7 @@ pub fn finish_in_slot(
                 s.run_fanout_budget = Some(snapshot.clone());
             }
             s.extra
-                .insert(status::list::LISTING_FACTS.into(), facts.clone());
+                .insert(status::model::LISTING_FACTS.into(), facts.clone());
         }
     };
     let release = |proof: &ProcessTerminal| {
@@ -923,7 +923,7 @@ fn release_slot(root: &Path, run_dir: &Path, run_id: &str, slot: Option<u64>) {
 /// in the same write: the fan-out counts as of now, so listings take them
 /// and the proof from the status as they are instead of validating the
 /// proof sidecar and counting claims for every finished run
-/// (`status::list::LISTING_FACTS`). `None` when the budget cannot be read:
+/// (`status::model::LISTING_FACTS`). `None` when the budget cannot be read:
 /// listings then say live why it is unavailable.
 fn listing_facts(root: &Path, run_dir: &Path) -> Option<(Option<Value>, Value)> {
     let budgets = Layout::new(root).fanout_budgets_dir();

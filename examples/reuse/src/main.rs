@@ -3,16 +3,17 @@
 //! budget, printing the budget's `used/limit` after the claim.
 //!
 //! It exists to prove that the protocol crates serve a tool that is not the
-//! launcher: it depends on `subagents-status` and `subagents-fanout-budget`
-//! only (see `tests/reuse.rs`, which runs it on a root the binary made).
+//! launcher: it depends on `subagents-status`, `subagents-listing` and
+//! `subagents-fanout-budget` only (see `tests/reuse.rs`, which runs it on a
+//! root the binary made).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use subagents_fanout_budget::read_persisted;
+use subagents_listing::list::{ListOptions, list};
 use subagents_status::Layout;
-use subagents_status::list::{ListOptions, list};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

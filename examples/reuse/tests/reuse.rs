@@ -1,6 +1,6 @@
 //! The reuse check: a root made by the `subagents` binary, read and claimed
-//! from by a tool that links only `subagents-status` and
-//! `subagents-fanout-budget`.
+//! from by a tool that links only `subagents-status`, `subagents-listing`
+//! and `subagents-fanout-budget`.
 //!
 //! The binary is `$SUBAGENTS_BIN` (CI points it at the release build), else
 //! the workspace's `target/debug/subagents`, which `cargo test --workspace`

@@ -1,10 +1,10 @@
 //! The `list` output, human and JSON, over fixture runs read back by
-//! `status::list::list` (what `subagents list --all` prints).
+//! `listing::list::list` (what `subagents list --all` prints).
 
+use listing::list::{Hooks, ListOptions, list};
+use listing::list_index::{self, TextOptions, list_text};
 use serde_json::json;
 use status::Layout;
-use status::list::{Hooks, ListOptions, list};
-use status::list_index::{self, TextOptions, list_text};
 use status::model::{ExternalProcess, RunState, RunStatus, Step, write_status};
 use status::{LIFECYCLE_ARTIFACT_VERSION, PROMPT_REDACTED, index};
 
@@ -113,11 +113,11 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
     }
     let options = all_runs();
     let runs = list(&layout, &options)?.runs;
-    let human = status::format::format_run_list(&runs, "Async runs", NOW, None);
+    let human = listing::format::format_run_list(&runs, "Async runs", NOW, None);
     Ok(vec![
         scratch
             .text(FAMILY, "human", Kind::ListHuman, "stdout of `list --all`", &format!("{human}\n"))
-            .note("`status::format::format_run_list` over four fixture runs, 90 s after T0"),
+            .note("`listing::format::format_run_list` over four fixture runs, 90 s after T0"),
         scratch
             .text(
                 FAMILY,
@@ -151,7 +151,7 @@ fn index_artifact() -> anyhow::Result<Artifact> {
         }
         status
             .extra
-            .insert(status::list::LISTING_FACTS.into(), facts);
+            .insert(status::model::LISTING_FACTS.into(), facts);
     };
     freeze(&mut runs[2], false);
     freeze(&mut runs[3], true);
@@ -160,7 +160,7 @@ fn index_artifact() -> anyhow::Result<Artifact> {
     dismissed.display_dismissed_at = Some(T0);
     let mut unfrozen = runs[2].clone();
     unfrozen.run_id = "run-6e7f".into();
-    unfrozen.extra.remove(status::list::LISTING_FACTS);
+    unfrozen.extra.remove(status::model::LISTING_FACTS);
     runs.extend([dismissed, unfrozen]);
     for status in &runs {
         let dir = layout.run_dir(&status.run_id);

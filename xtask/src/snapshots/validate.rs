@@ -167,7 +167,7 @@ fn list_index(text: &str) -> Result<(), String> {
     let body = text
         .strip_prefix(&format!(
             "subagents-listing-index {}\n",
-            status::list_index::VERSION
+            listing::list_index::VERSION
         ))
         .ok_or("not a listing index of this version")?;
     let (header, mut rest) = body.split_once('\n').ok_or("no header line")?;

@@ -801,7 +801,7 @@ fn a_monitor_repairs_with_how_its_runner_ended_and_records_no_observer() {
     assert_eq!(status.state, RunState::Failed);
     assert_eq!(status.error.as_deref(), Some(repaired.as_str()));
     // The listing facts are frozen with the proof.
-    assert!(status.extra[status::list::LISTING_FACTS]["frozenAt"].is_u64());
+    assert!(status.extra[status::model::LISTING_FACTS]["frozenAt"].is_u64());
     let events = repair_events(&dir);
     assert_eq!(events.len(), 1);
     assert!(events[0].get("observer").is_none(), "{}", events[0]);

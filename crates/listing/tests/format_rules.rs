@@ -3,14 +3,14 @@
 //! group filter, the outcome of a group and home shortening, each at its
 //! edges.
 
-extern crate subagents_status as status;
+extern crate subagents_listing as listing;
 use std::path::Path;
 
-use serde_json::{Value, json};
-use status::format::{
+use listing::format::{
     ParallelGroup, format_duration, outcome, parallel_groups, run_lines, shorten,
 };
-use status::list::RunSummary;
+use listing::list::RunSummary;
+use serde_json::{Value, json};
 use status::model::{Step, parse_status};
 
 const NOW: u64 = 10_000_000;

@@ -22,7 +22,7 @@
 //! the output, merged with the few rows read live — and a rewrite streams
 //! it a third time into the new file. Nor does it grow with the rows read
 //! live: past [`SPILL_AT`] bytes their text (blocks and new records) goes
-//! to an unnamed scratch file in the index directory (see [`Spill`]), and
+//! to an unnamed scratch file in the index directory (see `Spill`), and
 //! only a few numbers per row stay in memory, so the first listing of a
 //! large history (no index yet, or one written by another build) holds no
 //! more than a warm one. A listing that wrote the index shows the rows it
@@ -41,7 +41,7 @@
 //! a JSON line (name, stamp, frozen fan-out facts, claims directory stamp,
 //! sort rank and time, hidden, session, `text`: the byte length of the
 //! block) followed by the block and a newline; then `end <checksum of
-//! everything before, 16 hex digits>` (see [`Sum`]). Version 1 (rows in
+//! everything before, 16 hex digits>` (see `Sum`). Version 1 (rows in
 //! name order, no claims stamp) lived in `finished-runs`; each version has
 //! its own file name, so builds of either version never read the other's
 //! rows, and a reader that does not know the version on the first line
@@ -60,16 +60,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use atomic_file::read::Stamp;
 use serde::{Deserialize, Serialize};
 
-use crate::Result;
-use crate::layout::{Layout, files};
 use crate::list::{
     Alone, FrozenFanout, ListOptions, RunSummary, Scan, UnreadableRun, run_names, state_rank,
 };
+use status::Result;
+use status::layout::{Layout, files};
 
 /// The index directory under the root.
-pub const INDEX_DIR: &str = "listing-index";
+pub(crate) const INDEX_DIR: &str = "listing-index";
 /// The index file in [`INDEX_DIR`] (one name per format version).
-pub const INDEX_FILE: &str = "finished-runs-v2";
+pub(crate) const INDEX_FILE: &str = "finished-runs-v2";
 /// The format version this build reads and writes.
 pub const VERSION: u32 = 2;
 /// The first line of a version-2 index.
@@ -81,12 +81,12 @@ const BLOCK_LIMIT: usize = 16 << 20;
 /// How much of the index is read at once.
 const CHUNK: usize = 256 << 10;
 /// How much text of runs read live a listing holds in memory before it
-/// moves it to a scratch file (see [`Spill`]).
+/// moves it to a scratch file (see `Spill`).
 pub const SPILL_AT: usize = 1 << 20;
 
 /// A status changed within this long before a listing started is read live
 /// and not indexed (see [`settled`]).
-pub const SETTLE_NS: i128 = 2_000_000_000;
+pub(crate) const SETTLE_NS: i128 = 2_000_000_000;
 
 /// `<root>/listing-index/finished-runs-v2`.
 pub fn index_path(layout: &Layout) -> PathBuf {
@@ -97,7 +97,8 @@ pub fn index_path(layout: &Layout) -> PathBuf {
 pub struct TextOptions<'a> {
     /// `$HOME`, shortened to `~` in paths.
     pub home: Option<&'a Path>,
-    /// The wall clock at the start of the listing (see [`SETTLE_NS`]).
+    /// The wall clock at the start of the listing: a status changed less
+    /// than 2 s before it is read live and not indexed.
     pub started: SystemTime,
 }
 
@@ -204,7 +205,7 @@ impl TextListing {
     /// index is only ever replaced by a rename, so the file checked is the
     /// file read here; one that fails to read back as checked (changed in
     /// place by another program) ends the listing with an error.
-    pub fn for_each_block<E: From<crate::Error>>(
+    pub fn for_each_block<E: From<status::Error>>(
         &self,
         mut f: impl FnMut(&str) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
@@ -239,7 +240,7 @@ impl TextListing {
         let mut out = Vec::new();
         self.for_each_block(|b| {
             out.push(b.to_owned());
-            Ok::<(), crate::Error>(())
+            Ok::<(), status::Error>(())
         })?;
         Ok(out)
     }
@@ -395,11 +396,6 @@ impl Spill {
     }
 }
 
-/// The lines of one run's block, as `list` prints them.
-pub fn render(summary: &RunSummary, now: u64, home: Option<&Path>) -> String {
-    crate::format::run_lines(summary, now, home).join("\n")
-}
-
 /// A [`Stamp`] as the index stores it: `[dev, ino, size, mode, uid,
 /// mtime s, mtime ns, ctime s, ctime ns]`.
 type StampRow = (u64, u64, u64, u32, u32, i64, i64, i64, i64);
@@ -511,15 +507,16 @@ impl Sum {
 }
 
 /// Identifies the code that renders rows: the sources of the renderer and
-/// of what feeds it, and the crate version. A build whose rendering differs
-/// never takes another build's rows.
+/// of what feeds it (`status.json`'s parser is the status crate's), and the
+/// crate version. A build whose rendering differs never takes another
+/// build's rows.
 fn renderer() -> String {
     let mut h = Sum::new();
     for source in [
         env!("CARGO_PKG_VERSION"),
         include_str!("format.rs"),
         include_str!("list.rs"),
-        include_str!("model.rs"),
+        status::model::SOURCE,
         include_str!("list_index.rs"),
         include_str!("list_index/live.rs"),
     ] {

@@ -7,38 +7,29 @@ use serde_json::Value;
 
 use atomic_file::read::{DirHandle, Stamp};
 
-use crate::layout::{Layout, files, is_safe_run_id};
-use crate::model::{RunStatus, read_status};
-use crate::proof::{Fallback, ProcessTerminal, read_proof, sanitize};
-use crate::reconcile;
-use crate::{Result, index, io_err};
+use status::layout::{Layout, exact_run_dir, files, is_safe_run_id, run_dir_under};
+use status::model::{LISTING_FACTS, RunStatus, read_status};
+use status::proof::{Fallback, ProcessTerminal, read_proof, sanitize};
+use status::{Result, index, reconcile};
+
+use crate::io_err;
 
 /// A live fan-out snapshot source: given a run directory, the snapshot
 /// `{used, limit, remaining}` from its persisted descriptor, if it has one.
 /// Summary field (never written to disk) saying why a run's live fan-out
 /// snapshot could not be read.
-pub const FANOUT_UNAVAILABLE: &str = "runFanoutBudgetUnavailable";
+pub(crate) const FANOUT_UNAVAILABLE: &str = "runFanoutBudgetUnavailable";
 
 /// Summary field (never written to disk) of the active listing: the run is
 /// over by its status but its process-terminal proof is not final yet (its
 /// monitor is frozen, slow, or cannot prove a process gone). Shown as
 /// `finishing`.
-pub const FINISHING: &str = "finishing";
+pub(crate) const FINISHING: &str = "finishing";
 
-/// Whether a summary carries [`FINISHING`].
+/// Whether a summary carries the active listing's `finishing` mark.
 pub fn is_finishing(status: &RunStatus) -> bool {
     status.extra.get(FINISHING).and_then(Value::as_bool) == Some(true)
 }
-
-/// Status field (an extension the reference ignores) set by the monitor
-/// once a run is over and its proof is final:
-/// `{"frozenAt": ms, "fanoutClaimsDir": path}`. From then on a listing takes
-/// `processTerminal` from the status as it is instead of re-validating the
-/// proof sidecar, and `runFanoutBudget` too as long as no claim was added
-/// since (claims are never released and take the lowest free slot, so with
-/// `used` claims frozen, slot file `used` existing means more were made —
-/// by a nested run still going); only then is the budget counted again.
-pub const LISTING_FACTS: &str = "listingFacts";
 
 /// Whether a status carries final listing facts (see [`LISTING_FACTS`]):
 /// over, with a frozen time and a proof that is observed.
@@ -306,7 +297,7 @@ impl Scan {
 
     /// The status of a directory [`Scan::check_dir`] accepted, parsed, with
     /// the [`Stamp`] of the file read; `None` when it has none. `listed`: for
-    /// a text listing only (see [`crate::model::parse_listed_status`]).
+    /// a text listing only (see [`status::model::parse_listed_status`]).
     pub(crate) fn read_status(
         &self,
         layout: &Layout,
@@ -324,15 +315,15 @@ impl Scan {
         };
         let path = layout.run_dir(name).join(files::STATUS);
         let text = String::from_utf8(bytes).map_err(|e| {
-            crate::Error::from(atomic_file::read::ReadError::Io {
+            status::Error::from(atomic_file::read::ReadError::Io {
                 path: path.clone(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
             })
         })?;
         let status = if listed {
-            crate::model::parse_listed_status(&path, &text)?
+            status::model::parse_listed_status(&path, &text)?
         } else {
-            crate::model::parse_status(&path, &text)?
+            status::model::parse_status(&path, &text)?
         };
         Ok(Some((status, stamp)))
     }
@@ -395,7 +386,7 @@ impl Scan {
             return Err(Box::new(status));
         };
         // As `summarize_noting` does; a finished run keeps its own time.
-        status.last_activity_at = crate::reference::listed_last_activity(&dir, &status);
+        status.last_activity_at = status::reference::listed_last_activity(&dir, &status);
         let summary = RunSummary {
             id: run_id_of(&status, name),
             async_dir: dir,
@@ -462,7 +453,7 @@ pub struct UnreadableRun {
 impl UnreadableRun {
     /// The entry of an active-index entry `name` that is no marker because
     /// it is a `kind` (directory, FIFO, symbolic link...), not a regular file.
-    pub fn not_a_marker(layout: &Layout, name: &str, kind: &str) -> Self {
+    pub(crate) fn not_a_marker(layout: &Layout, name: &str, kind: &str) -> Self {
         let marker = layout.runs_dir().join(index::INDEX_DIR).join(name);
         Self {
             id: name.to_owned(),
@@ -476,7 +467,7 @@ impl UnreadableRun {
     }
 
     /// An unreadable entry for `dir` with the reader's error.
-    pub fn new(id: &str, dir: &Path, error: &crate::Error) -> Self {
+    pub fn new(id: &str, dir: &Path, error: &status::Error) -> Self {
         Self {
             id: id.to_owned(),
             async_dir: dir.to_path_buf(),
@@ -566,33 +557,6 @@ pub fn resolve(layout: &Layout, id: &str) -> Result<Resolved> {
         }
         _ => Resolved::Ambiguous(matches),
     })
-}
-
-/// The run directory of `id` when it is a real (non-symlink) directory inside the root.
-pub fn exact_run_dir(layout: &Layout, id: &str) -> Option<PathBuf> {
-    layout.runs_dir().canonicalize().ok()?;
-    run_dir_under(layout, id).map(|(dir, _)| dir)
-}
-
-/// [`exact_run_dir`] for many ids: the runs root is resolved once, here
-/// (`None` when it does not resolve), not once per id.
-pub fn exact_run_dirs(layout: &Layout) -> Option<impl Fn(&str) -> Option<PathBuf> + '_> {
-    layout.runs_dir().canonicalize().ok()?;
-    Some(move |id: &str| run_dir_under(layout, id).map(|(dir, _)| dir))
-}
-
-/// [`exact_run_dir`] once the runs root is known to resolve (listings check
-/// it once, not once per run), with the directory's metadata.
-fn run_dir_under(layout: &Layout, id: &str) -> Option<(PathBuf, std::fs::Metadata)> {
-    if !is_safe_run_id(id) {
-        return None;
-    }
-    // A safe id is one plain path component, and a directory that is not a
-    // symlink resolves to `<real root>/<id>`: inside the root without
-    // resolving it again.
-    let dir = layout.run_dir(id);
-    let meta = std::fs::symlink_metadata(&dir).ok()?;
-    meta.is_dir().then_some((dir, meta))
 }
 
 /// Names of every run directory under the root, sorted.
@@ -734,7 +698,7 @@ fn summarize_noting(
     if !frozen && let Some(proof) = read_proof(dir, &fallback) {
         status.process_terminal = Some(proof.to_value());
     }
-    status.last_activity_at = crate::reference::listed_last_activity(dir, &status);
+    status.last_activity_at = status::reference::listed_last_activity(dir, &status);
     let mut alone = frozen;
     let mut seen = None;
     if fanout.is_some() {
@@ -903,7 +867,7 @@ fn is_final(summary: &RunSummary) -> bool {
     is_observed(summary)
         || summary
             .proof()
-            .is_some_and(|p| p.state == crate::proof::ProofState::NotStarted)
+            .is_some_and(|p| p.state == status::proof::ProofState::NotStarted)
 }
 
 fn is_observed(summary: &RunSummary) -> bool {
@@ -912,7 +876,7 @@ fn is_observed(summary: &RunSummary) -> bool {
     }
     summary
         .proof()
-        .is_some_and(|p| p.state == crate::proof::ProofState::Observed)
+        .is_some_and(|p| p.state == status::proof::ProofState::Observed)
 }
 
 /// Releases a marker, noting (not failing on) a release that cannot be written.
@@ -940,7 +904,7 @@ pub(crate) fn keep_by(summary: &RunSummary, all: bool, session: Option<&str>) ->
 }
 
 pub(crate) fn state_rank(status: &RunStatus) -> u8 {
-    use crate::RunState::*;
+    use status::RunState::*;
     match status.state {
         Running => 0,
         Queued => 1,
@@ -953,7 +917,7 @@ pub(crate) fn state_rank(status: &RunStatus) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{RunState, write_status};
+    use status::model::{RunState, write_status};
 
     fn run(layout: &Layout, id: &str, state: RunState, marker: bool, update: u64) {
         let dir = layout.run_dir(id);
@@ -1078,7 +1042,7 @@ mod tests {
         status.run_fanout_budget =
             Some(serde_json::json!({"used": used, "limit": 4, "remaining": 4 - used}));
         let facts =
-            serde_json::json!({"frozenAt": crate::now_ms() + 1000, "fanoutClaimsDir": claims});
+            serde_json::json!({"frozenAt": status::now_ms() + 1000, "fanoutClaimsDir": claims});
         status.extra.insert(LISTING_FACTS.into(), facts);
         write_status(&dir, &status).unwrap();
     }

@@ -3,8 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::list::{Hooks, LISTING_FACTS};
-use crate::model::{RunState, RunStatus, Step, write_status};
+use crate::list::Hooks;
+use status::model::{LISTING_FACTS, RunState, RunStatus, Step, write_status};
 
 /// A finished run whose listing facts are frozen (no fan-out budget).
 fn frozen(layout: &Layout, id: &str, state: RunState, update: u64) -> RunStatus {
@@ -20,7 +20,7 @@ fn frozen(layout: &Layout, id: &str, state: RunState, update: u64) -> RunStatus 
         ..Step::default()
     }]);
     status.process_terminal = Some(serde_json::json!({"state": "observed", "runId": id}));
-    let facts = serde_json::json!({"frozenAt": crate::now_ms()});
+    let facts = serde_json::json!({"frozenAt": status::now_ms()});
     status.extra.insert(LISTING_FACTS.into(), facts);
     write_status(&dir, &status).unwrap();
     status
@@ -331,7 +331,7 @@ fn budgeted(layout: &Layout, id: &str, claims: &Path, used: u64) {
     let mut status = frozen(layout, id, RunState::Complete, 50);
     status.run_fanout_budget =
         Some(serde_json::json!({"used": used, "limit": 4, "remaining": 4 - used}));
-    let facts = serde_json::json!({"frozenAt": crate::now_ms() + 1000, "fanoutClaimsDir": claims});
+    let facts = serde_json::json!({"frozenAt": status::now_ms() + 1000, "fanoutClaimsDir": claims});
     status.extra.insert(LISTING_FACTS.into(), facts);
     write_status(&dir, &status).unwrap();
 }

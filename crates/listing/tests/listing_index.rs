@@ -2,14 +2,14 @@
 //! disk: a large index is still used, and an index written by another
 //! renderer is not.
 
-extern crate subagents_status as status;
+extern crate subagents_listing as listing;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use listing::list::{Hooks, ListOptions};
+use listing::list_index::{TextOptions, index_path, list_text};
 use status::Layout;
-use status::list::{Hooks, LISTING_FACTS, ListOptions};
-use status::list_index::{TextOptions, index_path, list_text};
-use status::model::{RunState, RunStatus, Step, write_status};
+use status::model::{LISTING_FACTS, RunState, RunStatus, Step, write_status};
 
 /// A finished run whose listing facts are frozen (no fan-out budget).
 fn frozen(layout: &Layout, id: &str, error: Option<String>) {

@@ -5,17 +5,17 @@
 //! `SPILL_AT` bytes the rows' text goes to a scratch file. Counted by a
 //! global allocator that tracks the bytes in use, not by time.
 
-extern crate subagents_status as status;
+extern crate subagents_listing as listing;
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
+use listing::list::{Hooks, ListOptions};
+use listing::list_index::{SPILL_AT, TextOptions, index_path, list_text};
 use status::Layout;
-use status::list::{Hooks, LISTING_FACTS, ListOptions};
-use status::list_index::{SPILL_AT, TextOptions, index_path, list_text};
-use status::model::{RunState, RunStatus, Step, write_status};
+use status::model::{LISTING_FACTS, RunState, RunStatus, Step, write_status};
 
 struct Counting;
 

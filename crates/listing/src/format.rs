@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::list::RunSummary;
-use crate::model::Step;
+use status::model::Step;
 
 /// Renders runs under `heading` ("Active async runs", "Async runs").
 pub fn format_run_list(
@@ -41,7 +41,11 @@ struct Now {
 
 /// [`run_lines`], and whether they show a time relative to `now` (then
 /// they change with it; otherwise any `now` gives the same lines).
-pub fn run_lines_timed(run: &RunSummary, now: u64, home: Option<&Path>) -> (Vec<String>, bool) {
+pub(crate) fn run_lines_timed(
+    run: &RunSummary,
+    now: u64,
+    home: Option<&Path>,
+) -> (Vec<String>, bool) {
     let now = Now {
         ms: now,
         read: Cell::new(false),
@@ -124,9 +128,9 @@ fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
 }
 
 /// The run's state as listings show it: `finishing (complete)` for a run
-/// whose status is over but whose proof is not final yet (see
-/// [`crate::list::FINISHING`]), else the state.
-pub fn state_label(status: &crate::model::RunStatus) -> String {
+/// whose status is over but whose proof is not final yet (the active
+/// listing marks it so), else the state.
+pub fn state_label(status: &status::model::RunStatus) -> String {
     if crate::list::is_finishing(status) {
         format!("finishing ({})", status.state)
     } else {
@@ -420,7 +424,7 @@ pub fn shorten(path: &Path, home: Option<&Path>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::parse_status;
+    use status::model::parse_status;
 
     #[test]
     fn renders_the_reference_example() {

@@ -4,8 +4,8 @@
 //! and such a run is listed as finishing),
 //! filters, prefixes, and the errors of a broken root.
 
-extern crate subagents_status as status;
-use status::list::{Hooks, ListOptions, Resolved, list, load, resolve, run_names};
+extern crate subagents_listing as listing;
+use listing::list::{Hooks, ListOptions, Resolved, list, load, resolve, run_names};
 use status::model::{RunState, RunStatus, write_status};
 use status::proof::ProofState;
 use status::{Layout, index};
@@ -46,7 +46,7 @@ fn a_finished_run_without_an_observed_proof_keeps_its_marker() {
     let mut ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
     ids.sort();
     assert_eq!(ids, ["no-proof", "pending-proof"]);
-    assert!(runs.iter().all(|r| status::list::is_finishing(&r.status)));
+    assert!(runs.iter().all(|r| listing::list::is_finishing(&r.status)));
     for id in ["no-proof", "pending-proof"] {
         let marker = layout.runs_dir().join(index::INDEX_DIR).join(id);
         assert!(marker.exists(), "{id}: marker released without proof");
@@ -258,7 +258,7 @@ fn frozen_facts_whose_claims_are_the_budgets_directory_itself_hold() {
         serde_json::json!({"frozenAt": status::now_ms() + 60_000, "fanoutClaimsDir": claims});
     status
         .extra
-        .insert(status::list::LISTING_FACTS.into(), facts);
+        .insert(status::model::LISTING_FACTS.into(), facts);
     write_status(&dir, &status).unwrap();
     let asked = std::cell::Cell::new(0);
     let live = |_: &std::path::Path| {
@@ -315,11 +315,11 @@ fn a_full_listing_skips_unsafe_names_and_refuses_shared_run_directories() {
         "{:?}",
         listing.unreadable
     );
-    let text = status::list_index::TextOptions {
+    let text = listing::list_index::TextOptions {
         home: None,
         started: std::time::SystemTime::now(),
     };
-    let listing = status::list_index::list_text(&layout, &all, &text).unwrap();
+    let listing = listing::list_index::list_text(&layout, &all, &text).unwrap();
     let blocks = listing.blocks().unwrap();
     assert_eq!(blocks.len(), 1);
     assert!(blocks[0].starts_with("- good | complete"), "{blocks:?}");

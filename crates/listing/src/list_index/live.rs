@@ -22,10 +22,10 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use atomic_file::read::Stamp;
 
 use super::{Row, TextListing, record_head, settled};
-use crate::Result;
-use crate::layout::Layout;
 use crate::list::{ListOptions, RunSummary, Scan, Scanned, UnreadableRun, keep_by, state_rank};
-use crate::model::RunStatus;
+use status::Result;
+use status::layout::Layout;
+use status::model::RunStatus;
 
 /// How many run names a worker reads at a time.
 const CHUNK_RUNS: usize = 16;
@@ -71,7 +71,7 @@ enum Read {
     /// Not a run to list (not a directory, no status).
     Skip,
     /// A run that cannot be read.
-    Unreadable(crate::Error),
+    Unreadable(status::Error),
     /// A status the main thread goes on with: an active run, or a finished
     /// one without frozen facts that still hold.
     Parsed(Box<RunStatus>, Stamp),
@@ -152,7 +152,7 @@ fn take(
     name: &str,
     read: Read,
 ) -> Option<bool> {
-    let unreadable = |out: &mut TextListing, e: &crate::Error| {
+    let unreadable = |out: &mut TextListing, e: &status::Error| {
         let dir = cx.layout.run_dir(name);
         out.unreadable.push(UnreadableRun::new(name, &dir, e));
     };
