@@ -959,7 +959,7 @@ fn a_usage_hint_names_the_flags_of_the_command_line() {
     let out = env.run(&["run", "--timeout", "soon", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("  hint: --timeout takes a number with a unit"),
+        stderr.contains("  hint: --timeout takes a duration"),
         "{stderr}"
     );
     let out = env.run(&["status", "--bogus"]);

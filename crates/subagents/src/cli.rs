@@ -649,7 +649,7 @@ fn usage_hint(kind: error::ErrorKind, command: &str) -> String {
         ErrorKind::TaskTwice => "give --task or --task-file, not both".to_owned(),
         ErrorKind::BadTaskFile => "--task-file names a readable file (or - for stdin)".to_owned(),
         ErrorKind::BadDuration(field) => format!(
-            "{} takes a number with a unit: ms, s, m or h (e.g. 90s, 30m){}",
+            "{} takes a duration: a number of ms, s (the default), m or h, e.g. 90s or 30m{}",
             field.flag(),
             if field == error::DurationField::OlderThan {
                 ", or whole days (7d)"
