@@ -304,7 +304,11 @@ fn a_bad_definition_is_reported_with_its_line_and_hides_nothing() {
     assert_eq!(listed["errors"][0]["path"], bad.to_str().unwrap());
     // Running the broken agent fails with the same line, before anything is created.
     let out = f.run(&["run", "--agent", "broken", "--task", "x"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown agent is a usage mistake"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("no agent named 'broken'") && stderr.contains("broken.md:3:"),
@@ -377,7 +381,11 @@ fn an_agent_that_fails_before_its_session_leaves_its_error_and_cannot_be_resumed
 fn an_agent_run_needs_a_task() {
     let f = Fixture::new();
     let out = f.run(&["run", "--agent", "reviewer"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a missing task is a usage mistake"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("an agent run needs a task"), "{stderr}");
     assert_eq!(f.env.run_count(), 0);

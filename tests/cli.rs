@@ -767,3 +767,205 @@ fn logs_follow_streams_until_the_run_is_over() {
     assert!(lines.next().is_none(), "follow ends with the run");
     assert!(follower.wait().unwrap().success());
 }
+
+/// One usage mistake of the table below: the arguments, and whether the
+/// command takes `--json` (inserted right after the subcommand words).
+struct Mistake {
+    what: &'static str,
+    args: Vec<String>,
+    json_at: Option<usize>,
+}
+
+#[test]
+fn every_usage_mistake_exits_2_with_one_line_and_a_hint() {
+    let env = Env::new();
+    let work = Path::new(env.work());
+    // A named agent for `run --agent` without a task, found from the cwd.
+    let agents = work.join(".subagents/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::copy(
+        repo.join("examples/agents/reviewer.md"),
+        agents.join("reviewer.md"),
+    )
+    .unwrap();
+    let done = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let file = |name: &str, text: &str| {
+        let path = work.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let malformed = file("malformed.json", "{not json");
+    let wrong_type = file(
+        "wrong-type.json",
+        r#"{"mode": "parallel", "tasks": [{"agent": "a", "command": "true"}]}"#,
+    );
+    let task = file("task.txt", "a task\n");
+    let missing = work.join("missing.json").to_str().unwrap().to_owned();
+    let m = |what, args: &[&str], json_at: Option<usize>| Mistake {
+        what,
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        json_at,
+    };
+    let table = [
+        m(
+            "run --agent without a task",
+            &["run", "--agent", "reviewer"],
+            Some(1),
+        ),
+        m("resume without a task", &["resume", &done], Some(1)),
+        m(
+            "task and task file",
+            &["run", "--task", "x", "--task-file", &task, "--", "true"],
+            Some(1),
+        ),
+        m(
+            "unreadable task file",
+            &["run", "--task-file", &missing, "--", "true"],
+            Some(1),
+        ),
+        m("no command, agent or spec", &["run"], Some(1)),
+        m("empty COMMAND", &["run", "--", ""], Some(1)),
+        m(
+            "word as --timeout",
+            &["run", "--timeout", "soon", "--", "true"],
+            Some(1),
+        ),
+        m(
+            "negative --timeout",
+            &["run", "--timeout=-5s", "--", "true"],
+            Some(1),
+        ),
+        m(
+            "--timeout with a bad unit",
+            &["run", "--timeout", "5y", "--", "true"],
+            Some(1),
+        ),
+        m(
+            "resume with a bad --timeout",
+            &["resume", &done, "--task", "x", "--timeout", "1x"],
+            Some(1),
+        ),
+        m(
+            "wait with a bad --timeout",
+            &["wait", &done, "--timeout", "later"],
+            Some(1),
+        ),
+        m("unknown subcommand", &["bogus"], Some(1)),
+        m("unknown flag", &["list", "--bogus"], Some(1)),
+        m("spec file missing", &["run", "--spec", &missing], Some(1)),
+        m(
+            "spec file malformed",
+            &["run", "--spec", &malformed],
+            Some(1),
+        ),
+        m(
+            "spec field of the wrong type",
+            &["run", "--spec", &wrong_type],
+            Some(1),
+        ),
+        m(
+            "spec with a task",
+            &["run", "--spec", &wrong_type, "--task", "x"],
+            Some(1),
+        ),
+        m(
+            "unknown agent",
+            &["run", "--agent", "nosuch", "--task", "x"],
+            Some(1),
+        ),
+        m(
+            "bad --max-active",
+            &["run", "--max-active", "many", "--", "true"],
+            Some(1),
+        ),
+        m(
+            "unsafe --id",
+            &["run", "--id", "../up", "--", "true"],
+            Some(1),
+        ),
+        m(
+            "validate of an unknown kind",
+            &["validate", "--kind", "bogus", &task],
+            None,
+        ),
+        m(
+            "bad --older-than",
+            &["prune", "--older-than", "ages"],
+            Some(1),
+        ),
+        m(
+            "logs --step out of range",
+            &["logs", &done, "--step", "9"],
+            Some(1),
+        ),
+    ];
+    for mistake in &table {
+        let args: Vec<&str> = mistake.args.iter().map(String::as_str).collect();
+        let out = env.command(&args).current_dir(work).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {out:?}", mistake.what);
+        let lines: Vec<&str> = stderr.lines().collect();
+        let messages: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.starts_with("subagents: "))
+            .collect();
+        assert_eq!(messages.len(), 1, "{}: {stderr}", mistake.what);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("  hint: ") && l.len() > "  hint: ".len()),
+            "{}: {stderr}",
+            mistake.what
+        );
+        let Some(at) = mistake.json_at else { continue };
+        let mut args = args.clone();
+        args.insert(at, "--json");
+        let out = env.command(&args).current_dir(work).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{} --json: {out:?}",
+            mistake.what
+        );
+        let error: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{} --json: {e}: {out:?}", mistake.what));
+        assert_eq!(error["error"]["code"], "USAGE", "{}: {error}", mistake.what);
+        assert_eq!(error["error"]["exitCode"], 2, "{}: {error}", mistake.what);
+        assert!(
+            error["error"]["hint"]
+                .as_str()
+                .is_some_and(|h| !h.is_empty()),
+            "{}: {error}",
+            mistake.what
+        );
+        // The same mistake as the text run: the same message.
+        let text = messages[0].trim_start_matches("subagents: ");
+        assert_eq!(error["error"]["message"], text, "{}", mistake.what);
+    }
+    assert_eq!(env.run_count(), 1, "no mistake started a run");
+}
+
+#[test]
+fn a_usage_hint_names_the_flags_of_the_command_line() {
+    let env = Env::new();
+    let done = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let out = env.run(&["resume", &done]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("  hint: give the follow-up task with --task TEXT or --task-file FILE"),
+        "{stderr}"
+    );
+    let out = env.run(&["run", "--timeout", "soon", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("  hint: --timeout takes a duration"),
+        "{stderr}"
+    );
+    let out = env.run(&["status", "--bogus"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("  hint: see `subagents status --help`"),
+        "{stderr}"
+    );
+}

@@ -235,7 +235,7 @@ fn a_bad_spec_names_the_file_and_field() {
         &json!({"mode": "parallel", "tasks": [{"agent": "a", "command": ["x"], "bogus": 1}]}),
     );
     let out = env.run(&["run", "--spec", &file]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a bad spec is a usage mistake");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("bad.json") && stderr.contains("tasks[0]: unknown field `bogus`"),

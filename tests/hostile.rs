@@ -526,7 +526,11 @@ fn control_characters_in_ids_stay_on_one_line() {
     assert_eq!(stderr(&out), "subagents: no such run: 'a\\nb'\n");
     let out = sub(&env, &["run", "--id", "a\nb", "--", "true"]);
     assert_ne!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(stderr(&out).lines().count(), 1, "{out:?}");
+    // One message line, then the usage mistake's hint.
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert!(lines[1].starts_with("  hint: "), "{out:?}");
 }
 
 /// A capacity slot another user could write into is no longer found by a

@@ -256,10 +256,19 @@ async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
         .await;
     assert_eq!(error["error"]["code"], "USAGE", "{error}");
     assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    // The hint names the request's field, never a command-line flag.
+    let hint = error["error"]["hint"].as_str().unwrap();
+    assert!(hint.starts_with("`timeout` takes"), "{error}");
+    assert!(!hint.contains("--"), "{error}");
     let error = server.error("status", json!({"run": "nope"})).await;
     assert_eq!(error["error"]["code"], "NOT_FOUND", "{error}");
     assert_eq!(error["error"]["exitCode"], 4, "{error}");
     assert_eq!(env.run_count(), 0);
+    // No task is the same mistake, and the same code, as on the command line.
+    let done = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let error = server.error("resume", json!({"run": done})).await;
+    assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    assert_eq!(error["error"]["hint"], "give the task in `task`", "{error}");
     assert_eq!(server.disconnect().await, Some(0));
 }
 
@@ -593,7 +602,11 @@ async fn two_tasks_delegated_in_parallel_are_collected_together() {
             json!({"spec": {"mode": "parallel", "tasks": [{"agent": "x"}]}}),
         )
         .await;
-    assert_eq!(error["error"]["exitCode"], 1, "{error}");
+    assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    assert!(
+        error["error"]["hint"].as_str().unwrap().contains("`spec`"),
+        "{error}"
+    );
     assert!(
         error["error"]["message"]
             .as_str()
@@ -634,7 +647,8 @@ fn a_wait_whose_reporter_gives_up_returns_at_once() {
     })
     .unwrap_err();
     assert_eq!(looks, 1);
-    assert_eq!(error.exit, launcher::Exit::Failed);
+    assert_eq!(error.exit(), launcher::Exit::Failed);
+    assert_eq!(error.kind, launcher::ErrorKind::WaitCancelled);
     assert!(error.message.contains("cancelled"), "{}", error.message);
     release(gate);
     env.settled(&id);

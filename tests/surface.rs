@@ -73,7 +73,11 @@ fn a_task_file_reaches_the_command_and_is_copied_privately() {
         ],
         DEADLINE,
     );
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a usage mistake, as for resume: {out:?}"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("missing.txt"), "{stderr}");
     assert_eq!(env.run_count(), 1, "no run for the unreadable task file");

@@ -11,7 +11,7 @@ use capacity::{
 };
 use status::Layout;
 
-use crate::error::{Detail, Error, Exit, Result};
+use crate::error::{Detail, Error, ErrorKind, Result};
 
 /// The session a launch belongs to: `--session` / `$SUBAGENTS_SESSION_ID`,
 /// else the controlling terminal of stdin, else `default`.
@@ -134,7 +134,7 @@ pub fn capacity_error(e: CapacityError) -> Error {
                 .collect();
             Error {
                 notes,
-                ..Error::new(Exit::Limit, message)
+                ..Error::of(ErrorKind::CapacityFull, message)
                     .with_detail(Detail::Capacity(snapshot))
                     .with_hint(CAPACITY_HINT)
             }

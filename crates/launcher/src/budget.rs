@@ -10,7 +10,7 @@ use serde_json::json;
 use status::Layout;
 
 use crate::api::{BudgetOutcome, BudgetQuery, DoctorReport, Settings};
-use crate::error::{Detail, Error, Exit, Result};
+use crate::error::{Detail, Error, ErrorKind, Result};
 use crate::fanout::{NewRootLimit, RUN_ID_ENV, is_nested, new_root_limit, rejection_hint};
 
 fn fail(e: fanout_budget::Error) -> Error {
@@ -52,7 +52,8 @@ pub fn show(layout: &Layout, run: Option<&str>, descriptor: Option<&Path>) -> Re
                 })?
         }
         (None, None) => {
-            return Err(Error::usage(
+            return Err(Error::of(
+                ErrorKind::NoRunNamed,
                 "failed to show budget: give RUN or --descriptor",
             ));
         }
@@ -81,7 +82,7 @@ pub fn claim(layout: &Layout, descriptor: Option<&Path>, paths: &[String]) -> Re
             return fail(e);
         };
         let root_run_id = &budget.descriptor().root_run_id;
-        Error::new(Exit::Limit, rejection.to_string())
+        Error::of(ErrorKind::BudgetRefused, rejection.to_string())
             .with_detail(Detail::BudgetClaim(rejection.clone()))
             .with_hint(rejection_hint(rejection, root_run_id, None))
     })

@@ -34,5 +34,5 @@ pub mod validate;
 pub mod wait;
 
 pub use api::*;
-pub use error::{Error, Exit};
+pub use error::{DurationField, Error, ErrorKind, Exit};
 pub use service::Launcher;

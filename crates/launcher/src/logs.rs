@@ -14,7 +14,7 @@ use status::Layout;
 use status::layout::files;
 
 use crate::api::{LogFile, LogsOutcome, LogsRequest};
-use crate::error::{Error, Exit, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::runs::load;
 use crate::wait::watch_dirs;
 
@@ -60,8 +60,8 @@ fn load_for(layout: &Layout, request: &LogsRequest) -> Result<RunSummary> {
     if let Some(n) = request.step
         && (n == 0 || n > steps.max(1))
     {
-        return Err(Error::new(
-            Exit::Usage,
+        return Err(Error::of(
+            ErrorKind::NoSuchStep,
             format!("run '{}' has no step {n} (it has {})", run.id, steps.max(1)),
         ));
     }

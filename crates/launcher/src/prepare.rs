@@ -21,8 +21,7 @@ use recovery::{LaunchContract, RecoveryDescriptor};
 use crate::admission;
 use crate::api::{RunRequest, Settings};
 use crate::config::{LaunchConfig, RevivalConfig, StepConfig};
-use crate::error::{Detail, Error, Exit, Result};
-use crate::root::parse_duration;
+use crate::error::{Detail, Error, ErrorKind, Result};
 use crate::spec::{Plan, StepSpec};
 
 /// Default wall-clock limit of a run, as in the reference.
@@ -102,8 +101,9 @@ impl Request {
         let tasks = read_tasks(run, &plan)?;
         let definition = preset.as_ref().map(|p| &p.definition);
         if definition.is_some_and(|d| d.runner.is_agent_cli()) && tasks[0].is_none() {
-            return Err(Error::failed(
-                "failed to launch run: an agent run needs a task (--task or --task-file)",
+            return Err(Error::of(
+                ErrorKind::MissingTask,
+                "failed to launch run: an agent run needs a task",
             ));
         }
         // The request wins over the definition.
@@ -143,7 +143,8 @@ impl Request {
 /// for every front-end (exit 2).
 fn check_shape(run: &RunRequest) -> Result {
     let composite = run.spec.is_some() || run.spec_file.is_some();
-    let usage = |why: &str| Err(Error::usage(format!("failed to launch run: {why}")));
+    let refuse = |kind, why: &str| Err(Error::of(kind, format!("failed to launch run: {why}")));
+    let usage = |why: &str| refuse(ErrorKind::BadCombination, why);
     if run.spec.is_some() && run.spec_file.is_some() {
         return usage("give the spec inline or as a file, not both");
     }
@@ -154,7 +155,10 @@ fn check_shape(run: &RunRequest) -> Result {
         return usage("a spec run takes no command");
     }
     if run.task.is_some() && run.task_file.is_some() {
-        return usage("give the task as text or as a file, not both");
+        return refuse(
+            ErrorKind::TaskTwice,
+            "give the task as text or as a file, not both",
+        );
     }
     if !composite && run.agent.is_none() && run.command.is_empty() {
         return usage("give a command, an agent or a spec");
@@ -325,14 +329,19 @@ fn revival_config(layout: &Layout, revival: &Revival) -> RevivalConfig {
 /// The plan of a plain `run -- COMMAND` or of a spec (inline or a file).
 fn plan(run: &RunRequest) -> Result<Plan> {
     if let Some(path) = &run.spec_file {
-        return crate::spec::read_plan(path).map_err(Error::failed);
+        return crate::spec::read_plan(path).map_err(|e| Error::of(ErrorKind::BadSpec, e));
     }
     if let Some(spec) = &run.spec {
         return crate::spec::parse_plan(spec)
-            .map_err(|e| Error::failed(format!("failed to read the spec: {e}")));
+            .map_err(|e| Error::of(ErrorKind::BadSpec, format!("failed to read the spec: {e}")));
     }
     let program = run.command.first().filter(|c| !c.is_empty());
-    let program = program.ok_or_else(|| Error::failed("failed to launch run: COMMAND is empty"))?;
+    let program = program.ok_or_else(|| {
+        Error::of(
+            ErrorKind::BadCombination,
+            "failed to launch run: COMMAND is empty",
+        )
+    })?;
     let agent = run.agent.clone().unwrap_or_else(|| file_name(program));
     let spec = StepSpec {
         agent,
@@ -386,8 +395,7 @@ fn resolve_cwd(cwd: Option<&Path>) -> Result<PathBuf> {
 fn run_timeout(text: Option<&str>) -> Result<Option<u64>> {
     let ms = match text {
         Some(text) => {
-            let d = parse_duration(text)
-                .map_err(|e| Error::new(Exit::Usage, format!("failed to parse --timeout: {e}")))?;
+            let d = crate::wait::parse_timeout(Some(text))?.unwrap_or_default();
             d.as_millis() as u64
         }
         None => DEFAULT_TIMEOUT_MS,
@@ -407,12 +415,7 @@ fn read_tasks(run: &RunRequest, plan: &Plan) -> Result<Vec<Option<String>>> {
             .collect());
     }
     if let Some(path) = &run.task_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::failed(format!(
-                "failed to read task file '{}': {e}",
-                path.display()
-            ))
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::bad_task_file(path, e))?;
         return Ok(vec![non_blank(Some(text))]);
     }
     Ok(vec![non_blank(run.task.clone())])
@@ -440,8 +443,8 @@ fn non_blank(task: Option<String>) -> Option<String> {
 fn pick_id(layout: &Layout, explicit: Option<&str>) -> Result<String> {
     if let Some(id) = explicit {
         if !status::layout::is_safe_run_id(id) {
-            return Err(Error::new(
-                Exit::Usage,
+            return Err(Error::of(
+                ErrorKind::UnsafeId,
                 format!(
                     "failed to launch run: --id '{id}' is not a safe file name (letters, digits, '-', '_', '.'; not starting with '.')"
                 ),
@@ -519,11 +522,12 @@ fn admit_fanout(layout: &Layout, run_id: &str, request: &Request) -> Result<(Ope
                 let root_run_id = &budget.descriptor().root_run_id;
                 let hint =
                     crate::fanout::rejection_hint(rejection, root_run_id, own_limit.as_ref());
-                Err(
-                    Error::new(Exit::Limit, format!("failed to launch run: {rejection}"))
-                        .with_detail(Detail::RunFanout(rejection.clone()))
-                        .with_hint(hint),
+                Err(Error::of(
+                    ErrorKind::FanoutRefused,
+                    format!("failed to launch run: {rejection}"),
                 )
+                .with_detail(Detail::RunFanout(rejection.clone()))
+                .with_hint(hint))
             }
             None => Err(fail(e)),
         },

@@ -8,7 +8,7 @@ use agents::catalog::{self, Catalog, Found};
 use agents::{AgentDefinition, Invocation, RunnerKind};
 use serde_json::{Value, json};
 
-use crate::error::{Error, Exit, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// What `run --agent NAME` launches, and what its recovery descriptor records.
 pub struct Preset {
@@ -76,9 +76,10 @@ pub fn catalog(cwd: &Path) -> Catalog {
 pub fn resolve(name: &str, cwd: &Path) -> Result<Preset> {
     let catalog = catalog(cwd);
     let Some(found) = catalog.find(name) else {
-        let mut error = Error::failed(format!(
-            "failed to launch run: no agent named '{name}' (see `subagents agents list`)"
-        ));
+        let mut error = Error::of(
+            ErrorKind::UnknownAgent,
+            format!("failed to launch run: no agent named '{name}'"),
+        );
         error.notes = catalog.errors.iter().map(ToString::to_string).collect();
         return Err(error);
     };
@@ -147,8 +148,8 @@ fn list(catalog: &Catalog, json: bool) -> Result {
 
 fn show(catalog: &Catalog, name: &str, json: bool) -> Result {
     let found = catalog.find(name).ok_or_else(|| {
-        Error::new(
-            Exit::Failed,
+        Error::of(
+            ErrorKind::UnknownAgent,
             format!("failed to show agent: no agent named '{name}'"),
         )
     })?;

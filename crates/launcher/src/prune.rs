@@ -21,7 +21,7 @@ use status::model::RunStatus;
 use status::proof::{Fallback, ProofState};
 use status::{Layout, now_ms};
 
-use crate::error::{Error, Exit, Result};
+use crate::error::{DurationField, Error, Result};
 
 /// The default `--older-than`.
 pub const DEFAULT_AGE: &str = "7d";
@@ -61,7 +61,7 @@ pub fn parse_age(text: &str) -> Result<Duration, String> {
 /// `subagents prune [--older-than D] [--dry-run] [--json]`.
 pub fn command(layout: &Layout, older_than: Option<&str>, dry_run: bool, json: bool) -> Result {
     let age = parse_age(older_than.unwrap_or(DEFAULT_AGE))
-        .map_err(|e| Error::new(Exit::Usage, format!("failed to parse --older-than: {e}")))?;
+        .map_err(|e| Error::bad_duration(DurationField::OlderThan, e))?;
     let now = now_ms();
     let cutoff = now.saturating_sub(age.as_millis() as u64);
     let mut pruned = Vec::new();

@@ -17,7 +17,7 @@ use serde_json::json;
 use status::{Layout, events, now_ms};
 
 use crate::api::{ResumeRequest, Resumed, Settings};
-use crate::error::{Error, Exit, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::prepare::{Budget, Request, Revival, Slot};
 pub use crate::prepare::{STARTUP_TIMEOUT_ENV, persist, startup_timeouts_ms};
 use crate::root::parse_duration;
@@ -28,21 +28,20 @@ use crate::spec::{Plan, StepSpec};
 pub fn resume(layout: &Layout, args: &ResumeRequest, settings: &Settings) -> Result<Resumed> {
     // A malformed --timeout is a usage mistake (exit 2), found before any file is read.
     if let Some(text) = &args.timeout {
-        parse_duration(text)
-            .map_err(|e| Error::new(Exit::Usage, format!("failed to parse --timeout: {e}")))?;
+        crate::wait::parse_timeout(Some(text))?;
     }
     let source = crate::runs::resolve(layout, &args.run)?;
     let source_dir = layout.run_dir(&source);
     let refuse = |why: String| Error::failed(format!("failed to resume run '{source}': {why}"));
-    let status = status::model::read_status(&source_dir)?
-        .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{source}' has no status.json")))?;
+    let status =
+        status::model::read_status(&source_dir)?.ok_or_else(|| crate::runs::no_status(&source))?;
     if status.state.is_active() {
         return Err(refuse(format!(
             "Async child '{source}' is still {}. Only complete, failed or stopped runs can be resumed.",
             status.state
         )));
     }
-    let follow_up = follow_up(args).map_err(|e| Error::new(Exit::Usage, e))?;
+    let follow_up = follow_up(args, &source)?;
     let recovery = load(layout, &source_dir).map_err(&refuse)?;
     let request =
         revival_request(layout, args, &source, &status, recovery, &follow_up).map_err(&refuse)?;
@@ -65,14 +64,24 @@ pub fn resume(layout: &Layout, args: &ResumeRequest, settings: &Settings) -> Res
     })
 }
 
-fn follow_up(args: &ResumeRequest) -> Result<String, String> {
+fn follow_up(args: &ResumeRequest, source: &str) -> Result<String> {
+    if args.task.is_some() && args.task_file.is_some() {
+        return Err(Error::of(
+            ErrorKind::TaskTwice,
+            format!(
+                "failed to resume run '{source}': give the task as text or as a file, not both"
+            ),
+        ));
+    }
     let text = match &args.task_file {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| format!("failed to read task file '{}': {e}", path.display()))?,
+        Some(path) => std::fs::read_to_string(path).map_err(|e| Error::bad_task_file(path, e))?,
         None => args.task.clone().unwrap_or_default(),
     };
     if text.trim().is_empty() {
-        return Err("a follow-up task is required (--task or --task-file).".into());
+        return Err(Error::of(
+            ErrorKind::MissingTask,
+            format!("failed to resume run '{source}': a follow-up task is required"),
+        ));
     }
     Ok(text)
 }

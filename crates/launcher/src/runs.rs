@@ -7,15 +7,18 @@ use status::Layout;
 use status::now_ms;
 use supervisor::observer;
 
-use crate::error::{Error, Exit, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Resolves a run id or prefix, exit 4 when unknown or ambiguous.
 pub fn resolve(layout: &Layout, id: &str) -> Result<String> {
     match listing::list::resolve(layout, id)? {
         Resolved::Run(id) => Ok(id),
-        Resolved::NotFound => Err(Error::new(Exit::NotFound, format!("no such run: '{id}'"))),
-        Resolved::Ambiguous(ids) => Err(Error::new(
-            Exit::NotFound,
+        Resolved::NotFound => Err(Error::of(
+            ErrorKind::UnknownRun,
+            format!("no such run: '{id}'"),
+        )),
+        Resolved::Ambiguous(ids) => Err(Error::of(
+            ErrorKind::AmbiguousPrefix,
             format!("run id prefix '{id}' is ambiguous: {}", ids.join(", ")),
         )),
     }
@@ -54,8 +57,7 @@ pub fn load_observed(layout: &Layout, id: &str) -> Result<(RunSummary, observer:
     let mut skipped = Vec::new();
     let run = listing::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
     report_skipped(&skipped);
-    let run =
-        run?.ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
+    let run = run?.ok_or_else(|| no_status(&id))?;
     Ok((run, observation))
 }
 
@@ -64,4 +66,12 @@ pub fn report_skipped(skipped: &[String]) {
     for line in skipped {
         eprintln!("subagents: warning: {line}");
     }
+}
+
+/// A run directory without `status.json` (exit 4).
+pub fn no_status(id: &str) -> Error {
+    Error::of(
+        ErrorKind::NoStatus,
+        format!("run '{id}' has no status.json"),
+    )
 }

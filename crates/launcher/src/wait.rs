@@ -12,7 +12,7 @@ use notify::{RecursiveMode, Watcher};
 use status::{Layout, RunState, now_ms};
 
 use crate::api::{WaitOutcome, WaitRequest};
-use crate::error::{Error, Exit, Result};
+use crate::error::{DurationField, Error, ErrorKind, Result};
 use crate::root::parse_duration;
 use crate::runs::resolve;
 
@@ -134,12 +134,11 @@ pub enum WaitEvent<'a> {
     Pending(&'a [RunSummary], Duration),
 }
 
-/// A `--timeout` / `timeout` value; a malformed one is a usage mistake (exit 2).
+/// A `--timeout` / `timeout` value of `run`, `resume` or `wait`; a
+/// malformed one is a usage mistake (exit 2). The one parser of the field.
 pub fn parse_timeout(text: Option<&str>) -> Result<Option<Duration>> {
-    text.map(|t| {
-        parse_duration(t).map_err(|e| Error::usage(format!("failed to parse --timeout: {e}")))
-    })
-    .transpose()
+    text.map(|t| parse_duration(t).map_err(|e| Error::bad_duration(DurationField::Timeout, e)))
+        .transpose()
 }
 
 /// What a wait's reporter says: keep waiting, or give up (the waiter's
@@ -157,7 +156,10 @@ pub fn wait(
 ) -> Result<WaitOutcome> {
     let timeout = parse_timeout(request.timeout.as_deref())?;
     if request.runs.is_empty() {
-        return Err(Error::usage("failed to wait: name at least one run"));
+        return Err(Error::of(
+            ErrorKind::NoRunNamed,
+            "failed to wait: name at least one run",
+        ));
     }
     let runs = wait_reporting(layout, &request.runs, timeout, report)?;
     Ok(WaitOutcome { runs })
@@ -259,8 +261,8 @@ pub fn wait_reporting(
                 .filter(|(_, done)| !**done)
                 .map(|(r, _)| r.id.as_str())
                 .collect();
-            return Err(Error::new(
-                Exit::Timeout,
+            return Err(Error::of(
+                ErrorKind::WaitTimedOut,
                 format!("timed out waiting for {}", waiting.join(", ")),
             ));
         }
@@ -271,7 +273,10 @@ pub fn wait_reporting(
 }
 
 fn cancelled() -> Error {
-    Error::failed("failed to wait: the wait was cancelled")
+    Error::of(
+        ErrorKind::WaitCancelled,
+        "failed to wait: the wait was cancelled",
+    )
 }
 
 /// Over, and its monitor and runner (when recorded) have exited, so the
@@ -296,7 +301,7 @@ fn load_all(layout: &Layout, ids: &[String]) -> Result<Vec<RunSummary>> {
         .map(|id| {
             crate::runs::observe(layout, id);
             listing::list::load(layout, id, true, now_ms(), &hooks)?
-                .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))
+                .ok_or_else(|| crate::runs::no_status(id))
         })
         .collect()
 }

@@ -570,7 +570,7 @@ pub fn main() -> i32 {
         Ok(warning) => warning,
         Err(e) => {
             eprintln!("subagents: {}", atomic_file::escape(&e.message));
-            return e.exit.code();
+            return e.exit().code();
         }
     };
     let parsed = Cli::try_parse();
@@ -603,23 +603,91 @@ pub fn main() -> i32 {
     let json = wants_json(&cli.command);
     match dispatch(cli) {
         Ok(()) => 0,
-        Err(e) => {
-            if !e.quiet {
-                if json {
-                    println!("{}", e.to_json());
-                }
-                // One line per message, whatever ids or paths it quotes.
-                eprintln!("subagents: {}", atomic_file::escape(&e.message));
-                for note in &e.notes {
-                    eprintln!("  {}", atomic_file::escape(note));
-                }
-                if let Some(hint) = &e.hint {
-                    eprintln!("  hint: {hint}");
-                }
-            }
-            e.exit.code()
+        Err(e) => report(with_usage_hint(e), json),
+    }
+}
+
+/// Prints an error (the JSON error object on stdout too with `--json`);
+/// returns its exit code, the one the error's kind maps to.
+fn report(e: error::Error, json: bool) -> i32 {
+    if !e.quiet {
+        if json {
+            println!("{}", e.to_json());
+        }
+        // One line per message, whatever ids or paths it quotes.
+        eprintln!("subagents: {}", atomic_file::escape(&e.message));
+        for note in &e.notes {
+            eprintln!("  {}", atomic_file::escape(note));
+        }
+        if let Some(hint) = &e.hint {
+            eprintln!("  hint: {}", atomic_file::escape(hint));
         }
     }
+    e.exit().code()
+}
+
+/// Every usage error leaves with a hint: the library names the field at
+/// fault, and this edge words it as the command line's flags.
+fn with_usage_hint(mut e: error::Error) -> error::Error {
+    if e.exit() == error::Exit::Usage && e.hint.is_none() {
+        e.hint = Some(usage_hint(e.kind, &command_words(std::env::args().skip(1))));
+    }
+    e
+}
+
+/// The command line's hint for a usage mistake of `kind` in `command`.
+fn usage_hint(kind: error::ErrorKind, command: &str) -> String {
+    use error::ErrorKind;
+    let help = format!("see `subagents {command}--help`");
+    match kind {
+        ErrorKind::MissingTask if command.starts_with("resume") => {
+            "give the follow-up task with --task TEXT or --task-file FILE".to_owned()
+        }
+        ErrorKind::MissingTask => {
+            "give the task with --task TEXT, --task-file FILE or on stdin".to_owned()
+        }
+        ErrorKind::TaskTwice => "give --task or --task-file, not both".to_owned(),
+        ErrorKind::BadTaskFile => "--task-file names a readable file (or - for stdin)".to_owned(),
+        ErrorKind::BadDuration(field) => format!(
+            "{} takes a duration: a number of ms, s (the default), m or h, e.g. 90s or 30m{}",
+            field.flag(),
+            if field == error::DurationField::OlderThan {
+                ", or whole days (7d)"
+            } else {
+                ""
+            }
+        ),
+        ErrorKind::BadSpec => format!(
+            "a spec is {{\"mode\": \"parallel\", \"tasks\": [step, ...]}} or {{\"mode\": \"chain\", \"steps\": [...]}}; {help}"
+        ),
+        ErrorKind::UnknownAgent => "`subagents agents list` shows the agents".to_owned(),
+        ErrorKind::UnsafeId => {
+            "--id takes letters, digits, '-', '_' and '.', not starting with '.'".to_owned()
+        }
+        ErrorKind::NoSuchStep => {
+            "--step counts from 1; `subagents status RUN` shows the steps".to_owned()
+        }
+        _ => help,
+    }
+}
+
+/// The subcommand words of the command line (`run `, `budget claim `, or
+/// nothing), each followed by a space, for a `subagents <command> --help` hint.
+fn command_words(args: impl Iterator<Item = String>) -> String {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    let mut words = String::new();
+    // Global flags may come first (`--root DIR run ...`); a flag's value
+    // that happens to be a subcommand name is rare enough to ignore.
+    for arg in args.take_while(|a| a != "--") {
+        let Some(sub) = command.find_subcommand(&arg).cloned() else {
+            continue;
+        };
+        words.push_str(sub.get_name());
+        words.push(' ');
+        command = sub;
+    }
+    words
 }
 
 /// Runs a run's monitor or runner when this process is one (`__monitor` /
@@ -650,18 +718,10 @@ fn usage_error(e: &clap::Error) -> i32 {
     if informational {
         e.exit();
     }
-    let error = error::Error::usage(one_line(&e.render().to_string()));
-    if json_on_command_line(std::env::args_os().skip(1)) {
-        println!("{}", error.to_json());
-    }
     // One line, like every other error, and where to read more.
-    eprintln!("subagents: {}", atomic_file::escape(&error.message));
-    let command = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
-    match command {
-        Some(c) => eprintln!("  hint: see `subagents {c} --help`"),
-        None => eprintln!("  hint: see `subagents --help`"),
-    }
-    error.exit.code()
+    let error = error::Error::of(error::ErrorKind::Parse, one_line(&e.render().to_string()));
+    let json = json_on_command_line(std::env::args_os().skip(1));
+    report(with_usage_hint(error), json)
 }
 
 /// clap's message up to its usage block, on one line.

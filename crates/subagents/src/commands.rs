@@ -19,7 +19,7 @@ use launcher::api::{
     BudgetOutcome, CapacityOutcome, ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest,
     StopRequest, WaitRequest,
 };
-use launcher::error::{Error, Exit, Result};
+use launcher::error::{Error, ErrorKind, Exit, Result};
 use launcher::root::home;
 use launcher::runs::{observe, observer_options, report_skipped, resolve};
 use launcher::service::Launcher;
@@ -39,7 +39,7 @@ fn exit_for(all_complete: bool) -> Result {
     if all_complete {
         Ok(())
     } else {
-        Err(Error::silent(Exit::Failed))
+        Err(Error::quiet(ErrorKind::RunFailed))
     }
 }
 

@@ -34,7 +34,7 @@ use launcher::api::{
     BudgetQuery, CapacityQuery, ListQuery, LogsRequest, ResumeRequest, RunRef, RunRequest,
     StopRequest, WaitReport, WaitRequest,
 };
-use launcher::error::{Error, Result};
+use launcher::error::{Error, ErrorKind, Exit, Result};
 use launcher::service::Launcher;
 use launcher::wait::{Keep, WaitEvent, progress_line};
 
@@ -121,7 +121,40 @@ pub fn tool_result<T: Serialize>(outcome: Result<T>) -> CallToolResult {
     }) {
         Ok(value) if value.is_object() => CallToolResult::structured(value),
         Ok(value) => CallToolResult::success(vec![ContentBlock::text(value.to_string())]),
-        Err(e) => CallToolResult::structured_error(e.to_json()),
+        Err(e) => CallToolResult::structured_error(with_usage_hint(e).to_json()),
+    }
+}
+
+/// Every usage error leaves with a hint, worded as the tool's request
+/// fields (never the command line's flags).
+fn with_usage_hint(mut e: Error) -> Error {
+    if e.exit() == Exit::Usage && e.hint.is_none() {
+        e.hint = Some(usage_hint(e.kind));
+    }
+    e
+}
+
+/// The MCP hint for a usage mistake of `kind`.
+fn usage_hint(kind: ErrorKind) -> String {
+    match kind {
+        ErrorKind::MissingTask => "give the task in `task`".to_owned(),
+        ErrorKind::TaskTwice => "give `task` or `taskFile`, not both".to_owned(),
+        ErrorKind::BadTaskFile => "`taskFile` names a readable file".to_owned(),
+        ErrorKind::BadDuration(field) => format!(
+            "`{}` takes a duration: a number of ms, s (the default), m or h, e.g. \"90s\" or \"30m\"",
+            field.name()
+        ),
+        ErrorKind::BadSpec => "`spec` is {\"mode\": \"parallel\", \"tasks\": [step, ...]} or {\"mode\": \"chain\", \"steps\": [...]}, each step {\"agent\", \"command\": [argv], \"task\"?}".to_owned(),
+        ErrorKind::UnknownAgent => "`agent` names an agent definition".to_owned(),
+        ErrorKind::UnsafeId => {
+            "`id` takes letters, digits, '-', '_' and '.', not starting with '.'".to_owned()
+        }
+        ErrorKind::NoSuchStep => "`step` counts from 1".to_owned(),
+        ErrorKind::NoRunNamed => "name at least one run in `runs`".to_owned(),
+        kind => match kind.field() {
+            Some(field) => format!("check `{field}` against the tool's input schema"),
+            None => "check the request against the tool's input schema".to_owned(),
+        },
     }
 }
 
