@@ -1,7 +1,6 @@
 //! Where a state root keeps things, the active-run markers and the event
 //! log, and the clock every timestamp on disk uses.
 
-extern crate subagents_status as status;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -2,7 +2,6 @@
 //! identity): who may declare a run stale, after how long, what the repair
 //! writes, and the runner's stderr tail in its message.
 
-extern crate subagents_status as status;
 use process_identity::ProcessIdentity;
 use serde_json::json;
 use status::model::{RunState, RunStatus, Step, write_status};

@@ -3,7 +3,6 @@
 //! their result file lives, when they are stale, what a result file
 //! repairs, the activity time a listing shows, and the failed result file.
 
-extern crate subagents_status as status;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 

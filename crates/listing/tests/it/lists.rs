@@ -4,7 +4,6 @@
 //! and such a run is listed as finishing),
 //! filters, prefixes, and the errors of a broken root.
 
-extern crate subagents_listing as listing;
 use listing::list::{Hooks, ListOptions, Resolved, list, load, resolve, run_names};
 use status::model::{RunState, RunStatus, write_status};
 use status::proof::ProofState;

@@ -1,7 +1,6 @@
 //! Property tests: what our writers store, our readers give back unchanged
 //! (status.json, process-terminal proof, process-terminal candidate).
 
-extern crate subagents_status as status;
 use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;

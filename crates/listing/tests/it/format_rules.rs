@@ -3,7 +3,6 @@
 //! group filter, the outcome of a group and home shortening, each at its
 //! edges.
 
-extern crate subagents_listing as listing;
 use std::path::Path;
 
 use listing::format::{

@@ -2,7 +2,6 @@
 //! disk: a large index is still used, and an index written by another
 //! renderer is not.
 
-extern crate subagents_listing as listing;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 

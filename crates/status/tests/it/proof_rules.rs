@@ -2,7 +2,6 @@
 //! (candidate and proof checks, the finalizer's decision table, the step
 //! projections), each against the reference's documented behaviour.
 
-extern crate subagents_status as status;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};

@@ -2,7 +2,6 @@
 //! field (not among the unknown keys kept verbatim), the errors name the
 //! file and the field, and the two update paths write what they return.
 
-extern crate subagents_status as status;
 use std::path::Path;
 
 use serde_json::{Value, json};

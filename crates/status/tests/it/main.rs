@@ -1,0 +1,10 @@
+//! The `status` crate's integration tests, one binary (`fault_hook.rs` is
+//! its own: the hook it installs is process-wide and set once).
+extern crate subagents_status as status;
+
+mod files;
+mod model_rules;
+mod proof_rules;
+mod reconcile_rules;
+mod reference_rules;
+mod roundtrip;
