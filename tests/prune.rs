@@ -137,6 +137,33 @@ fn prune_keeps_unproven_and_live_runs_and_says_why() {
     env.ok(&["stop", &live]);
 }
 
+/// A paused run (the reference's checkpoint: its runner may come back, and a
+/// resume takes over its capacity slot) is over for listings but still holds
+/// its slot: pruning it would leave the slot held for good.
+#[test]
+fn prune_keeps_a_paused_run_that_still_holds_its_slot() {
+    let env = Env::new();
+    let paused = finished(&env);
+    let done = finished(&env);
+    age(&env, &paused, 30);
+    age(&env, &done, 29);
+    let path = run_dir(&env, &paused).join("status.json");
+    let mut status: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    status["state"] = "paused".into();
+    std::fs::write(&path, status.to_string()).unwrap();
+
+    let out = prune_json(&env, &["--older-than", "7d"]);
+    assert_eq!(ids(&out["pruned"]), vec![done.clone()], "{out}");
+    let kept = out["kept"].as_array().unwrap();
+    let reason = kept
+        .iter()
+        .find(|k| k["runId"] == paused.as_str())
+        .and_then(|k| k["reason"].as_str());
+    assert_eq!(reason, Some("it is still paused"), "{out}");
+    assert!(run_dir(&env, &paused).is_dir());
+    assert!(!run_dir(&env, &done).exists());
+}
+
 #[test]
 fn prune_rejects_a_bad_duration_as_usage() {
     let env = Env::new();

@@ -214,7 +214,9 @@ fn judge(dir: &Path, status: &RunStatus, cutoff: u64) -> Verdict {
     if ended_at(status) > cutoff {
         return Verdict::Young;
     }
-    if status.state.is_active() {
+    // `paused` too: over for listings, but a resume takes its slot over, so
+    // pruning it would leave that slot held for good.
+    if status.state.holds_capacity() {
         return Verdict::Keep(format!("it is still {}", status.state));
     }
     let alive = |p: &Option<process_identity::ProcessIdentity>| {
