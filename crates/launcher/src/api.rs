@@ -423,3 +423,65 @@ pub struct CapacitySlot {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observer: Option<String>,
 }
+
+/// Repair stale runs and finalize what the evidence allows (no parameters).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReconcileRequest {}
+
+/// What `reconcile` did.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileOutcome {
+    /// Runs repaired (a repair may restore a complete run).
+    pub repaired: Vec<RunNote>,
+    /// What the observer found in runs whose monitor is gone.
+    pub observed: Vec<RunNote>,
+    /// Runs whose files could not be read (`{id, asyncDir, state, error}`).
+    #[schemars(with = "Vec<ObjectSchema>")]
+    pub unreadable: Vec<UnreadableRun>,
+    /// Repairs that could not be written, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One line about one run.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunNote {
+    /// Run id.
+    pub run_id: String,
+    /// What happened to it.
+    pub message: String,
+}
+
+impl RunNote {
+    /// A note about run `id`.
+    pub fn new(id: &str, message: &str) -> Self {
+        Self {
+            run_id: id.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// Hide a finished run from `list` without touching its processes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DismissRequest {
+    /// Run id or unique prefix.
+    pub run: String,
+    /// Hide it even while it is still active.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// A dismissed run.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DismissOutcome {
+    /// Run id.
+    pub run_id: String,
+    /// When it was hidden (ms since the epoch).
+    pub display_dismissed_at: u64,
+}

@@ -19,8 +19,9 @@ use supervisor::observer;
 use crate::admission;
 use crate::api::{
     BudgetOutcome, BudgetQuery, CapacityOutcome, CapacityQuery, CapacitySlot, DEFAULT_STOP_REASON,
-    Launched, ListOutcome, ListQuery, ListSort, LogsOutcome, LogsRequest, ResumeRequest, Resumed,
-    RunRequest, RunView, Settings, StopOutcome, StopRequest, WaitOutcome, WaitRequest,
+    DismissOutcome, DismissRequest, Launched, ListOutcome, ListQuery, ListSort, LogsOutcome,
+    LogsRequest, ReconcileOutcome, ReconcileRequest, ResumeRequest, Resumed, RunRequest, RunView,
+    Settings, StopOutcome, StopRequest, WaitOutcome, WaitRequest,
 };
 use crate::error::Result;
 use crate::procs::signal_group;
@@ -123,6 +124,16 @@ impl Launcher {
             .or(self.settings.session.as_deref());
         let limit = query.limit.or(self.settings.max_active);
         capacity(&self.layout, session, limit)
+    }
+
+    /// Repairs stale runs and finalizes what the evidence allows.
+    pub fn reconcile(&self, _request: &ReconcileRequest) -> Result<ReconcileOutcome> {
+        crate::reconcile::reconcile(&self.layout)
+    }
+
+    /// Hides a finished run from `list` (an active one only with `force`).
+    pub fn dismiss(&self, request: &DismissRequest) -> Result<DismissOutcome> {
+        crate::dismiss::dismiss(&self.layout, request)
     }
 }
 

@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::commands;
 use launcher::api::{
-    ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest, Settings, StopRequest, WaitRequest,
+    DismissRequest, ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest, Settings,
+    StopRequest, WaitRequest,
 };
 use launcher::error::{self, Result};
 use launcher::service::Launcher;
@@ -792,8 +793,11 @@ fn dispatch(cli: Cli) -> Result {
             };
             commands::logs(&launcher(Settings::default()), &request, json, follow)
         }
-        Command::Reconcile { json } => commands::reconcile(&layout, json),
-        Command::Dismiss { run, force, json } => commands::dismiss(&layout, &run, force, json),
+        Command::Reconcile { json } => commands::reconcile(&launcher(Settings::default()), json),
+        Command::Dismiss { run, force, json } => {
+            let request = DismissRequest { run, force };
+            commands::dismiss(&launcher(Settings::default()), &request, json)
+        }
         Command::Budget { doctor, action } => budget(&layout, &doctor, action),
         Command::Resume(args) => {
             let settings = Settings {

@@ -6,22 +6,18 @@
 use std::io::IsTerminal;
 
 use serde::Serialize;
-use serde_json::json;
 use status::list::RunSummary;
-use status::model::update_status;
-use status::reconcile::{self, Outcome};
 use status::{Layout, RunState, now_ms};
 use supervisor::observer;
 
 use crate::table::ColorChoice;
-use launcher::admission;
 use launcher::api::{
-    BudgetOutcome, CapacityOutcome, ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest,
-    StopRequest, WaitRequest,
+    BudgetOutcome, CapacityOutcome, DismissRequest, ListQuery, ListSort, LogsRequest,
+    ReconcileRequest, ResumeRequest, RunRequest, StopRequest, WaitRequest,
 };
 use launcher::error::{Error, Exit, Result};
 use launcher::root::home;
-use launcher::runs::{observe, observer_options, report_skipped, resolve};
+use launcher::runs::observer_options;
 use launcher::service::Launcher;
 use launcher::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
 
@@ -464,131 +460,43 @@ pub fn budget_claim(
     Ok(())
 }
 
+/// Each warning of an outcome, on stderr.
+fn print_warnings(warnings: &[String]) {
+    for line in warnings {
+        eprintln!("subagents: warning: {line}");
+    }
+}
+
 /// `subagents reconcile`.
-pub fn reconcile(layout: &Layout, json: bool) -> Result {
-    let mut repaired = Vec::new();
-    let mut observed = Vec::new();
-    for (id, observation) in observer::observe_active(layout, &observer_options(layout)) {
-        if let observer::Observation::Finalized {
-            repaired: Some(message),
-            ..
-        } = &observation
-        {
-            repaired.push(json!({"runId": id, "message": message}));
-        }
-        if let Some(line) = observation.line() {
-            observed.push(json!({"runId": id, "message": line}));
-        }
-    }
-    let mut names = status::list::run_names(layout)?;
-    names.extend(status::index::read_index(&layout.runs_dir())?);
-    names.sort();
-    names.dedup();
-    let mut sessions = Vec::new();
-    let mut unreadable = Vec::new();
-    for id in names {
-        let Some(dir) = status::list::exact_run_dir(layout, &id) else {
-            continue;
-        };
-        let tidied = launcher::leftovers::tidy(layout, &dir, &id, now_ms());
-        sessions.extend(tidied.session);
-        if let Some(message) = tidied.finished {
-            repaired.push(json!({"runId": id, "message": message}));
-            continue;
-        }
-        // One unreadable run or one repair that cannot be written never stops the others.
-        let outcome = match reconcile::reconcile_run(&dir, reconcile::Options::at(now_ms())) {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                match status::model::read_status(&dir) {
-                    Ok(_) => report_skipped(&[format!(
-                        "skipped the stale-run repair of '{}': {}",
-                        atomic_file::escape(&id),
-                        atomic_file::escape(&e.to_string())
-                    )]),
-                    Err(e) => {
-                        // Its session's slot may be freed by the proof alone.
-                        if let Ok(Some(record)) = status::processes::read(&dir) {
-                            sessions.extend(record.session_id);
-                        }
-                        unreadable.push(status::list::UnreadableRun::new(&id, &dir, &e));
-                    }
-                }
-                continue;
-            }
-        };
-        if let Some(session) = outcome.status().and_then(|s| s.session_id.clone()) {
-            sessions.push(session);
-        }
-        if let Outcome::Repaired { message, status } = outcome {
-            // Runner and monitor are gone: nobody else will end the commands.
-            launcher::procs::kill_step_groups(&status);
-            repaired.push(json!({"runId": id, "message": message}));
-        }
-    }
-    admission::release_finished(layout, sessions.iter().map(String::as_str));
+pub fn reconcile(launcher: &Launcher, json: bool) -> Result {
+    let outcome = launcher.reconcile(&ReconcileRequest::default())?;
+    print_warnings(&outcome.warnings);
     if json {
-        println!(
-            "{}",
-            json!({"repaired": repaired, "observed": observed, "unreadable": unreadable})
-        );
-    } else if repaired.is_empty() && observed.is_empty() {
+        print_json(&outcome, false);
+        return Ok(());
+    }
+    if outcome.repaired.is_empty() && outcome.observed.is_empty() {
         println!("No stale runs.");
     } else {
-        for r in &observed {
-            println!(
-                "{} {}",
-                r["runId"].as_str().unwrap_or(""),
-                r["message"].as_str().unwrap_or("")
-            );
+        for r in &outcome.observed {
+            println!("{} {}", r.run_id, r.message);
         }
         // "repaired", not "failed": a repair may restore a complete run.
-        for r in &repaired {
-            println!(
-                "{} repaired: {}",
-                r["runId"].as_str().unwrap_or(""),
-                r["message"].as_str().unwrap_or("")
-            );
+        for r in &outcome.repaired {
+            println!("{} repaired: {}", r.run_id, r.message);
         }
     }
-    if !json {
-        print_unreadable(&unreadable);
-    }
+    print_unreadable(&outcome.unreadable);
     Ok(())
 }
 
-/// `subagents dismiss`: display-only; processes and the marker stay. An
-/// active run is refused unless `force`: it would vanish from `list` while
-/// still running.
-pub fn dismiss(layout: &Layout, id: &str, force: bool, json: bool) -> Result {
-    let id = resolve(layout, id)?;
-    observe(layout, &id);
-    let dir = layout.run_dir(&id);
-    let now = now_ms();
-    if !force
-        && let Some(current) = status::model::read_status(&dir)?
-        && current.state.is_active()
-    {
-        let mut error = Error::new(
-            Exit::Failed,
-            format!("run '{id}' is still {}; not dismissed", current.state),
-        );
-        error.hint = Some(format!(
-            "stop it first (`subagents stop {id}`), or hide it anyway with --force (`subagents list --all --dismissed` shows it)"
-        ));
-        return Err(error);
-    }
-    let dismissed = update_status(&dir, |s| {
-        let mut s = s?;
-        s.display_dismissed_at = Some(now);
-        Some(s)
-    })?
-    .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
-    admission::release_finished(layout, dismissed.session_id.as_deref());
+/// `subagents dismiss`.
+pub fn dismiss(launcher: &Launcher, request: &DismissRequest, json: bool) -> Result {
+    let outcome = launcher.dismiss(request)?;
     if json {
-        println!("{}", json!({"runId": id, "displayDismissedAt": now}));
+        print_json(&outcome, false);
     } else {
-        println!("{id} dismissed");
+        println!("{} dismissed", outcome.run_id);
     }
     Ok(())
 }
