@@ -18,10 +18,12 @@ use supervisor::observer;
 
 use crate::admission;
 use crate::api::{
-    BudgetOutcome, BudgetQuery, CapacityOutcome, CapacityQuery, CapacitySlot, DEFAULT_STOP_REASON,
-    DismissOutcome, DismissRequest, Launched, ListOutcome, ListQuery, ListSort, LogsOutcome,
-    LogsRequest, ReconcileOutcome, ReconcileRequest, ResumeRequest, Resumed, RunRequest, RunView,
-    Settings, StopOutcome, StopRequest, WaitOutcome, WaitRequest,
+    AgentsOutcome, AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetOutcome,
+    BudgetQuery, CapacityOutcome, CapacityQuery, CapacitySlot, ConfigOutcome, ConfigRequest,
+    DEFAULT_STOP_REASON, DismissOutcome, DismissRequest, Launched, ListOutcome, ListQuery,
+    ListSort, LogsOutcome, LogsRequest, PruneOutcome, PruneRequest, ReconcileOutcome,
+    ReconcileRequest, ResumeRequest, Resumed, RunRequest, RunView, Settings, StopOutcome,
+    StopRequest, ValidateOutcome, ValidateRequest, WaitOutcome, WaitRequest,
 };
 use crate::error::Result;
 use crate::procs::signal_group;
@@ -134,6 +136,42 @@ impl Launcher {
     /// Hides a finished run from `list` (an active one only with `force`).
     pub fn dismiss(&self, request: &DismissRequest) -> Result<DismissOutcome> {
         crate::dismiss::dismiss(&self.layout, request)
+    }
+
+    /// Deletes finished runs older than a cutoff (or says which it would).
+    pub fn prune(&self, request: &PruneRequest) -> Result<PruneOutcome> {
+        crate::prune::prune(&self.layout, request)
+    }
+
+    /// Validates one artifact as its readers read it; an invalid file is
+    /// the outcome `valid: false`, not an error.
+    pub fn validate(&self, request: &ValidateRequest) -> Result<ValidateOutcome> {
+        crate::validate::validate(&self.layout, request)
+    }
+
+    /// The named agents of the current directory and of the user. Reads no
+    /// run state; a method so that both front-ends reach it the same way.
+    pub fn agents(&self, request: &AgentsRequest) -> Result<AgentsOutcome> {
+        crate::presets::agents(request)
+    }
+
+    /// The config file and each setting's value and source. Reads no run
+    /// state; a method so that both front-ends reach it the same way.
+    pub fn config(&self, _request: &ConfigRequest) -> Result<ConfigOutcome> {
+        crate::settings::config()
+    }
+
+    /// Creates a fan-out budget; returns its descriptor.
+    pub fn budget_create(
+        &self,
+        request: &BudgetCreateRequest,
+    ) -> Result<fanout_budget::Descriptor> {
+        crate::budget::create(&self.layout, &request.root_run_id, request.limit)
+    }
+
+    /// Claims fan-out slots all-or-nothing; over the limit exit 3.
+    pub fn budget_claim(&self, request: &BudgetClaimRequest) -> Result<fanout_budget::Snapshot> {
+        crate::budget::claim(&self.layout, request.descriptor.as_deref(), &request.paths)
     }
 }
 

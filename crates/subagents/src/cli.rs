@@ -9,8 +9,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::commands;
 use launcher::api::{
-    DismissRequest, ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest, Settings,
-    StopRequest, WaitRequest,
+    AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetQuery, DismissRequest, ListQuery,
+    ListSort, LogsRequest, PruneRequest, ResumeRequest, RunRequest, Settings, StopRequest,
+    ValidateRequest, WaitRequest,
 };
 use launcher::error::{self, Result};
 use launcher::service::Launcher;
@@ -807,15 +808,22 @@ fn dispatch(cli: Cli) -> Result {
             commands::resume(&launcher(settings), &args.request(), args.json)
         }
         Command::Agents { action, json } => {
-            let action = match action {
-                None | Some(AgentsAction::List) => launcher::presets::Action::List,
-                Some(AgentsAction::Show { name }) => launcher::presets::Action::Show(name),
-                Some(AgentsAction::Prompt) => launcher::presets::Action::Prompt,
+            let (action, name) = match action {
+                None | Some(AgentsAction::List) => (launcher::api::AgentsAction::List, None),
+                Some(AgentsAction::Show { name }) => {
+                    (launcher::api::AgentsAction::Show, Some(name))
+                }
+                Some(AgentsAction::Prompt) => (launcher::api::AgentsAction::Prompt, None),
             };
-            launcher::presets::command(&action, json)
+            let request = AgentsRequest { action, name };
+            commands::agents(&launcher(Settings::default()), &request, json)
         }
         Command::Validate { kind, file, json } => {
-            launcher::validate::command(&layout, kind.0, &file, json)
+            let request = ValidateRequest {
+                kind: kind.0.name().to_owned(),
+                file,
+            };
+            commands::validate(&launcher(Settings::default()), &request, json)
         }
         Command::Capacity {
             session,
@@ -833,8 +841,14 @@ fn dispatch(cli: Cli) -> Result {
             older_than,
             dry_run,
             json,
-        } => launcher::prune::command(&layout, older_than.as_deref(), dry_run, json),
-        Command::Config { json } => launcher::settings::command(json),
+        } => {
+            let request = PruneRequest {
+                older_than,
+                dry_run,
+            };
+            commands::prune(&launcher(Settings::default()), &request, json)
+        }
+        Command::Config { json } => commands::config(&launcher(Settings::default()), json),
         #[cfg(feature = "top")]
         Command::Top => crate::top::command(
             &layout,
@@ -851,19 +865,35 @@ fn dispatch(cli: Cli) -> Result {
 }
 
 fn budget(layout: &status::Layout, doctor: &DoctorArgs, action: Option<BudgetAction>) -> Result {
+    let launcher = |fanout_limit| {
+        let settings = Settings {
+            fanout_limit,
+            ..Settings::default()
+        };
+        Launcher::new(layout.clone(), settings)
+    };
     match action {
-        None => commands::budget_doctor(layout, doctor.fanout_limit, doctor.json),
+        None => commands::budget_doctor(&launcher(doctor.fanout_limit), doctor.json),
         Some(BudgetAction::Doctor(args)) => {
-            commands::budget_doctor(layout, args.fanout_limit, args.json)
+            commands::budget_doctor(&launcher(args.fanout_limit), args.json)
         }
         Some(BudgetAction::Create {
             root_run_id, limit, ..
-        }) => commands::budget_create(layout, &root_run_id, limit),
+        }) => {
+            let request = BudgetCreateRequest { root_run_id, limit };
+            commands::budget_create(&launcher(None), &request)
+        }
         Some(BudgetAction::Show {
             run, descriptor, ..
-        }) => commands::budget_show(layout, run.as_deref(), descriptor.as_deref()),
+        }) => {
+            let query = BudgetQuery { run, descriptor };
+            commands::budget_show(&launcher(None), &query)
+        }
         Some(BudgetAction::Claim {
             descriptor, paths, ..
-        }) => commands::budget_claim(layout, descriptor.as_deref(), &paths),
+        }) => {
+            let request = BudgetClaimRequest { descriptor, paths };
+            commands::budget_claim(&launcher(None), &request)
+        }
     }
 }

@@ -12,8 +12,10 @@ use supervisor::observer;
 
 use crate::table::ColorChoice;
 use launcher::api::{
-    BudgetOutcome, CapacityOutcome, DismissRequest, ListQuery, ListSort, LogsRequest,
-    ReconcileRequest, ResumeRequest, RunRequest, StopRequest, WaitRequest,
+    AgentsOutcome, AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetOutcome,
+    BudgetQuery, CapacityOutcome, ConfigRequest, DismissRequest, ListQuery, ListSort, LogsRequest,
+    PruneRequest, ReconcileRequest, ResumeRequest, RunRequest, StopRequest, ValidateRequest,
+    WaitRequest,
 };
 use launcher::error::{Error, Exit, Result};
 use launcher::root::home;
@@ -417,14 +419,17 @@ fn capacity_text(outcome: &CapacityOutcome) -> String {
 
 /// `subagents budget` / `budget doctor`: the report, then exit 1 when the
 /// inherited budget cannot be opened.
-pub fn budget_doctor(layout: &Layout, fanout_limit: Option<u64>, json: bool) -> Result {
-    let report = launcher::budget::doctor(layout, fanout_limit);
+pub fn budget_doctor(launcher: &Launcher, json: bool) -> Result {
+    let outcome = launcher.budget(&BudgetQuery::default())?;
+    let BudgetOutcome::Doctor(report) = &outcome else {
+        return Err(Error::failed("failed to report the budget: no report"));
+    };
     if json {
-        print_json(&BudgetOutcome::Doctor(report.clone()), true);
+        print_json(&outcome, true);
     } else {
         println!("{}", report.text);
     }
-    match report.inherited_error {
+    match &report.inherited_error {
         None => Ok(()),
         Some(_) if json => Err(Error::silent(Exit::Failed)),
         Some(e) => Err(Error::failed(format!(
@@ -434,29 +439,148 @@ pub fn budget_doctor(layout: &Layout, fanout_limit: Option<u64>, json: bool) -> 
 }
 
 /// `subagents budget create`.
-pub fn budget_create(layout: &Layout, root_run_id: &str, limit: Option<u64>) -> Result {
-    let descriptor = launcher::budget::create(layout, root_run_id, limit)?;
-    println!("{}", descriptor.to_json());
+pub fn budget_create(launcher: &Launcher, request: &BudgetCreateRequest) -> Result {
+    println!("{}", launcher.budget_create(request)?.to_json());
     Ok(())
 }
 
 /// `subagents budget show`.
-pub fn budget_show(
-    layout: &Layout,
-    run: Option<&str>,
-    descriptor: Option<&std::path::Path>,
-) -> Result {
-    print_json(&launcher::budget::show(layout, run, descriptor)?, false);
+pub fn budget_show(launcher: &Launcher, query: &BudgetQuery) -> Result {
+    print_json(&launcher.budget(query)?, false);
     Ok(())
 }
 
 /// `subagents budget claim`.
-pub fn budget_claim(
-    layout: &Layout,
-    descriptor: Option<&std::path::Path>,
-    paths: &[String],
-) -> Result {
-    print_json(&launcher::budget::claim(layout, descriptor, paths)?, false);
+pub fn budget_claim(launcher: &Launcher, request: &BudgetClaimRequest) -> Result {
+    print_json(&launcher.budget_claim(request)?, false);
+    Ok(())
+}
+
+/// `subagents prune`.
+pub fn prune(launcher: &Launcher, request: &PruneRequest, json: bool) -> Result {
+    let outcome = launcher.prune(request)?;
+    if json {
+        print_json(&outcome, true);
+        return Ok(());
+    }
+    let verb = if outcome.dry_run {
+        "would prune"
+    } else {
+        "pruned"
+    };
+    let now = now_ms();
+    for p in &outcome.pruned {
+        let ago = status::format::format_duration(now.saturating_sub(p.ended_at));
+        println!("{verb} {} ({}, ended {ago} ago)", p.run_id, p.state);
+    }
+    for k in &outcome.kept {
+        println!("kept {}: {}", k.run_id, k.reason);
+    }
+    let head = if outcome.dry_run {
+        "Would prune"
+    } else {
+        "Pruned"
+    };
+    println!(
+        "{head} {} run(s), {} budget(s), {} lease(s), {} capacity slot(s); kept {} old run(s).",
+        outcome.pruned.len(),
+        outcome.budgets.len(),
+        outcome.leases.len(),
+        outcome.capacity_slots,
+        outcome.kept.len()
+    );
+    Ok(())
+}
+
+/// `subagents validate`: exit 0 valid, 1 invalid; `--json` prints `{valid, error}`.
+pub fn validate(launcher: &Launcher, request: &ValidateRequest, json: bool) -> Result {
+    let outcome = launcher.validate(request)?;
+    if json {
+        print_json(&outcome, false);
+    }
+    match outcome.error {
+        None => {
+            if !json {
+                println!("{}: valid {}", request.file.display(), request.kind);
+            }
+            Ok(())
+        }
+        Some(message) if json => {
+            eprintln!("subagents: {message}");
+            Err(Error::silent(Exit::Failed))
+        }
+        Some(message) => Err(Error::failed(message)),
+    }
+}
+
+/// `subagents agents [list|show NAME|prompt] [--json]`.
+pub fn agents(launcher: &Launcher, request: &AgentsRequest, json: bool) -> Result {
+    let outcome = launcher.agents(request)?;
+    for line in outcome.warnings() {
+        eprintln!("subagents: {}", atomic_file::escape(line));
+    }
+    match &outcome {
+        AgentsOutcome::Prompt(prompt) => print!("{}", prompt.snippet),
+        _ if json => print_json(&outcome, false),
+        AgentsOutcome::List(list) => {
+            if list.agents.is_empty() {
+                println!(
+                    "No agents. Add one to .subagents/agents/NAME.md (see `subagents agents show --help`)."
+                );
+            }
+            for agent in &list.agents {
+                let text = |key: &str| agent.get(key).and_then(|v| v.as_str()).unwrap_or("");
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    text("name"),
+                    text("runner"),
+                    text("scope"),
+                    text("description")
+                );
+            }
+        }
+        AgentsOutcome::Show(view) => {
+            let text = |key: &str| view.agent.get(key).and_then(|v| v.as_str());
+            println!("name: {}", text("name").unwrap_or(""));
+            println!("runner: {}", text("runner").unwrap_or(""));
+            println!(
+                "file: {} ({})",
+                text("path").unwrap_or(""),
+                text("scope").unwrap_or("")
+            );
+            if let Some(description) = text("description") {
+                println!("description: {description}");
+            }
+            println!("command: {}", view.command);
+            if view.task_on_stdin {
+                println!("task: on stdin");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `subagents config`.
+pub fn config(launcher: &Launcher, json: bool) -> Result {
+    let outcome = launcher.config(&ConfigRequest::default())?;
+    if json {
+        print_json(&outcome, true);
+        return Ok(());
+    }
+    println!(
+        "Config file: {} ({})",
+        outcome.path.as_deref().unwrap_or("none (no $HOME)"),
+        if outcome.exists { "read" } else { "absent" }
+    );
+    for k in &outcome.keys {
+        println!(
+            "  {} = {} ({}, ${})",
+            k.key,
+            k.value.as_deref().unwrap_or("-"),
+            k.source,
+            k.variable
+        );
+    }
     Ok(())
 }
 
