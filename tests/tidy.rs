@@ -8,7 +8,9 @@
 //!   parsed arguments, and prints nothing;
 //! * clap is named anywhere in the binary but its CLI module (`cli.rs`);
 //! * the modules of either crate import each other in a cycle: nothing
-//!   below a command calls back up into it.
+//!   below a command calls back up into it;
+//! * the library prints: it returns warnings inside its outcomes and the
+//!   front-ends decide where they go (an MCP client never sees stderr).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -326,6 +328,47 @@ fn assert_no_cycle(crate_name: &str, expected: &[(&str, &str)]) {
     );
 }
 
+/// What printing looks like in code: the print macros and the process's
+/// own standard streams.
+const PRINTS: &[&str] = &[
+    "print!",
+    "println!",
+    "eprint!",
+    "eprintln!",
+    "stdout()",
+    "stderr()",
+    "io::stdout",
+    "io::stderr",
+];
+
+/// `module: pattern` for every print in `files`.
+fn prints(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, code) in files {
+        for pattern in PRINTS {
+            let hit = code.match_indices(pattern).any(|(at, _)| {
+                // `print!` inside `eprint!`/`println!` is counted once, as those.
+                let before = code[..at].chars().next_back();
+                !before.is_some_and(is_ident_char)
+            });
+            if hit {
+                found.push(format!("{name}: {pattern}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_library_prints_nothing() {
+    let found = prints(&sources(LIBRARY));
+    assert!(
+        found.is_empty(),
+        "crates/{LIBRARY} prints ({found:?}): return the text or warning in the outcome and \
+         let crates/{BINARY} print it"
+    );
+}
+
 #[test]
 fn the_launchers_modules_import_each_other_in_no_cycle() {
     assert_no_cycle(LIBRARY, &[("service", "wait"), ("service", "runs")]);
@@ -358,6 +401,23 @@ fn the_checks_catch_a_cycle_and_a_stray_clap() {
     assert_eq!(graph["c"], ["a"].map(String::from).into(), "{graph:?}");
     assert_eq!(cycles(&graph), vec![vec!["a", "b", "c"]]);
     assert_eq!(clap_outside_cli(&files), vec!["d".to_owned()]);
+    let printing: BTreeMap<String, String> = [
+        (
+            "quiet",
+            "// println!(\"x\");\nlet s = \"eprintln!\"; reprint!(x);",
+        ),
+        (
+            "loud",
+            "fn f() { eprintln!(\"x\"); let _ = std::io::stdout(); }",
+        ),
+    ]
+    .into_iter()
+    .map(|(n, t)| (n.to_owned(), code_only(t)))
+    .collect();
+    assert_eq!(
+        prints(&printing),
+        ["loud: eprintln!", "loud: stdout()", "loud: io::stdout"].map(String::from)
+    );
     let manifest = "[dependencies]\nserde.workspace = true\nclap = \"4\"\n\n[dev-dependencies]\ntokio = \"1\"\n";
     assert_eq!(front_end_dependencies(manifest), vec!["clap".to_owned()]);
 }

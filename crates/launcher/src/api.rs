@@ -119,6 +119,9 @@ pub struct RunView {
     /// What the observer found, when it keeps the run (text only).
     #[serde(skip)]
     pub observer: Option<String>,
+    /// Repairs that could not be written, one line each (text only).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// Which runs to list.
@@ -160,6 +163,8 @@ pub struct ListOutcome {
     pub runs: Vec<RunSummary>,
     /// Runs whose files could not be read.
     pub unreadable: Vec<UnreadableRun>,
+    /// Repairs that could not be written, one line each (not in the array).
+    pub warnings: Vec<String>,
 }
 
 impl Serialize for ListOutcome {
@@ -252,6 +257,9 @@ pub struct StopOutcome {
     /// The run was already over: nothing was stopped.
     #[serde(skip)]
     pub was_over: bool,
+    /// Repairs that could not be written, one line each (text only).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// Revive a finished run with a follow-up task (same agent, same contract).
@@ -312,6 +320,9 @@ pub struct LogsOutcome {
     pub state: String,
     /// One entry per non-empty file.
     pub logs: Vec<LogFile>,
+    /// Repairs that could not be written, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One log file.
@@ -410,6 +421,9 @@ pub struct CapacityOutcome {
     pub limit: u32,
     /// One entry per occupied slot.
     pub slots: Vec<CapacitySlot>,
+    /// What could not be written (freeing finished runs' slots), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One occupied slot.

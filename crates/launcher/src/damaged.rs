@@ -78,8 +78,13 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, error: Error) -> Result<Sto
         observer::observe(&dir, &options);
     }
     admission::release_finished(layout, record.session_id.as_deref());
-    match load(layout, &id) {
-        Ok(run) => Ok(StopOutcome { run, was_over }),
+    let mut warnings = Vec::new();
+    match load(layout, &id, &mut warnings) {
+        Ok(run) => Ok(StopOutcome {
+            run,
+            was_over,
+            warnings,
+        }),
         Err(e) => Err(unreadable(layout, &id, &e)),
     }
 }

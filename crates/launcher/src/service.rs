@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use process_identity::Liveness;
 use serde_json::json;
-use status::list::{Hooks, ListOptions, RunSummary};
+use status::list::RunSummary;
 use status::model::update_status;
 use status::reconcile;
 use status::{Layout, RunState, now_ms};
@@ -21,13 +21,13 @@ use crate::api::{
     AgentsOutcome, AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetOutcome,
     BudgetQuery, CapacityOutcome, CapacityQuery, CapacitySlot, ConfigOutcome, ConfigRequest,
     DEFAULT_STOP_REASON, DismissOutcome, DismissRequest, Launched, ListOutcome, ListQuery,
-    ListSort, LogsOutcome, LogsRequest, PruneOutcome, PruneRequest, ReconcileOutcome,
-    ReconcileRequest, ResumeRequest, Resumed, RunRequest, RunView, Settings, StopOutcome,
-    StopRequest, ValidateOutcome, ValidateRequest, WaitOutcome, WaitRequest,
+    LogsOutcome, LogsRequest, PruneOutcome, PruneRequest, ReconcileOutcome, ReconcileRequest,
+    ResumeRequest, Resumed, RunRequest, RunView, Settings, StopOutcome, StopRequest,
+    ValidateOutcome, ValidateRequest, WaitOutcome, WaitRequest,
 };
 use crate::error::Result;
 use crate::procs::signal_group;
-use crate::runs::{load, load_observed, observe, observer_options, report_skipped};
+use crate::runs::{load, load_observed, observe, observer_options};
 use crate::wait::{Keep, WaitEvent, watch_dirs};
 
 /// The launcher of one state root with its launch settings.
@@ -61,7 +61,8 @@ impl Launcher {
 
     /// One run's summary (observed and reconciled first).
     pub fn status(&self, run: &str) -> Result<RunView> {
-        let (run, observation) = load_observed(&self.layout, run)
+        let mut warnings = Vec::new();
+        let (run, observation) = load_observed(&self.layout, run, &mut warnings)
             .map_err(|e| crate::damaged::status_error(&self.layout, run, e))?;
         // Freeing the session's over slots reads every slot's owner; an
         // active run has no slot to give back, so asking about it costs the
@@ -77,12 +78,31 @@ impl Launcher {
             }
             _ => None,
         };
-        Ok(RunView { run, observer })
+        Ok(RunView {
+            run,
+            observer,
+            warnings,
+        })
     }
 
-    /// The runs `query` asks for, in listing order.
+    /// The runs `query` asks for, in listing order, collected.
     pub fn list(&self, query: &ListQuery) -> Result<ListOutcome> {
-        list(&self.layout, query)
+        crate::listing::collect(&self.layout, query)
+    }
+
+    /// The listing of `query` written to `out` as it is read, in bounded
+    /// memory: the pretty JSON array of `list --json`, or the detailed text
+    /// of `list --long`. Not for `sort` or `dismissed` (they need every row
+    /// first: use [`Launcher::list`]). Returns the repairs that could not be
+    /// written, one line each.
+    pub fn list_each(
+        &self,
+        query: &ListQuery,
+        format: crate::listing::ListFormat,
+        out: &mut dyn std::io::Write,
+    ) -> Result<Vec<String>> {
+        let json = format == crate::listing::ListFormat::Json;
+        crate::listing::stream(&self.layout, query, json, out)
     }
 
     /// Blocks until every run is over or the timeout passes (exit 124);
@@ -105,6 +125,17 @@ impl Launcher {
     /// Revives a finished run with a follow-up task.
     pub fn resume(&self, request: &ResumeRequest) -> Result<Resumed> {
         crate::revive::resume(&self.layout, request, &self.settings)
+    }
+
+    /// `logs` as text, streamed to `sink` (with `follow`, until the run is
+    /// over); the chunks say which stream they belong on.
+    pub fn logs_each(
+        &self,
+        request: &LogsRequest,
+        follow: bool,
+        sink: &mut crate::logs::LogSink<'_>,
+    ) -> Result<crate::logs::Streamed> {
+        crate::logs::stream(&self.layout, request, follow, sink)
     }
 
     /// A run's log files and their content (or tails).
@@ -175,91 +206,11 @@ impl Launcher {
     }
 }
 
-/// The listing of `query`: active runs (or all), observed and reconciled.
-pub fn list(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
-    if query.dismissed {
-        return Ok(ListOutcome {
-            runs: list_dismissed(layout, query)?,
-            unreadable: Vec::new(),
-        });
-    }
-    // The active index's runs are observed as they are listed (one read of
-    // each status for both); `--all` observes them first.
-    let observer = observer_options(layout);
-    if query.all {
-        observer::observe_active(layout, &observer);
-    }
-    let observe = |dir: &std::path::Path, status| observer::observe_status(dir, status, &observer);
-    let by_start = query.sort == Some(ListSort::Started);
-    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
-    let options = ListOptions {
-        all: query.all,
-        session: query.session.clone(),
-        // Sorted by start below, then cut.
-        limit: query.limit.filter(|_| !by_start),
-        reconcile: true,
-        now: now_ms(),
-        hooks: Hooks {
-            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
-            on_repaired: Some(&crate::procs::kill_step_groups),
-            observe: (!query.all).then_some(&observe),
-        },
-    };
-    let listing = status::list::list(layout, &options)?;
-    report_skipped(&listing.skipped_repairs);
-    let mut runs = listing.runs;
-    if by_start {
-        runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
-        runs.truncate(query.limit.unwrap_or(usize::MAX));
-    }
-    let active = runs
-        .iter()
-        .filter(|r| r.status.state.is_active())
-        .map(|r| r.id.clone())
-        .collect();
-    admission::release_over(
-        layout,
-        runs.iter().filter_map(|r| r.status.session_id.as_deref()),
-        &active,
-    );
-    Ok(ListOutcome {
-        runs,
-        unreadable: listing.unreadable,
-    })
-}
-
-/// `list --all --dismissed`: the runs `dismiss` hid, newest first.
-fn list_dismissed(layout: &Layout, query: &ListQuery) -> Result<Vec<RunSummary>> {
-    let hooks = Hooks {
-        fanout: None,
-        on_repaired: None,
-        observe: None,
-    };
-    let now = now_ms();
-    let mut runs: Vec<RunSummary> = status::list::run_names(layout)?
-        .iter()
-        .filter_map(|id| {
-            status::list::load(layout, id, false, now, &hooks)
-                .ok()
-                .flatten()
-        })
-        .filter(|r| r.status.display_dismissed_at.is_some())
-        .filter(|r| {
-            query
-                .session
-                .as_deref()
-                .is_none_or(|s| r.status.session_id.as_deref() == Some(s))
-        })
-        .collect();
-    runs.sort_by_key(|r| std::cmp::Reverse(r.status.sort_time()));
-    runs.truncate(query.limit.unwrap_or(usize::MAX));
-    Ok(runs)
-}
-
 /// Asks the runner to stop (SIGTERM), then forces the groups; settles a
 /// run whose monitor is gone.
 pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
-    let run = match load(layout, id) {
+    let mut warnings = Vec::new();
+    let run = match load(layout, id, &mut warnings) {
         Ok(run) => run,
         Err(e) => return crate::damaged::stop(layout, id, reason, e),
     };
@@ -289,11 +240,12 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
         }
     }
     settle_without_monitor(layout, &run.id, reason);
-    let final_run = load(layout, &run.id)?;
+    let final_run = load(layout, &run.id, &mut warnings)?;
     admission::release_finished(layout, final_run.status.session_id.as_deref());
     Ok(StopOutcome {
         run: final_run,
         was_over,
+        warnings,
     })
 }
 
@@ -426,13 +378,14 @@ pub fn capacity(
         }
     }
     // A root we cannot write to (read-only, full) still shows its usage.
+    let mut warnings = Vec::new();
     let snapshot = match pools.reconcile(&session, limit, &none) {
         Ok(snapshot) => snapshot,
         Err(e) => {
-            report_skipped(&[format!(
+            warnings.push(format!(
                 "skipped freeing finished runs' slots: {}",
                 atomic_file::escape(&e.to_string())
-            )]);
+            ));
             held
         }
     };
@@ -465,5 +418,6 @@ pub fn capacity(
         used: snapshot.used,
         limit: snapshot.limit,
         slots,
+        warnings,
     })
 }

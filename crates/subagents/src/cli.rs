@@ -756,7 +756,7 @@ fn dispatch(cli: Cli) -> Result {
                 short: args.short,
                 color: args.color.into(),
             };
-            commands::list(&layout, &args.query(), display)
+            commands::list(&launcher(Settings::default()), &args.query(), display)
         }
         Command::Wait {
             runs,

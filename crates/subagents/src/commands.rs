@@ -3,12 +3,11 @@
 //! `--json` (the outcome's serialisation). Nothing here parses arguments
 //! (that is `cli`) and nothing below calls back up here.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
 use status::list::RunSummary;
-use status::{Layout, RunState, now_ms};
-use supervisor::observer;
+use status::{RunState, now_ms};
 
 use crate::table::ColorChoice;
 use launcher::api::{
@@ -18,8 +17,9 @@ use launcher::api::{
     WaitRequest,
 };
 use launcher::error::{Error, Exit, Result};
+use launcher::listing::ListFormat;
+use launcher::logs::{LogChunk, LogStream};
 use launcher::root::home;
-use launcher::runs::observer_options;
 use launcher::service::Launcher;
 use launcher::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
 
@@ -102,6 +102,7 @@ fn hint_on_interrupt(id: &str) {
 /// `subagents status`.
 pub fn status(launcher: &Launcher, id: &str, json: bool) -> Result {
     let view = launcher.status(id)?;
+    print_warnings(&view.warnings);
     if json {
         print_json(&view, true);
         return Ok(());
@@ -244,7 +245,7 @@ pub struct ListDisplay {
 }
 
 /// `subagents list`.
-pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result {
+pub fn list(launcher: &Launcher, query: &ListQuery, display: ListDisplay) -> Result {
     let by_start = query.sort == Some(ListSort::Started);
     let terminal = std::io::stdout().is_terminal();
     let table = display.short || (terminal && !display.long);
@@ -252,12 +253,17 @@ pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result 
     // sorting by start, the dismissed runs and the one-line table need every
     // row first.
     if !query.dismissed && !by_start && (display.json || !table) {
-        if query.all {
-            observer::observe_active(layout, &observer_options(layout));
-        }
-        return launcher::listing::list(layout, query, display.json);
+        let format = if display.json {
+            ListFormat::Json
+        } else {
+            ListFormat::Text
+        };
+        let warnings = launcher.list_each(query, format, &mut std::io::stdout().lock())?;
+        print_warnings(&warnings);
+        return Ok(());
     }
-    let listing = launcher::service::list(layout, query)?;
+    let listing = launcher.list(query)?;
+    print_warnings(&listing.warnings);
     if display.json {
         print_json(&listing, true);
         return Ok(());
@@ -338,6 +344,7 @@ pub fn wait(launcher: &Launcher, request: &WaitRequest, json: bool) -> Result {
 /// `subagents stop`.
 pub fn stop(launcher: &Launcher, request: &StopRequest, json: bool) -> Result {
     let outcome = launcher.stop(request)?;
+    print_warnings(&outcome.warnings);
     let run = &outcome.run;
     if json {
         print_json(&outcome, true);
@@ -366,15 +373,33 @@ pub fn resume(launcher: &Launcher, request: &ResumeRequest, json: bool) -> Resul
 /// `subagents logs`.
 pub fn logs(launcher: &Launcher, request: &LogsRequest, json: bool, follow: bool) -> Result {
     if json {
-        print_json(&launcher.logs(request)?, false);
+        let outcome = launcher.logs(request)?;
+        print_warnings(&outcome.warnings);
+        print_json(&outcome, false);
         return Ok(());
     }
-    launcher::logs::print(launcher.layout(), request, follow)
+    let mut write = |chunk: LogChunk<'_>| match chunk.stream {
+        LogStream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(chunk.bytes).and_then(|()| out.flush())
+        }
+        LogStream::Stderr => {
+            let mut err = std::io::stderr().lock();
+            err.write_all(chunk.bytes).and_then(|()| err.flush())
+        }
+    };
+    let streamed = launcher.logs_each(request, follow, &mut write)?;
+    print_warnings(&streamed.warnings);
+    if let Some(silence) = &streamed.silence {
+        eprintln!("subagents: {silence}");
+    }
+    Ok(())
 }
 
 /// `subagents capacity`.
 pub fn capacity(launcher: &Launcher, json: bool) -> Result {
     let outcome = launcher.capacity(&Default::default())?;
+    print_warnings(&outcome.warnings);
     if json {
         print_json(&outcome, true);
     } else {
