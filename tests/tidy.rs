@@ -369,6 +369,224 @@ fn the_library_prints_nothing() {
     );
 }
 
+/// `Launcher`'s public methods that are no operation.
+const ACCESSORS: &[&str] = &["new", "layout", "settings"];
+
+/// Commands of the binary that are no `Launcher` operation, and why.
+const CLI_ONLY: &[(&str, &str)] = &[
+    (
+        "completions",
+        "prints the shell completion script of the parser",
+    ),
+    (
+        "top",
+        "a terminal dashboard over `list`, `capacity` and `stop`",
+    ),
+    ("mcp", "the MCP server itself"),
+];
+
+/// The block after the first `{` at or after `at`, without its braces.
+fn block_after(code: &str, at: usize) -> &str {
+    let rest = &code[at + code[at..].find('{').unwrap() + 1..];
+    &rest[..matching_brace(rest)]
+}
+
+/// The names of the `pub fn`s in `impl NAME {...}`.
+fn public_methods(code: &str, name: &str) -> Vec<String> {
+    let at = code.find(&format!("impl {name} {{")).unwrap();
+    let body = block_after(code, at);
+    body.match_indices("pub fn ")
+        .map(|(i, m)| {
+            body[i + m.len()..]
+                .chars()
+                .take_while(|c| is_ident_char(*c))
+                .collect()
+        })
+        .collect()
+}
+
+/// The variant names of `pub enum NAME {...}`, in snake case; each
+/// variant's first identifier at brace depth 0 (doc comments and
+/// attributes are gone with `code_only` or skipped).
+fn variants(code: &str, name: &str) -> Vec<String> {
+    let Some(at) = code.find(&format!("pub enum {name} {{")) else {
+        return Vec::new();
+    };
+    let body = block_after(code, at);
+    let mut names = Vec::new();
+    for part in split_outside_brackets(body) {
+        let mut rest = part.trim();
+        // `#[...]` attributes before the variant.
+        while let Some(after) = rest.strip_prefix("#[") {
+            let close = after.find(']').unwrap();
+            rest = after[close + 1..].trim_start();
+        }
+        let ident: String = rest.chars().take_while(|c| is_ident_char(*c)).collect();
+        if !ident.is_empty() {
+            names.push(snake_case(&ident));
+        }
+    }
+    names
+}
+
+/// `text` split at the commas outside any bracket (an attribute's
+/// arguments, a variant's fields).
+fn split_outside_brackets(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' | '(' | '[' | '<' => depth += 1,
+            '}' | ')' | ']' | '>' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+/// The names of the `async fn`s after `#[tool(` attributes.
+fn tool_names(code: &str) -> Vec<String> {
+    code.match_indices("#[tool(")
+        .filter_map(|(i, _)| {
+            let after = &code[i..];
+            let f = after.find("async fn ")? + "async fn ".len();
+            Some(
+                after[f..]
+                    .chars()
+                    .take_while(|c| is_ident_char(*c))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The library's `OPERATIONS` list.
+fn operations(code: &str) -> Vec<String> {
+    let at = code.find("pub const OPERATIONS").unwrap();
+    let list = &code[at..];
+    let list = &list[list.find("= &[").unwrap() + 4..list.find("];").unwrap()];
+    // `code_only` blanks string contents: read the names from the source text.
+    list.split(',')
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// What is missing: operations without a method, a command or a tool;
+/// methods that are no operation; commands that are neither.
+fn operation_gaps(service: &str, service_text: &str, cli: &str, mcp: &str) -> Vec<String> {
+    let ops = operations(service_text);
+    let methods = public_methods(service, "Launcher");
+    let commands = variants(cli, "Command");
+    let tools = tool_names(mcp);
+    let mut gaps = Vec::new();
+    for method in &methods {
+        let op = method.strip_suffix("_each").unwrap_or(method);
+        if !ops.iter().any(|o| o == op) && !ACCESSORS.contains(&method.as_str()) {
+            gaps.push(format!(
+                "method {method} is no operation (add it to OPERATIONS)"
+            ));
+        }
+    }
+    for op in &ops {
+        if !methods.contains(op) {
+            gaps.push(format!("operation {op} has no Launcher method"));
+        }
+        let command = match op.split_once('_') {
+            // `budget_create` is the `create` action of `budget`.
+            Some((parent, action)) => {
+                let parent_type = format!("{}Action", upper_first(parent));
+                commands.iter().any(|c| c == parent)
+                    && variants(cli, &parent_type).iter().any(|a| a == action)
+            }
+            None => commands.contains(op),
+        };
+        if !command {
+            gaps.push(format!("operation {op} has no command"));
+        }
+        if !tools.contains(op) {
+            gaps.push(format!("operation {op} has no MCP tool"));
+        }
+    }
+    for command in &commands {
+        let only = CLI_ONLY.iter().any(|(c, _)| c == command);
+        if !ops.contains(command) && !only {
+            gaps.push(format!(
+                "command {command} is no operation (or list it in CLI_ONLY with a reason)"
+            ));
+        }
+    }
+    gaps
+}
+
+fn upper_first(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_operation_has_a_command_and_a_tool() {
+    let read = |krate: &str, file: &str| {
+        std::fs::read_to_string(crate_dir(krate).join("src").join(file)).unwrap()
+    };
+    let service_text = read(LIBRARY, "service.rs");
+    let gaps = operation_gaps(
+        &code_only(&service_text),
+        &service_text,
+        &code_only(&read(BINARY, "cli.rs")),
+        &code_only(&read(BINARY, "mcp.rs")),
+    );
+    assert!(gaps.is_empty(), "{gaps:#?}");
+    // The parsers see what they must, else the check proves nothing.
+    assert!(operations(&service_text).len() >= 15);
+    assert!(variants(&code_only(&read(BINARY, "cli.rs")), "Command").contains(&"top".to_owned()));
+}
+
+#[test]
+fn the_operation_check_catches_a_missing_tool_and_a_stray_method() {
+    let service_text = "pub const OPERATIONS: &[&str] = &[\"run\", \"budget_claim\"];\n\
+        impl Launcher {\n pub fn new() {}\n pub fn run(&self) { if x { y } }\n\
+        pub fn budget_claim(&self) {}\n pub fn sneak(&self) {}\n}";
+    let cli = "pub enum Command {\n /// Run.\n Run(RunArgs),\n #[cfg(feature = \"top\")]\n Top,\n \
+        Budget { action: Option<BudgetAction> },\n Extra,\n}\n\
+        pub enum BudgetAction {\n Claim { paths: Vec<String> },\n}";
+    let mcp = "#[tool(description = \"x\")]\n async fn run(&self) {}\n";
+    let gaps = operation_gaps(
+        &code_only(service_text),
+        service_text,
+        &code_only(cli),
+        &code_only(mcp),
+    );
+    assert_eq!(
+        gaps,
+        [
+            "method sneak is no operation (add it to OPERATIONS)",
+            "operation budget_claim has no MCP tool",
+            "command budget is no operation (or list it in CLI_ONLY with a reason)",
+            "command extra is no operation (or list it in CLI_ONLY with a reason)",
+        ]
+    );
+}
+
 #[test]
 fn the_launchers_modules_import_each_other_in_no_cycle() {
     assert_no_cycle(LIBRARY, &[("service", "wait"), ("service", "runs")]);

@@ -30,6 +30,31 @@ use crate::procs::signal_group;
 use crate::runs::{load, load_observed, observe, observer_options};
 use crate::wait::{Keep, WaitEvent, watch_dirs};
 
+/// The operations of [`Launcher`]: each is a method of that name (with a
+/// streaming variant `<name>_each` where a front-end prints as it reads),
+/// and each has a command line command (`budget_create` is `budget create`)
+/// and an MCP tool of the same name; `tests/tidy.rs` checks all three. The
+/// other public methods (`new`, `layout`, `settings`) are accessors.
+pub const OPERATIONS: &[&str] = &[
+    "run",
+    "status",
+    "list",
+    "wait",
+    "stop",
+    "resume",
+    "logs",
+    "budget",
+    "budget_create",
+    "budget_claim",
+    "capacity",
+    "reconcile",
+    "dismiss",
+    "prune",
+    "validate",
+    "agents",
+    "config",
+];
+
 /// The launcher of one state root with its launch settings.
 #[derive(Debug, Clone)]
 pub struct Launcher {

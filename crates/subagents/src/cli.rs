@@ -184,7 +184,8 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
     /// Serve the launcher's API to an agent as an MCP server on stdio
-    /// (tools run, status, list, wait, stop, resume, logs, budget, capacity).
+    /// (a tool per operation: run, status, list, wait, stop, resume, logs,
+    /// reconcile, dismiss, prune, budget, capacity, validate, agents, config).
     #[cfg(feature = "mcp")]
     Mcp(McpArgs),
 }
