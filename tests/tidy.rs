@@ -369,6 +369,86 @@ fn the_library_prints_nothing() {
     );
 }
 
+/// The protocol crates, by the names code uses for them.
+const PROTOCOL_CRATES: &[&str] = &[
+    "status",
+    "supervisor",
+    "capacity",
+    "fanout_budget",
+    "atomic_file",
+    "recovery",
+    "handshake",
+    "agents",
+    "process_identity",
+];
+
+/// The dependencies the binary may have: the library and front-end crates.
+const BINARY_DEPENDENCIES: &[&str] = &[
+    "launcher",
+    "clap",
+    "clap_complete",
+    "rmcp",
+    "tokio",
+    "ratatui",
+    "crossterm",
+    "notify",
+    "serde",
+    "serde_json",
+    "schemars",
+    "libc",
+    "nix",
+    "anyhow",
+];
+
+/// `module: crate::` for every protocol crate path in `files` (a path
+/// starts a word: `launcher::status::x` is no such path, `status::x` is).
+fn protocol_paths(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, code) in files {
+        for krate in PROTOCOL_CRATES {
+            let path = format!("{krate}::");
+            let hit = code.match_indices(&path).any(|(at, _)| {
+                let before = code[..at].chars().next_back();
+                !before.is_some_and(|c| is_ident_char(c) || c == ':' || c == '.')
+            });
+            if hit {
+                found.push(format!("{name}: {path}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_binary_reaches_protocol_crates_only_through_the_library() {
+    let manifest = std::fs::read_to_string(crate_dir(BINARY).join("Cargo.toml")).unwrap();
+    let stray: Vec<String> = normal_dependencies(&manifest)
+        .into_iter()
+        .filter(|d| !BINARY_DEPENDENCIES.contains(&d.as_str()))
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "crates/{BINARY} depends on {stray:?}: reach them through `launcher` (re-export the \
+         type or function it needs), or list a front-end crate in BINARY_DEPENDENCIES"
+    );
+    let found = protocol_paths(&sources(BINARY));
+    assert!(
+        found.is_empty(),
+        "crates/{BINARY} names protocol crates ({found:?}): use what `launcher` re-exports"
+    );
+    let planted: BTreeMap<String, String> = [
+        (
+            "ok",
+            "use launcher::{RunSummary, escape};\nlet s = self.status::x; a.status::y;",
+        ),
+        ("bad", "fn f() { let _ = status::model::read_status(d); }"),
+    ]
+    .into_iter()
+    .map(|(n, t)| (n.to_owned(), code_only(t)))
+    .collect();
+    assert_eq!(protocol_paths(&planted), ["bad: status::"]);
+}
+
 /// `Launcher`'s public methods that are no operation.
 const ACCESSORS: &[&str] = &["new", "layout", "settings"];
 

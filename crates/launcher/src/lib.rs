@@ -35,6 +35,14 @@ pub mod spec;
 pub mod validate;
 pub mod wait;
 
+pub mod format;
+pub mod process;
+
 pub use api::*;
+/// The protocol crates' types the front-ends render.
+pub use atomic_file::escape;
 pub use error::{Error, Exit};
 pub use service::Launcher;
+pub use status::list::{RunSummary, UnreadableRun};
+pub use status::model::{RunStatus, Step};
+pub use status::{Layout, RunState, now_ms};

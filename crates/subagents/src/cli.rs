@@ -286,7 +286,7 @@ pub enum SortKey {
 }
 
 fn fanout_limit_parser() -> clap::builder::RangedU64ValueParser<u64> {
-    clap::value_parser!(u64).range(1..=fanout_budget::MAX_LIMIT)
+    clap::value_parser!(u64).range(1..=launcher::process::MAX_FANOUT_LIMIT)
 }
 
 /// `subagents budget [doctor]`.
@@ -572,7 +572,7 @@ pub fn main() -> i32 {
     let config_warning = match launcher::settings::apply() {
         Ok(warning) => warning,
         Err(e) => {
-            eprintln!("subagents: {}", atomic_file::escape(&e.message));
+            eprintln!("subagents: {}", launcher::escape(&e.message));
             return e.exit.code();
         }
     };
@@ -587,7 +587,7 @@ pub fn main() -> i32 {
             })
         )
     {
-        eprintln!("subagents: warning: {}", atomic_file::escape(&warning));
+        eprintln!("subagents: warning: {}", launcher::escape(&warning));
     }
     let cli = match parsed {
         Ok(cli) => cli,
@@ -601,7 +601,7 @@ pub fn main() -> i32 {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     if launches_runs(&cli.command) {
-        supervisor::fault::init(supervisor::fault::Process::Launcher);
+        launcher::process::init_launcher_faults();
     }
     let json = wants_json(&cli.command);
     match dispatch(cli) {
@@ -612,9 +612,9 @@ pub fn main() -> i32 {
                     println!("{}", e.to_json());
                 }
                 // One line per message, whatever ids or paths it quotes.
-                eprintln!("subagents: {}", atomic_file::escape(&e.message));
+                eprintln!("subagents: {}", launcher::escape(&e.message));
                 for note in &e.notes {
-                    eprintln!("  {}", atomic_file::escape(note));
+                    eprintln!("  {}", launcher::escape(note));
                 }
                 if let Some(hint) = &e.hint {
                     eprintln!("  hint: {hint}");
@@ -634,14 +634,14 @@ pub fn main() -> i32 {
 fn internal_process() -> Option<i32> {
     let first = std::env::args_os().nth(1)?;
     let main: fn() -> i32 = if first == "__monitor" {
-        supervisor::monitor::main
+        launcher::process::monitor_main
     } else if first == "__runner" {
-        supervisor::runner::main
+        launcher::process::runner_main
     } else {
         return None;
     };
     // The processes of a run were started by a launcher that checked the root.
-    atomic_file::read::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
+    launcher::process::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
     Some(main())
 }
 
@@ -658,7 +658,7 @@ fn usage_error(e: &clap::Error) -> i32 {
         println!("{}", error.to_json());
     }
     // One line, like every other error, and where to read more.
-    eprintln!("subagents: {}", atomic_file::escape(&error.message));
+    eprintln!("subagents: {}", launcher::escape(&error.message));
     let command = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     match command {
         Some(c) => eprintln!("  hint: see `subagents {c} --help`"),
@@ -727,19 +727,19 @@ fn wants_json(command: &Command) -> bool {
 }
 
 fn dispatch(cli: Cli) -> Result {
-    let layout = status::Layout::new(launcher::root::state_root(cli.root));
+    let layout = launcher::Layout::new(launcher::root::state_root(cli.root));
     if !matches!(
         cli.command,
         Command::Completions { .. } | Command::Agents { .. }
     ) {
         let shared = launcher::root::allow_shared_root(cli.allow_shared_root);
-        atomic_file::read::set_allow_foreign_owner(shared);
+        launcher::process::set_allow_foreign_owner(shared);
         if !shared {
             launcher::root::check_trusted(&layout).map_err(error::Error::failed)?;
         }
     } else {
         // These read no run state.
-        atomic_file::read::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
+        launcher::process::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
     }
     let launcher = |settings: Settings| Launcher::new(layout.clone(), settings);
     match cli.command {
@@ -851,10 +851,7 @@ fn dispatch(cli: Cli) -> Result {
         }
         Command::Config { json } => commands::config(&launcher(Settings::default()), json),
         #[cfg(feature = "top")]
-        Command::Top => crate::top::command(
-            &layout,
-            launcher::root::allow_shared_root(cli.allow_shared_root),
-        ),
+        Command::Top => crate::top::command(&layout),
         #[cfg(feature = "mcp")]
         Command::Mcp(args) => crate::mcp::serve(launcher(args.settings())),
         Command::Completions { shell } => {
@@ -865,7 +862,7 @@ fn dispatch(cli: Cli) -> Result {
     }
 }
 
-fn budget(layout: &status::Layout, doctor: &DoctorArgs, action: Option<BudgetAction>) -> Result {
+fn budget(layout: &launcher::Layout, doctor: &DoctorArgs, action: Option<BudgetAction>) -> Result {
     let launcher = |fanout_limit| {
         let settings = Settings {
             fanout_limit,

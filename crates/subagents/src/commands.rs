@@ -5,9 +5,8 @@
 
 use std::io::{IsTerminal, Write};
 
+use launcher::{RunState, RunSummary, now_ms};
 use serde::Serialize;
-use status::list::RunSummary;
-use status::{RunState, now_ms};
 
 use crate::table::ColorChoice;
 use launcher::api::{
@@ -87,7 +86,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 /// Ctrl-C on `run --wait` ends the wait, not the run (it lives in its own
 /// session): say so, and how to stop it.
 fn hint_on_interrupt(id: &str) {
-    let id = atomic_file::escape(id);
+    let id = launcher::escape(id);
     let hint = format!(
         "\nsubagents: stopped waiting; run {id} goes on in the background\n  hint: `subagents stop {id}` stops it, `subagents wait {id}` waits again\n"
     );
@@ -109,7 +108,7 @@ pub fn status(launcher: &Launcher, id: &str, json: bool) -> Result {
     }
     println!("{}", describe(&view.run));
     if let Some(note) = &view.observer {
-        println!("  Observer: {}", atomic_file::escape(note));
+        println!("  Observer: {}", launcher::escape(note));
     }
     Ok(())
 }
@@ -119,7 +118,7 @@ pub fn describe(run: &RunSummary) -> String {
     let home = home();
     let s = &run.status;
     let now = now_ms();
-    let mut lines = status::format::run_lines(run, now, home.as_deref());
+    let mut lines = launcher::format::run_lines(run, now, home.as_deref());
     // Our own step lines: numbered like `logs` headers, skipped steps named.
     let steps = s.steps();
     if lines.len() > steps.len() {
@@ -131,7 +130,7 @@ pub fn describe(run: &RunSummary) -> String {
     if s.timed_out == Some(true) {
         let after = s
             .timeout_ms
-            .map(|ms| format!(" after {}", status::format::format_duration(ms)))
+            .map(|ms| format!(" after {}", launcher::format::format_duration(ms)))
             .unwrap_or_default();
         lines.push(format!("  Timed out{after}"));
     }
@@ -145,7 +144,7 @@ pub fn describe(run: &RunSummary) -> String {
         let elapsed = end.unwrap_or(now).saturating_sub(start);
         lines.push(format!(
             "  Elapsed: {}",
-            status::format::format_duration(elapsed)
+            launcher::format::format_duration(elapsed)
         ));
     }
     let failing = failing_step(s.steps());
@@ -184,25 +183,25 @@ pub fn describe(run: &RunSummary) -> String {
         }
     }
     // Every recorded string (an agent label, an error) stays on its line.
-    let lines: Vec<String> = lines.iter().map(|l| atomic_file::escape(l)).collect();
+    let lines: Vec<String> = lines.iter().map(|l| launcher::escape(l)).collect();
     lines.join("\n")
 }
 
 /// The first step that failed on its own (not one skipped or stopped
 /// because of it).
-fn failing_step(steps: &[status::model::Step]) -> Option<(usize, &status::model::Step)> {
+fn failing_step(steps: &[launcher::Step]) -> Option<(usize, &launcher::Step)> {
     steps.iter().enumerate().find(|(_, st)| {
         !is_skipped(st) && (st.status == "failed" || st.exit_code.is_some_and(|c| c != 0))
     })
 }
 
-fn is_skipped(step: &status::model::Step) -> bool {
+fn is_skipped(step: &launcher::Step) -> bool {
     step.error
         .as_deref()
         .is_some_and(|e| e.starts_with("skipped:") || e.starts_with("stopped: a sibling"))
 }
 
-fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> String {
+fn step_line(i: usize, step: &launcher::Step, over: bool, now: u64) -> String {
     let state = if is_skipped(step) || (over && step.status == "pending") {
         "skipped"
     } else {
@@ -210,10 +209,10 @@ fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> Stri
     };
     let mut parts = vec![format!("  {}. {}", i + 1, step.agent), state.to_owned()];
     match (step.duration_ms, step.started_at) {
-        (Some(ms), _) => parts.push(status::format::format_duration(ms)),
+        (Some(ms), _) => parts.push(launcher::format::format_duration(ms)),
         (None, Some(start)) if step.status == "running" => parts.push(format!(
             "{} so far",
-            status::format::format_duration(now.saturating_sub(start))
+            launcher::format::format_duration(now.saturating_sub(start))
         )),
         _ => {}
     }
@@ -284,14 +283,14 @@ pub fn list(launcher: &Launcher, query: &ListQuery, display: ListDisplay) -> Res
     } else {
         println!(
             "{}",
-            status::format::format_run_list(runs, heading, now_ms(), home().as_deref())
+            launcher::format::format_run_list(runs, heading, now_ms(), home().as_deref())
         );
     }
     print_unreadable(&listing.unreadable);
     Ok(())
 }
 
-fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
+fn print_unreadable(unreadable: &[launcher::UnreadableRun]) {
     if unreadable.is_empty() {
         return;
     }
@@ -299,7 +298,7 @@ fn print_unreadable(unreadable: &[status::list::UnreadableRun]) {
     for run in unreadable {
         println!(
             "- {} | unreadable | {}",
-            atomic_file::escape(&run.id),
+            launcher::escape(&run.id),
             run.error
         );
     }
@@ -495,7 +494,7 @@ pub fn prune(launcher: &Launcher, request: &PruneRequest, json: bool) -> Result 
     };
     let now = now_ms();
     for p in &outcome.pruned {
-        let ago = status::format::format_duration(now.saturating_sub(p.ended_at));
+        let ago = launcher::format::format_duration(now.saturating_sub(p.ended_at));
         println!("{verb} {} ({}, ended {ago} ago)", p.run_id, p.state);
     }
     for k in &outcome.kept {
@@ -542,7 +541,7 @@ pub fn validate(launcher: &Launcher, request: &ValidateRequest, json: bool) -> R
 pub fn agents(launcher: &Launcher, request: &AgentsRequest, json: bool) -> Result {
     let outcome = launcher.agents(request)?;
     for line in outcome.warnings() {
-        eprintln!("subagents: {}", atomic_file::escape(line));
+        eprintln!("subagents: {}", launcher::escape(line));
     }
     match &outcome {
         AgentsOutcome::Prompt(prompt) => print!("{}", prompt.snippet),

@@ -386,17 +386,13 @@ impl ServerHandler for Server {
 /// leaves no zombie. Only a monitor whose parent is this process is waited
 /// for, on a small thread of its own.
 fn reap_monitor(launcher: &Launcher, run_id: &str) {
-    let dir = launcher.layout().run_dir(run_id);
-    let Ok(Some(status)) = status::model::read_status(&dir) else {
+    let Some(monitor) = launcher::process::monitor_pid(launcher.layout(), run_id) else {
         return;
     };
-    let Some(monitor) = status.monitor_identity else {
-        return;
-    };
-    if parent_of(monitor.pid) != Some(std::process::id()) {
+    if parent_of(monitor) != Some(std::process::id()) {
         return;
     }
-    let Ok(pid) = i32::try_from(monitor.pid) else {
+    let Ok(pid) = i32::try_from(monitor) else {
         return;
     };
     let _ = std::thread::Builder::new()
