@@ -15,8 +15,8 @@ use supervisor::observer;
 use crate::admission;
 use crate::api::StopOutcome;
 use crate::error::{Error, Result};
-use crate::procs::signal_group;
 use crate::runs::{load, observer_options, resolve};
+use supervisor::procs::signal_group;
 
 fn alive(identity: &ProcessIdentity) -> bool {
     identity.liveness() == Liveness::Alive

@@ -54,7 +54,7 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
         now: now_ms(),
         hooks: Hooks {
             fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
-            on_repaired: Some(&crate::procs::kill_step_groups),
+            on_repaired: Some(&supervisor::procs::kill_step_groups),
             observe: (!query.all).then_some(&observe),
         },
     };
@@ -150,7 +150,7 @@ pub fn stream(
         now,
         hooks: Hooks {
             fanout: Some(&fanout),
-            on_repaired: Some(&crate::procs::kill_step_groups),
+            on_repaired: Some(&supervisor::procs::kill_step_groups),
             observe: (!args.all).then_some(&observe),
         },
     };

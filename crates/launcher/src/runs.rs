@@ -53,7 +53,7 @@ pub fn load_observed(
     let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
     let hooks = Hooks {
         fanout: Some(&fanout),
-        on_repaired: Some(&crate::procs::kill_step_groups),
+        on_repaired: Some(&supervisor::procs::kill_step_groups),
         observe: None,
     };
     let mut skipped = Vec::new();

@@ -1,7 +1,7 @@
 //! [`Launcher`]: the launcher's typed API, one method per operation, under
 //! both front-ends (the command line in `cli`/`commands`, the MCP server in
 //! `mcp`). Methods take [`crate::api`] requests and return its outcomes or
-//! an [`Error`] carrying the exit code and structured detail; none prints.
+//! an [`Error`](crate::Error) carrying the exit code and structured detail; none prints.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -26,9 +26,9 @@ use crate::api::{
     ValidateOutcome, ValidateRequest, WaitOutcome, WaitRequest,
 };
 use crate::error::Result;
-use crate::procs::signal_group;
 use crate::runs::{load, load_observed, observe, observer_options};
 use crate::wait::{Keep, WaitEvent, watch_dirs};
+use supervisor::procs::signal_group;
 
 /// The operations of [`Launcher`]: each is a method of that name (with a
 /// streaming variant `<name>_each` where a front-end prints as it reads),
@@ -358,7 +358,7 @@ fn force_stop(dir: &Path, reason: &str) -> Result {
     {
         signal_group(identity.pid, Signal::SIGKILL);
     }
-    crate::procs::kill_step_groups(&status);
+    supervisor::procs::kill_step_groups(&status);
     let now = now_ms();
     update_status(dir, |s| {
         let s = s?;
