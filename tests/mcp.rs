@@ -210,7 +210,23 @@ async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
     assert_eq!(
         names,
         [
-            "budget", "capacity", "list", "logs", "resume", "run", "status", "stop", "wait"
+            "agents",
+            "budget",
+            "budget_claim",
+            "budget_create",
+            "capacity",
+            "config",
+            "dismiss",
+            "list",
+            "logs",
+            "prune",
+            "reconcile",
+            "resume",
+            "run",
+            "status",
+            "stop",
+            "validate",
+            "wait"
         ]
     );
     let schema = |name: &str| {
@@ -249,6 +265,10 @@ async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
     }
     assert!(schema("list")["properties"].get("all").is_some());
     assert!(schema("capacity")["properties"].get("session").is_some());
+    assert_eq!(schema("dismiss")["required"], json!(["run"]));
+    assert_eq!(schema("validate")["required"], json!(["kind", "file"]));
+    assert!(schema("prune")["properties"].get("olderThan").is_some());
+    assert!(schema("agents")["properties"].get("action").is_some());
 
     // A malformed request is refused with the command's exit code and nothing starts.
     let error = server
@@ -269,6 +289,129 @@ async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
     let error = server.error("resume", json!({"run": done})).await;
     assert_eq!(error["error"]["exitCode"], 2, "{error}");
     assert_eq!(error["error"]["hint"], "give the task in `task`", "{error}");
+    assert_eq!(server.disconnect().await, Some(0));
+}
+
+/// The maintenance tools on a real root: reconcile, dismiss, prune,
+/// validate, agents, config and the budget's create and claim, each
+/// answering with the outcome `--json` prints.
+#[tokio::test]
+async fn the_maintenance_tools_answer_on_a_real_root() {
+    let env = Env::new();
+    let work = Path::new(env.work());
+    let config = work.join("config");
+    std::fs::create_dir_all(config.join("subagents")).unwrap();
+    std::fs::write(config.join("subagents/config.toml"), "max_active = 7\n").unwrap();
+    let agents = work.join(".subagents/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("echoer.md"),
+        "---\nrunner: command\ndescription: says it back\ncommand: [cat]\n---\n",
+    )
+    .unwrap();
+    let home = work.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let vars = [
+        ("XDG_CONFIG_HOME", config.to_str().unwrap()),
+        ("HOME", home.to_str().unwrap()),
+    ];
+    let id = env.ok(&["run", "--", "true"]).trim().to_owned();
+    env.settled(&id);
+    let server = connect(&env, &[], &vars).await;
+
+    let reconciled = server.ok("reconcile", json!({})).await;
+    assert_eq!(
+        reconciled,
+        json!({"repaired": [], "observed": [], "unreadable": []})
+    );
+
+    let dismissed = server.ok("dismiss", json!({"run": id})).await;
+    assert_eq!(dismissed["runId"], id.as_str(), "{dismissed}");
+    let at = dismissed["displayDismissedAt"].as_u64().expect("a time");
+    assert_eq!(env.status_json(&id)["displayDismissedAt"], at);
+    let error = server.error("dismiss", json!({"run": "nope"})).await;
+    assert_eq!(error["error"]["code"], "NOT_FOUND", "{error}");
+
+    let status_file = env.run_dir(&id).join("status.json");
+    let valid = server
+        .ok("validate", json!({"kind": "status", "file": status_file}))
+        .await;
+    assert_eq!(valid, json!({"valid": true, "error": null}));
+    let garbage = work.join("garbage.json");
+    std::fs::write(&garbage, "{not json").unwrap();
+    let invalid = server
+        .ok("validate", json!({"kind": "status", "file": garbage}))
+        .await;
+    assert_eq!(invalid["valid"], false, "{invalid}");
+    assert!(
+        invalid["error"].as_str().unwrap().contains("garbage.json"),
+        "{invalid}"
+    );
+    let error = server
+        .error("validate", json!({"kind": "nonsense", "file": garbage}))
+        .await;
+    assert_eq!(error["error"]["code"], "USAGE", "{error}");
+
+    let listed = server.ok("agents", json!({})).await;
+    let names: Vec<&str> = listed["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert!(names.contains(&"echoer"), "{listed}");
+    assert_eq!(listed["errors"], json!([]), "{listed}");
+    let shown = server
+        .ok("agents", json!({"action": "show", "name": "echoer"}))
+        .await;
+    assert_eq!(shown["description"], "says it back", "{shown}");
+    assert_eq!(shown["argv"], json!(["cat"]), "{shown}");
+    let prompt = server.ok("agents", json!({"action": "prompt"})).await;
+    assert!(
+        prompt["snippet"].as_str().unwrap().contains("echoer"),
+        "{prompt}"
+    );
+
+    let configured = server.ok("config", json!({})).await;
+    assert_eq!(configured["exists"], true, "{configured}");
+    let max_active = configured["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "max_active")
+        .cloned()
+        .unwrap();
+    assert_eq!(max_active["value"], "7", "{configured}");
+    assert_eq!(max_active["source"], "config", "{configured}");
+
+    let descriptor = server
+        .ok("budget_create", json!({"rootRunId": "root-7", "limit": 2}))
+        .await;
+    assert_eq!(descriptor["rootRunId"], "root-7", "{descriptor}");
+    let file = work.join("descriptor.json");
+    std::fs::write(&file, descriptor.to_string()).unwrap();
+    let claimed = server
+        .ok(
+            "budget_claim",
+            json!({"descriptor": file, "paths": ["a", "b"]}),
+        )
+        .await;
+    assert_eq!(claimed, json!({"used": 2, "limit": 2, "remaining": 0}));
+    let error = server
+        .error("budget_claim", json!({"descriptor": file, "paths": ["c"]}))
+        .await;
+    assert_eq!(error["error"]["code"], "LIMIT", "{error}");
+
+    let dry = server
+        .ok("prune", json!({"olderThan": "0s", "dryRun": true}))
+        .await;
+    assert_eq!(dry["dryRun"], true, "{dry}");
+    assert_eq!(dry["pruned"][0]["runId"], id.as_str(), "{dry}");
+    assert!(env.run_dir(&id).exists());
+    let pruned = server.ok("prune", json!({"olderThan": "0s"})).await;
+    assert_eq!(pruned["pruned"][0]["runId"], id.as_str(), "{pruned}");
+    assert_eq!(pruned["olderThanMs"], 0, "{pruned}");
+    assert!(!env.run_dir(&id).exists());
     assert_eq!(server.disconnect().await, Some(0));
 }
 

@@ -8,7 +8,9 @@
 //!   parsed arguments, and prints nothing;
 //! * clap is named anywhere in the binary but its CLI module (`cli.rs`);
 //! * the modules of either crate import each other in a cycle: nothing
-//!   below a command calls back up into it.
+//!   below a command calls back up into it;
+//! * the library prints: it returns warnings inside its outcomes and the
+//!   front-ends decide where they go (an MCP client never sees stderr).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -326,6 +328,345 @@ fn assert_no_cycle(crate_name: &str, expected: &[(&str, &str)]) {
     );
 }
 
+/// What printing looks like in code: the print macros and the process's
+/// own standard streams.
+const PRINTS: &[&str] = &[
+    "print!",
+    "println!",
+    "eprint!",
+    "eprintln!",
+    "stdout()",
+    "stderr()",
+    "io::stdout",
+    "io::stderr",
+];
+
+/// `module: pattern` for every print in `files`.
+fn prints(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, code) in files {
+        for pattern in PRINTS {
+            let hit = code.match_indices(pattern).any(|(at, _)| {
+                // `print!` inside `eprint!`/`println!` is counted once, as those.
+                let before = code[..at].chars().next_back();
+                !before.is_some_and(is_ident_char)
+            });
+            if hit {
+                found.push(format!("{name}: {pattern}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_library_prints_nothing() {
+    let found = prints(&sources(LIBRARY));
+    assert!(
+        found.is_empty(),
+        "crates/{LIBRARY} prints ({found:?}): return the text or warning in the outcome and \
+         let crates/{BINARY} print it"
+    );
+}
+
+/// The protocol crates, by the names code uses for them.
+const PROTOCOL_CRATES: &[&str] = &[
+    "status",
+    "supervisor",
+    "capacity",
+    "fanout_budget",
+    "atomic_file",
+    "recovery",
+    "handshake",
+    "agents",
+    "process_identity",
+];
+
+/// The dependencies the binary may have: the library and front-end crates.
+const BINARY_DEPENDENCIES: &[&str] = &[
+    "launcher",
+    "clap",
+    "clap_complete",
+    "rmcp",
+    "tokio",
+    "ratatui",
+    "crossterm",
+    "notify",
+    "serde",
+    "serde_json",
+    "schemars",
+    "libc",
+    "nix",
+    "anyhow",
+];
+
+/// `module: crate::` for every protocol crate path in `files` (a path
+/// starts a word: `launcher::status::x` is no such path, `status::x` is).
+fn protocol_paths(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, code) in files {
+        for krate in PROTOCOL_CRATES {
+            let path = format!("{krate}::");
+            let hit = code.match_indices(&path).any(|(at, _)| {
+                let before = code[..at].chars().next_back();
+                !before.is_some_and(|c| is_ident_char(c) || c == ':' || c == '.')
+            });
+            if hit {
+                found.push(format!("{name}: {path}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_binary_reaches_protocol_crates_only_through_the_library() {
+    let manifest = std::fs::read_to_string(crate_dir(BINARY).join("Cargo.toml")).unwrap();
+    let stray: Vec<String> = normal_dependencies(&manifest)
+        .into_iter()
+        .filter(|d| !BINARY_DEPENDENCIES.contains(&d.as_str()))
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "crates/{BINARY} depends on {stray:?}: reach them through `launcher` (re-export the \
+         type or function it needs), or list a front-end crate in BINARY_DEPENDENCIES"
+    );
+    let found = protocol_paths(&sources(BINARY));
+    assert!(
+        found.is_empty(),
+        "crates/{BINARY} names protocol crates ({found:?}): use what `launcher` re-exports"
+    );
+    let planted: BTreeMap<String, String> = [
+        (
+            "ok",
+            "use launcher::{RunSummary, escape};\nlet s = self.status::x; a.status::y;",
+        ),
+        ("bad", "fn f() { let _ = status::model::read_status(d); }"),
+    ]
+    .into_iter()
+    .map(|(n, t)| (n.to_owned(), code_only(t)))
+    .collect();
+    assert_eq!(protocol_paths(&planted), ["bad: status::"]);
+}
+
+/// `Launcher`'s public methods that are no operation.
+const ACCESSORS: &[&str] = &["new", "layout", "settings"];
+
+/// Commands of the binary that are no `Launcher` operation, and why.
+const CLI_ONLY: &[(&str, &str)] = &[
+    (
+        "completions",
+        "prints the shell completion script of the parser",
+    ),
+    (
+        "top",
+        "a terminal dashboard over `list`, `capacity` and `stop`",
+    ),
+    ("mcp", "the MCP server itself"),
+];
+
+/// The block after the first `{` at or after `at`, without its braces.
+fn block_after(code: &str, at: usize) -> &str {
+    let rest = &code[at + code[at..].find('{').unwrap() + 1..];
+    &rest[..matching_brace(rest)]
+}
+
+/// The names of the `pub fn`s in `impl NAME {...}`.
+fn public_methods(code: &str, name: &str) -> Vec<String> {
+    let at = code.find(&format!("impl {name} {{")).unwrap();
+    let body = block_after(code, at);
+    body.match_indices("pub fn ")
+        .map(|(i, m)| {
+            body[i + m.len()..]
+                .chars()
+                .take_while(|c| is_ident_char(*c))
+                .collect()
+        })
+        .collect()
+}
+
+/// The variant names of `pub enum NAME {...}`, in snake case; each
+/// variant's first identifier at brace depth 0 (doc comments and
+/// attributes are gone with `code_only` or skipped).
+fn variants(code: &str, name: &str) -> Vec<String> {
+    let Some(at) = code.find(&format!("pub enum {name} {{")) else {
+        return Vec::new();
+    };
+    let body = block_after(code, at);
+    let mut names = Vec::new();
+    for part in split_outside_brackets(body) {
+        let mut rest = part.trim();
+        // `#[...]` attributes before the variant.
+        while let Some(after) = rest.strip_prefix("#[") {
+            let close = after.find(']').unwrap();
+            rest = after[close + 1..].trim_start();
+        }
+        let ident: String = rest.chars().take_while(|c| is_ident_char(*c)).collect();
+        if !ident.is_empty() {
+            names.push(snake_case(&ident));
+        }
+    }
+    names
+}
+
+/// `text` split at the commas outside any bracket (an attribute's
+/// arguments, a variant's fields).
+fn split_outside_brackets(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' | '(' | '[' | '<' => depth += 1,
+            '}' | ')' | ']' | '>' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+/// The names of the `async fn`s after `#[tool(` attributes.
+fn tool_names(code: &str) -> Vec<String> {
+    code.match_indices("#[tool(")
+        .filter_map(|(i, _)| {
+            let after = &code[i..];
+            let f = after.find("async fn ")? + "async fn ".len();
+            Some(
+                after[f..]
+                    .chars()
+                    .take_while(|c| is_ident_char(*c))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The library's `OPERATIONS` list.
+fn operations(code: &str) -> Vec<String> {
+    let at = code.find("pub const OPERATIONS").unwrap();
+    let list = &code[at..];
+    let list = &list[list.find("= &[").unwrap() + 4..list.find("];").unwrap()];
+    // `code_only` blanks string contents: read the names from the source text.
+    list.split(',')
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// What is missing: operations without a method, a command or a tool;
+/// methods that are no operation; commands that are neither.
+fn operation_gaps(service: &str, service_text: &str, cli: &str, mcp: &str) -> Vec<String> {
+    let ops = operations(service_text);
+    let methods = public_methods(service, "Launcher");
+    let commands = variants(cli, "Command");
+    let tools = tool_names(mcp);
+    let mut gaps = Vec::new();
+    for method in &methods {
+        let op = method.strip_suffix("_each").unwrap_or(method);
+        if !ops.iter().any(|o| o == op) && !ACCESSORS.contains(&method.as_str()) {
+            gaps.push(format!(
+                "method {method} is no operation (add it to OPERATIONS)"
+            ));
+        }
+    }
+    for op in &ops {
+        if !methods.contains(op) {
+            gaps.push(format!("operation {op} has no Launcher method"));
+        }
+        let command = match op.split_once('_') {
+            // `budget_create` is the `create` action of `budget`.
+            Some((parent, action)) => {
+                let parent_type = format!("{}Action", upper_first(parent));
+                commands.iter().any(|c| c == parent)
+                    && variants(cli, &parent_type).iter().any(|a| a == action)
+            }
+            None => commands.contains(op),
+        };
+        if !command {
+            gaps.push(format!("operation {op} has no command"));
+        }
+        if !tools.contains(op) {
+            gaps.push(format!("operation {op} has no MCP tool"));
+        }
+    }
+    for command in &commands {
+        let only = CLI_ONLY.iter().any(|(c, _)| c == command);
+        if !ops.contains(command) && !only {
+            gaps.push(format!(
+                "command {command} is no operation (or list it in CLI_ONLY with a reason)"
+            ));
+        }
+    }
+    gaps
+}
+
+fn upper_first(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_operation_has_a_command_and_a_tool() {
+    let read = |krate: &str, file: &str| {
+        std::fs::read_to_string(crate_dir(krate).join("src").join(file)).unwrap()
+    };
+    let service_text = read(LIBRARY, "service.rs");
+    let gaps = operation_gaps(
+        &code_only(&service_text),
+        &service_text,
+        &code_only(&read(BINARY, "cli.rs")),
+        &code_only(&read(BINARY, "mcp.rs")),
+    );
+    assert!(gaps.is_empty(), "{gaps:#?}");
+    // The parsers see what they must, else the check proves nothing.
+    assert!(operations(&service_text).len() >= 15);
+    assert!(variants(&code_only(&read(BINARY, "cli.rs")), "Command").contains(&"top".to_owned()));
+}
+
+#[test]
+fn the_operation_check_catches_a_missing_tool_and_a_stray_method() {
+    let service_text = "pub const OPERATIONS: &[&str] = &[\"run\", \"budget_claim\"];\n\
+        impl Launcher {\n pub fn new() {}\n pub fn run(&self) { if x { y } }\n\
+        pub fn budget_claim(&self) {}\n pub fn sneak(&self) {}\n}";
+    let cli = "pub enum Command {\n /// Run.\n Run(RunArgs),\n #[cfg(feature = \"top\")]\n Top,\n \
+        Budget { action: Option<BudgetAction> },\n Extra,\n}\n\
+        pub enum BudgetAction {\n Claim { paths: Vec<String> },\n}";
+    let mcp = "#[tool(description = \"x\")]\n async fn run(&self) {}\n";
+    let gaps = operation_gaps(
+        &code_only(service_text),
+        service_text,
+        &code_only(cli),
+        &code_only(mcp),
+    );
+    assert_eq!(
+        gaps,
+        [
+            "method sneak is no operation (add it to OPERATIONS)",
+            "operation budget_claim has no MCP tool",
+            "command budget is no operation (or list it in CLI_ONLY with a reason)",
+            "command extra is no operation (or list it in CLI_ONLY with a reason)",
+        ]
+    );
+}
+
 #[test]
 fn the_launchers_modules_import_each_other_in_no_cycle() {
     assert_no_cycle(LIBRARY, &[("service", "wait"), ("service", "runs")]);
@@ -358,6 +699,23 @@ fn the_checks_catch_a_cycle_and_a_stray_clap() {
     assert_eq!(graph["c"], ["a"].map(String::from).into(), "{graph:?}");
     assert_eq!(cycles(&graph), vec![vec!["a", "b", "c"]]);
     assert_eq!(clap_outside_cli(&files), vec!["d".to_owned()]);
+    let printing: BTreeMap<String, String> = [
+        (
+            "quiet",
+            "// println!(\"x\");\nlet s = \"eprintln!\"; reprint!(x);",
+        ),
+        (
+            "loud",
+            "fn f() { eprintln!(\"x\"); let _ = std::io::stdout(); }",
+        ),
+    ]
+    .into_iter()
+    .map(|(n, t)| (n.to_owned(), code_only(t)))
+    .collect();
+    assert_eq!(
+        prints(&printing),
+        ["loud: eprintln!", "loud: stdout()", "loud: io::stdout"].map(String::from)
+    );
     let manifest = "[dependencies]\nserde.workspace = true\nclap = \"4\"\n\n[dev-dependencies]\ntokio = \"1\"\n";
     assert_eq!(front_end_dependencies(manifest), vec!["clap".to_owned()]);
 }

@@ -119,6 +119,9 @@ pub struct RunView {
     /// What the observer found, when it keeps the run (text only).
     #[serde(skip)]
     pub observer: Option<String>,
+    /// Repairs that could not be written, one line each (text only).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// Which runs to list.
@@ -160,6 +163,8 @@ pub struct ListOutcome {
     pub runs: Vec<RunSummary>,
     /// Runs whose files could not be read.
     pub unreadable: Vec<UnreadableRun>,
+    /// Repairs that could not be written, one line each (not in the array).
+    pub warnings: Vec<String>,
 }
 
 impl Serialize for ListOutcome {
@@ -252,6 +257,9 @@ pub struct StopOutcome {
     /// The run was already over: nothing was stopped.
     #[serde(skip)]
     pub was_over: bool,
+    /// Repairs that could not be written, one line each (text only).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// Revive a finished run with a follow-up task (same agent, same contract).
@@ -312,6 +320,9 @@ pub struct LogsOutcome {
     pub state: String,
     /// One entry per non-empty file.
     pub logs: Vec<LogFile>,
+    /// Repairs that could not be written, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One log file.
@@ -333,6 +344,9 @@ pub struct BudgetQuery {
     /// Run id or unique prefix: that run's `{used, limit, remaining}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<String>,
+    /// A descriptor JSON file: its budget's `{used, limit, remaining}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descriptor: Option<PathBuf>,
 }
 
 /// A budget snapshot or the doctor's report.
@@ -407,6 +421,9 @@ pub struct CapacityOutcome {
     pub limit: u32,
     /// One entry per occupied slot.
     pub slots: Vec<CapacitySlot>,
+    /// What could not be written (freeing finished runs' slots), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One occupied slot.
@@ -422,4 +439,284 @@ pub struct CapacitySlot {
     /// Why the observer keeps the slot's run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observer: Option<String>,
+}
+
+/// Repair stale runs and finalize what the evidence allows (no parameters).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReconcileRequest {}
+
+/// What `reconcile` did.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileOutcome {
+    /// Runs repaired (a repair may restore a complete run).
+    pub repaired: Vec<RunNote>,
+    /// What the observer found in runs whose monitor is gone.
+    pub observed: Vec<RunNote>,
+    /// Runs whose files could not be read (`{id, asyncDir, state, error}`).
+    #[schemars(with = "Vec<ObjectSchema>")]
+    pub unreadable: Vec<UnreadableRun>,
+    /// Repairs that could not be written, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One line about one run.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunNote {
+    /// Run id.
+    pub run_id: String,
+    /// What happened to it.
+    pub message: String,
+}
+
+impl RunNote {
+    /// A note about run `id`.
+    pub fn new(id: &str, message: &str) -> Self {
+        Self {
+            run_id: id.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// Hide a finished run from `list` without touching its processes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DismissRequest {
+    /// Run id or unique prefix.
+    pub run: String,
+    /// Hide it even while it is still active.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// A dismissed run.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DismissOutcome {
+    /// Run id.
+    pub run_id: String,
+    /// When it was hidden (ms since the epoch).
+    pub display_dismissed_at: u64,
+}
+
+/// Delete finished runs older than a cutoff, with what only they use.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PruneRequest {
+    /// How old a run's end must be (e.g. `7d`, `12h`, `30m`); default `7d`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<String>,
+    /// Only say what would be deleted.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What `prune` deleted (or would delete) and what it kept.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneOutcome {
+    /// Nothing was deleted.
+    pub dry_run: bool,
+    /// The cutoff's age.
+    pub older_than_ms: u64,
+    /// The runs deleted.
+    pub pruned: Vec<PrunedRun>,
+    /// Old runs kept, and why.
+    pub kept: Vec<KeptRun>,
+    /// Fan-out budgets deleted (their root run ids).
+    pub budgets: Vec<String>,
+    /// Session leases deleted.
+    pub leases: Vec<String>,
+    /// Capacity slots freed.
+    pub capacity_slots: usize,
+}
+
+/// A run `prune` deleted.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrunedRun {
+    /// Run id.
+    pub run_id: String,
+    /// Its final state.
+    pub state: String,
+    /// When it ended (ms since the epoch).
+    pub ended_at: u64,
+}
+
+/// An old run `prune` kept.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptRun {
+    /// Run id.
+    pub run_id: String,
+    /// Why it was kept.
+    pub reason: String,
+}
+
+/// Validate one on-disk artifact exactly as the readers do.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ValidateRequest {
+    /// The artifact kind: `recovery`, `launch-contract`, `fanout-descriptor`,
+    /// `fanout-manifest`, `process-terminal`, `terminal-candidate`,
+    /// `status`, `startup` or `capacity-owner`.
+    pub kind: String,
+    /// The file.
+    pub file: PathBuf,
+}
+
+/// The verdict of `validate`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidateOutcome {
+    /// The file reads as its kind.
+    pub valid: bool,
+    /// The reader's error, naming the field.
+    pub error: Option<String>,
+}
+
+/// Named agent definitions: list them, show one, or the delegation snippet.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentsRequest {
+    /// What to do (default `list`).
+    #[serde(default)]
+    pub action: AgentsAction,
+    /// The agent to show (with `show`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// What `agents` does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentsAction {
+    /// Every agent found, and every file that could not be read.
+    #[default]
+    List,
+    /// One agent: its file and the command a run renders from it.
+    Show,
+    /// A snippet for CLAUDE.md / AGENTS.md that lets an agent delegate.
+    Prompt,
+}
+
+/// The answer of `agents`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum AgentsOutcome {
+    /// `{agents: [...], errors: [...]}`.
+    List(AgentList),
+    /// One agent's summary with `systemPrompt`, `argv` and `env`.
+    Show(AgentView),
+    /// `{snippet}`.
+    Prompt(AgentPrompt),
+}
+
+impl AgentsOutcome {
+    /// The definition files that could not be read, one line each (the
+    /// command line prints them on stderr; `list` also returns them as `errors`).
+    pub fn warnings(&self) -> &[String] {
+        match self {
+            Self::List(o) => &o.warnings,
+            Self::Show(o) => &o.warnings,
+            Self::Prompt(o) => &o.warnings,
+        }
+    }
+}
+
+/// Every agent found (project first, then the user's).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AgentList {
+    /// One summary per agent (`name`, `description`, `runner`, `model`, ...).
+    pub agents: Vec<ObjectSchema>,
+    /// One entry per file that could not be read.
+    #[schemars(with = "Vec<ObjectSchema>")]
+    pub errors: Vec<Value>,
+    /// The errors as lines.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+/// One agent.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AgentView {
+    /// Its summary, `systemPrompt`, the rendered `argv` and `env`.
+    #[serde(flatten)]
+    pub agent: ObjectSchema,
+    /// The rendered command as shell words.
+    #[serde(skip)]
+    pub command: String,
+    /// The task goes to the command on stdin (an agent CLI's runner).
+    #[serde(skip)]
+    pub task_on_stdin: bool,
+    /// The unreadable definition files, as lines.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+/// The delegation snippet.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AgentPrompt {
+    /// Markdown for CLAUDE.md / AGENTS.md.
+    pub snippet: String,
+    /// The unreadable definition files, as lines.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+/// The config file and each setting's value and source (no parameters).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigRequest {}
+
+/// `config`: the file and every key.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigOutcome {
+    /// The file looked for (none without a home directory).
+    pub path: Option<String>,
+    /// It exists.
+    pub exists: bool,
+    /// Every key.
+    pub keys: Vec<ConfigKey>,
+}
+
+/// One setting.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigKey {
+    /// The key in the file.
+    pub key: String,
+    /// The environment variable it stands in for.
+    pub variable: String,
+    /// Its value, if any.
+    pub value: Option<String>,
+    /// `config`, `environment` or `default`.
+    pub source: String,
+}
+
+/// Create a fan-out budget.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetCreateRequest {
+    /// Root run id recorded in the manifest.
+    pub root_run_id: String,
+    /// The limit (else `$SUBAGENTS_MAX_SPAWNS_PER_RUN`, else 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+/// Claim fan-out slots all-or-nothing.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetClaimRequest {
+    /// A descriptor JSON file (else the inherited `$SUBAGENTS_RUN_FANOUT_BUDGET`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descriptor: Option<PathBuf>,
+    /// One claim path per slot.
+    pub paths: Vec<String>,
 }

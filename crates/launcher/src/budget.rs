@@ -19,9 +19,11 @@ fn fail(e: fanout_budget::Error) -> Error {
 
 /// The MCP `budget` tool: a run's snapshot, else the doctor's report.
 pub fn budget(layout: &Layout, query: &BudgetQuery, settings: &Settings) -> Result<BudgetOutcome> {
-    match &query.run {
-        Some(run) => show(layout, Some(run), None).map(BudgetOutcome::Snapshot),
-        None => Ok(BudgetOutcome::Doctor(doctor(layout, settings.fanout_limit))),
+    match (&query.run, &query.descriptor) {
+        (None, None) => Ok(BudgetOutcome::Doctor(doctor(layout, settings.fanout_limit))),
+        (run, descriptor) => {
+            show(layout, run.as_deref(), descriptor.as_deref()).map(BudgetOutcome::Snapshot)
+        }
     }
 }
 

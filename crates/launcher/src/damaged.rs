@@ -15,8 +15,8 @@ use supervisor::observer;
 use crate::admission;
 use crate::api::StopOutcome;
 use crate::error::{Error, Result};
-use crate::procs::signal_group;
 use crate::runs::{load, observer_options, resolve};
+use supervisor::procs::signal_group;
 
 fn alive(identity: &ProcessIdentity) -> bool {
     identity.liveness() == Liveness::Alive
@@ -78,8 +78,13 @@ pub fn stop(layout: &Layout, id: &str, reason: &str, error: Error) -> Result<Sto
         observer::observe(&dir, &options);
     }
     admission::release_finished(layout, record.session_id.as_deref());
-    match load(layout, &id) {
-        Ok(run) => Ok(StopOutcome { run, was_over }),
+    let mut warnings = Vec::new();
+    match load(layout, &id, &mut warnings) {
+        Ok(run) => Ok(StopOutcome {
+            run,
+            was_over,
+            warnings,
+        }),
         Err(e) => Err(unreadable(layout, &id, &e)),
     }
 }

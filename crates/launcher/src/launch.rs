@@ -20,9 +20,9 @@ use status::layout::files;
 
 use crate::admission::{self, Spawned};
 use crate::api::{Launched, RunRequest, Settings};
-use crate::config::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::prepare::{self, Request};
+use supervisor::config::LaunchConfig;
 
 /// Runs `subagents run` (or the MCP `run` tool).
 pub fn run(layout: &Layout, run: &RunRequest, settings: &Settings) -> Result<Launched> {

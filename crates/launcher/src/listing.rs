@@ -9,12 +9,107 @@ use std::io::{BufWriter, Write};
 
 use listing::list::{Hooks, ListOptions, RunSummary, UnreadableRun, has_frozen_facts};
 use status::Layout;
+use status::now_ms;
+use supervisor::observer;
 
 use crate::admission;
-use crate::api::ListQuery;
+use crate::api::{ListOutcome, ListQuery, ListSort};
 use crate::error::{Error, Result};
 use crate::root::home;
-use crate::runs::report_skipped;
+use crate::runs::{note_skipped, observer_options};
+
+/// How [`stream`] writes a listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFormat {
+    /// The pretty JSON array of `list --json`.
+    Json,
+    /// The detailed text of `list --long`.
+    Text,
+}
+
+/// The listing of `query`: active runs (or all), observed and reconciled.
+pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
+    if query.dismissed {
+        return Ok(ListOutcome {
+            runs: list_dismissed(layout, query)?,
+            unreadable: Vec::new(),
+            warnings: Vec::new(),
+        });
+    }
+    // The active index's runs are observed as they are listed (one read of
+    // each status for both); `--all` observes them first.
+    let observer = observer_options(layout);
+    if query.all {
+        observer::observe_active(layout, &observer);
+    }
+    let observe = |dir: &std::path::Path, status| observer::observe_status(dir, status, &observer);
+    let by_start = query.sort == Some(ListSort::Started);
+    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
+    let options = ListOptions {
+        all: query.all,
+        session: query.session.clone(),
+        // Sorted by start below, then cut.
+        limit: query.limit.filter(|_| !by_start),
+        reconcile: true,
+        now: now_ms(),
+        hooks: Hooks {
+            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
+            on_repaired: Some(&supervisor::procs::kill_step_groups),
+            observe: (!query.all).then_some(&observe),
+        },
+    };
+    let listing = listing::list::list(layout, &options)?;
+    let mut warnings = Vec::new();
+    note_skipped(&mut warnings, listing.skipped_repairs);
+    let mut runs = listing.runs;
+    if by_start {
+        runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
+        runs.truncate(query.limit.unwrap_or(usize::MAX));
+    }
+    let active = runs
+        .iter()
+        .filter(|r| r.status.state.is_active())
+        .map(|r| r.id.clone())
+        .collect();
+    admission::release_over(
+        layout,
+        runs.iter().filter_map(|r| r.status.session_id.as_deref()),
+        &active,
+    );
+    Ok(ListOutcome {
+        runs,
+        unreadable: listing.unreadable,
+        warnings,
+    })
+}
+
+/// `list --all --dismissed`: the runs `dismiss` hid, newest first.
+fn list_dismissed(layout: &Layout, query: &ListQuery) -> Result<Vec<RunSummary>> {
+    let hooks = Hooks {
+        fanout: None,
+        on_repaired: None,
+        observe: None,
+    };
+    let now = now_ms();
+    let mut runs: Vec<RunSummary> = listing::list::run_names(layout)?
+        .iter()
+        .filter_map(|id| {
+            listing::list::load(layout, id, false, now, &hooks)
+                .ok()
+                .flatten()
+        })
+        .filter(|r| r.status.display_dismissed_at.is_some())
+        .filter(|r| {
+            query
+                .session
+                .as_deref()
+                .is_none_or(|s| r.status.session_id.as_deref() == Some(s))
+        })
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.status.sort_time()));
+    runs.truncate(query.limit.unwrap_or(usize::MAX));
+    Ok(runs)
+}
 
 /// A JSON row: the whole summary of a run whose facts are live (few: the
 /// active ones), or only the name of one frozen at its end, read again when
@@ -24,12 +119,23 @@ enum JsonRow {
     Frozen(String),
 }
 
-/// `subagents list [--all] [--session S] [--limit N] [--json]`.
-pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
+/// `subagents list [--all] [--session S] [--limit N] [--json]` written to
+/// `out` as it is read: the pretty JSON array (`json`) or the detailed
+/// text. Returns the repairs that could not be written, one line each.
+pub fn stream(
+    layout: &Layout,
+    args: &ListQuery,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<Vec<String>> {
+    if args.all {
+        supervisor::observer::observe_active(layout, &crate::runs::observer_options(layout));
+    }
+    let mut warnings = Vec::new();
     let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let fanout = |dir: &std::path::Path| crate::fanout::live_snapshot(&budgets, dir);
     // The active index's runs are observed as they are listed (one read of
-    // each status for both); `--all` observes them before, see `commands`.
+    // each status for both); `--all` observes them above.
     let observer = crate::runs::observer_options(layout);
     let observe = |dir: &std::path::Path, status| {
         supervisor::observer::observe_status(dir, status, &observer)
@@ -44,7 +150,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
         now,
         hooks: Hooks {
             fanout: Some(&fanout),
-            on_repaired: Some(&crate::procs::kill_step_groups),
+            on_repaired: Some(&supervisor::procs::kill_step_groups),
             observe: (!args.all).then_some(&observe),
         },
     };
@@ -60,8 +166,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
             active.insert(summary.id.clone());
         }
     };
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    let mut out = BufWriter::new(out);
     if json {
         let rows = listing::list::list_rows(layout, &options, |summary| {
             note_session(&summary);
@@ -70,7 +175,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
                 _ => JsonRow::Whole(Box::new(summary)),
             }
         })?;
-        report_skipped(&rows.skipped_repairs);
+        note_skipped(&mut warnings, rows.skipped_repairs);
         admission::release_over(layout, sessions.iter().map(String::as_str), &active);
         let reload = Hooks {
             fanout: Some(&fanout),
@@ -113,7 +218,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
             started,
         };
         let listing = listing::list_index::list_text(layout, &options, &text)?;
-        report_skipped(&listing.skipped_repairs);
+        note_skipped(&mut warnings, listing.skipped_repairs.clone());
         admission::release_finished(layout, listing.sessions.iter().map(String::as_str));
         // Streamed: the index's rows are copied out in chunks, never held.
         let mut text = TextOut::start(&mut out, "Async runs", listing.len())?;
@@ -139,7 +244,7 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
             start..text.len()
         })?;
         let blocks: Vec<&str> = rows.rows.iter().map(|r| &text[r.clone()]).collect();
-        report_skipped(&rows.skipped_repairs);
+        note_skipped(&mut warnings, rows.skipped_repairs);
         admission::release_over(layout, sessions.iter().map(String::as_str), &active);
         let heading = if args.all {
             "Async runs"
@@ -149,7 +254,8 @@ pub fn list(layout: &Layout, args: &ListQuery, json: bool) -> Result {
         write_text(&mut out, heading, &blocks)?;
         write_unreadable(&mut out, &rows.unreadable)?;
     }
-    out.flush().map_err(write_error)
+    out.flush().map_err(write_error)?;
+    Ok(warnings)
 }
 
 fn write_error(e: std::io::Error) -> Error {

@@ -5,7 +5,7 @@
 //! step's stdout under `=== <agent> (step N) ===` (numbered as `status`
 //! numbers steps), each step's stderr on stderr under the same header.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -54,8 +54,12 @@ struct Source {
 }
 
 /// Loads the run and checks the asked-for step exists (exit 2 if not).
-fn load_for(layout: &Layout, request: &LogsRequest) -> Result<RunSummary> {
-    let run = load(layout, &request.run)?;
+fn load_for(
+    layout: &Layout,
+    request: &LogsRequest,
+    warnings: &mut Vec<String>,
+) -> Result<RunSummary> {
+    let run = load(layout, &request.run, warnings)?;
     let steps = run.status.steps().len();
     if let Some(n) = request.step
         && (n == 0 || n > steps.max(1))
@@ -68,30 +72,67 @@ fn load_for(layout: &Layout, request: &LogsRequest) -> Result<RunSummary> {
     Ok(run)
 }
 
-/// `subagents logs` as text: stdout files on stdout, stderr files on
-/// stderr; with `follow`, new bytes as they come until the run is over.
-pub fn print(layout: &Layout, request: &LogsRequest, follow_run: bool) -> Result {
-    let run = load_for(layout, request)?;
+/// The stream a chunk of `logs` output belongs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogStream {
+    /// Standard output: the run's output, COMMAND's stdout.
+    Stdout,
+    /// Standard error: COMMAND's stderr and its headers.
+    Stderr,
+}
+
+/// Bytes of `logs` output, in the order they are to be written.
+#[derive(Debug, Clone, Copy)]
+pub struct LogChunk<'a> {
+    /// Where they go.
+    pub stream: LogStream,
+    /// Headers and file content, as read.
+    pub bytes: &'a [u8],
+}
+
+/// Where [`stream`] sends its chunks (the caller writes them).
+pub type LogSink<'a> = dyn FnMut(LogChunk<'_>) -> std::io::Result<()> + 'a;
+
+/// What [`stream`] says besides the chunks.
+#[derive(Debug, Clone, Default)]
+pub struct Streamed {
+    /// A run that ended without a byte of output: why (e.g. it never started).
+    pub silence: Option<String>,
+    /// Repairs that could not be written, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// `subagents logs` as text: stdout files to [`LogStream::Stdout`], stderr
+/// files to [`LogStream::Stderr`]; with `follow`, new bytes as they come
+/// until the run is over.
+pub fn stream(
+    layout: &Layout,
+    request: &LogsRequest,
+    follow_run: bool,
+    sink: &mut LogSink<'_>,
+) -> Result<Streamed> {
+    let mut streamed = Streamed::default();
+    let run = load_for(layout, request, &mut streamed.warnings)?;
     let options = LogsOptions::from(request);
     if follow_run {
-        return follow(layout, &run.id, options);
+        follow(layout, &run.id, options, sink, &mut streamed.warnings)?;
+        return Ok(streamed);
     }
     let mut shown = false;
     for source in sources(&run, options) {
-        shown |= print_source(&source, request.tail)?;
+        shown |= print_source(&source, request.tail, sink)?;
     }
     if !shown && !run.status.state.is_active() {
-        explain_silence(&run);
+        streamed.silence = silence(&run);
     }
-    Ok(())
+    Ok(streamed)
 }
 
-/// A run that ended without a byte of output says why (e.g. it never started).
-fn explain_silence(run: &RunSummary) {
+/// Why a run that ended shows no output, when it did not simply complete.
+fn silence(run: &RunSummary) -> Option<String> {
     let line = crate::wait::outcome_line(run);
-    if run.status.error.is_some() || run.status.state != status::RunState::Complete {
-        eprintln!("subagents: no output; {line}");
-    }
+    (run.status.error.is_some() || run.status.state != status::RunState::Complete)
+        .then(|| format!("no output; {line}"))
 }
 
 fn is_composite(run: &RunSummary) -> bool {
@@ -201,56 +242,54 @@ fn tail_of(bytes: &[u8], n: usize) -> &[u8] {
     }
 }
 
-fn print_source(source: &Source, tail: Option<usize>) -> Result<bool> {
+fn print_source(source: &Source, tail: Option<usize>, sink: &mut LogSink<'_>) -> Result<bool> {
     let Some(bytes) = read_all(&source.path) else {
         return Ok(false);
     };
     let bytes = tail.map_or(&bytes[..], |n| tail_of(&bytes, n));
-    write_chunk(source, bytes, true)?;
+    write_chunk(source, bytes, true, sink)?;
     Ok(true)
 }
 
-/// Writes `bytes` to the source's stream; `announce` first prints its header
+/// Sends `bytes` to the source's stream; `announce` first sends its header
 /// (a composite step's, or `==> name (path) <==` for a single run's stderr).
-fn write_chunk(source: &Source, bytes: &[u8], announce: bool) -> Result {
+fn write_chunk(source: &Source, bytes: &[u8], announce: bool, sink: &mut LogSink<'_>) -> Result {
     let failed = |e: std::io::Error| Error::failed(format!("failed to write logs: {e}"));
     let header = announce.then_some(source.header.as_deref()).flatten();
-    match source.stream {
-        Stream::Out => {
-            let mut out = std::io::stdout().lock();
-            if let Some(h) = header {
-                writeln!(out, "{h}").map_err(failed)?;
-            }
-            out.write_all(bytes)
-                .and_then(|()| out.flush())
-                .map_err(failed)
-        }
-        Stream::Err => {
-            let mut err = std::io::stderr().lock();
+    let (stream, header) = match source.stream {
+        Stream::Out => (LogStream::Stdout, header.map(|h| format!("{h}\n"))),
+        Stream::Err => (
+            LogStream::Stderr,
             match (header, announce && source.header.is_none()) {
-                (Some(h), _) => writeln!(err, "{h} stderr").map_err(failed)?,
-                (None, true) => writeln!(
-                    err,
-                    "==> {} ({}) <==",
+                (Some(h), _) => Some(format!("{h} stderr\n")),
+                (None, true) => Some(format!(
+                    "==> {} ({}) <==\n",
                     source.name,
                     atomic_file::escape_path(&source.path)
-                )
-                .map_err(failed)?,
-                _ => {}
-            }
-            err.write_all(bytes)
-                .and_then(|()| err.flush())
-                .map_err(failed)
-        }
+                )),
+                _ => None,
+            },
+        ),
+    };
+    if let Some(header) = header {
+        sink(LogChunk {
+            stream,
+            bytes: header.as_bytes(),
+        })
+        .map_err(failed)?;
     }
+    sink(LogChunk { stream, bytes }).map_err(failed)
 }
 
 /// `logs --json` (and the MCP `logs` tool): the same files as the text
 /// form, each with its content (its last `tail` lines, its last
 /// `max_bytes` bytes).
 pub fn logs(layout: &Layout, request: &LogsRequest) -> Result<LogsOutcome> {
-    let run = load_for(layout, request)?;
-    Ok(outcome(&run, request))
+    let mut warnings = Vec::new();
+    let run = load_for(layout, request, &mut warnings)?;
+    let mut outcome = outcome(&run, request);
+    outcome.warnings = warnings;
+    Ok(outcome)
 }
 
 /// The [`LogsOutcome`] of a loaded run.
@@ -276,6 +315,7 @@ pub fn outcome(run: &RunSummary, request: &LogsRequest) -> LogsOutcome {
         run_id: run.id.clone(),
         state: run.status.state.as_str().to_owned(),
         logs,
+        warnings: Vec::new(),
     }
 }
 
@@ -290,13 +330,19 @@ fn last_bytes(text: &str, max: usize) -> &str {
 
 /// Prints new bytes of every source as they come, taking in the steps of a
 /// composite run as they start, until the run is over.
-fn follow(layout: &Layout, id: &str, options: LogsOptions) -> Result {
+fn follow(
+    layout: &Layout,
+    id: &str,
+    options: LogsOptions,
+    sink: &mut LogSink<'_>,
+    warnings: &mut Vec<String>,
+) -> Result {
     let dir = layout.run_dir(id);
     let (_watcher, events) = watch_dirs(std::slice::from_ref(&dir));
     let mut offsets: std::collections::HashMap<PathBuf, u64> = Default::default();
     let mut last: Option<String> = None;
     loop {
-        let run = load(layout, id)?;
+        let run = load(layout, id, warnings)?;
         let over = !run.status.state.is_active();
         let mut follow_sources = sources(&run, options);
         if !is_composite(&run) {
@@ -323,7 +369,7 @@ fn follow(layout: &Layout, id: &str, options: LogsOptions) -> Result {
             *offset += bytes.len() as u64;
             let key = source.header.clone().unwrap_or_else(|| source.name.clone());
             let switched = last.as_ref() != Some(&key);
-            write_chunk(source, &bytes, switched)?;
+            write_chunk(source, &bytes, switched, sink)?;
             last = Some(key);
         }
         if over {

@@ -20,9 +20,9 @@ use recovery::{LaunchContract, RecoveryDescriptor};
 
 use crate::admission;
 use crate::api::{RunRequest, Settings};
-use crate::config::{LaunchConfig, RevivalConfig, StepConfig};
 use crate::error::{Detail, Error, ErrorKind, Result};
 use crate::spec::{Plan, StepSpec};
+use supervisor::config::{LaunchConfig, RevivalConfig, StepConfig};
 
 /// Default wall-clock limit of a run, as in the reference.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30 * 60 * 1000;
@@ -581,7 +581,7 @@ fn write_queued(
     files: atomic_file::Batch,
 ) -> Result {
     let fanout = fanout.and_then(|s| serde_json::to_value(s).ok());
-    let queued = crate::transitions::queued(
+    let queued = supervisor::transitions::queued(
         config,
         fanout,
         ProcessIdentity::current().ok(),

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use agents::catalog::{self, Catalog, Found};
 use agents::{AgentDefinition, Invocation, RunnerKind};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use crate::api::{AgentList, AgentPrompt, AgentView, AgentsAction, AgentsOutcome, AgentsRequest};
 use crate::error::{Error, ErrorKind, Result};
 
 /// What `run --agent NAME` launches, and what its recovery descriptor records.
@@ -92,61 +93,35 @@ pub fn resolve(name: &str, cwd: &Path) -> Result<Preset> {
     })
 }
 
-/// What `agents` does.
-#[derive(Debug, Clone)]
-pub enum Action {
-    /// Every agent found, and every file that could not be read.
-    List,
-    /// One agent: its file and the command a run renders from it.
-    Show(String),
-    /// A snippet for CLAUDE.md / AGENTS.md.
-    Prompt,
-}
-
-/// `subagents agents [list|show NAME|prompt] [--json]`.
-pub fn command(action: &Action, json: bool) -> Result {
+/// The agents of the current directory's project and of the user.
+pub fn agents(request: &AgentsRequest) -> Result<AgentsOutcome> {
     let cwd = std::env::current_dir()
         .map_err(|e| Error::failed(format!("failed to read current directory: {e}")))?;
     let catalog = catalog(&cwd);
-    for error in &catalog.errors {
-        eprintln!("subagents: {}", atomic_file::escape(&error.to_string()));
-    }
-    match action {
-        Action::List => list(&catalog, json),
-        Action::Show(name) => show(&catalog, name, json),
-        Action::Prompt => {
-            print!("{}", agents::snippet::delegation_snippet(&catalog.agents));
-            Ok(())
+    let warnings: Vec<String> = catalog.errors.iter().map(ToString::to_string).collect();
+    Ok(match request.action {
+        AgentsAction::List => AgentsOutcome::List(AgentList {
+            agents: catalog.agents.iter().map(summary).collect(),
+            errors: catalog.errors.iter().map(error_json).collect(),
+            warnings,
+        }),
+        AgentsAction::Show => {
+            let name = request
+                .name
+                .as_deref()
+                .ok_or_else(|| Error::usage("failed to show agent: give the agent's name"))?;
+            let mut view = show(&catalog, name)?;
+            view.warnings = warnings;
+            AgentsOutcome::Show(view)
         }
-    }
+        AgentsAction::Prompt => AgentsOutcome::Prompt(AgentPrompt {
+            snippet: agents::snippet::delegation_snippet(&catalog.agents),
+            warnings,
+        }),
+    })
 }
 
-fn list(catalog: &Catalog, json: bool) -> Result {
-    if json {
-        let agents: Vec<Value> = catalog.agents.iter().map(summary).collect();
-        let errors: Vec<Value> = catalog.errors.iter().map(error_json).collect();
-        println!("{}", json!({"agents": agents, "errors": errors}));
-        return Ok(());
-    }
-    if catalog.agents.is_empty() {
-        println!(
-            "No agents. Add one to .subagents/agents/NAME.md (see `subagents agents show --help`)."
-        );
-    }
-    for found in &catalog.agents {
-        let def = &found.definition;
-        let description = def.description.as_deref().unwrap_or("");
-        println!(
-            "{}\t{}\t{}\t{description}",
-            def.name,
-            def.runner,
-            found.scope.as_str()
-        );
-    }
-    Ok(())
-}
-
-fn show(catalog: &Catalog, name: &str, json: bool) -> Result {
+fn show(catalog: &Catalog, name: &str) -> Result<AgentView> {
     let found = catalog.find(name).ok_or_else(|| {
         Error::of(
             ErrorKind::UnknownAgent,
@@ -158,30 +133,21 @@ fn show(catalog: &Catalog, name: &str, json: bool) -> Result {
     let placeholder = agents::preset::PLACEHOLDER_SESSION_ID;
     let invocation =
         agents::preset::render(def, placeholder).map_err(|e| Error::failed(e.to_string()))?;
-    if json {
-        let mut value = summary(found);
-        value["systemPrompt"] = json!(def.system_prompt);
-        value["argv"] = json!(invocation.argv);
-        value["env"] = json!(invocation.env);
-        println!("{value}");
-        return Ok(());
-    }
-    println!("name: {}", def.name);
-    println!("runner: {}", def.runner);
-    println!("file: {} ({})", def.path.display(), found.scope.as_str());
-    if let Some(description) = &def.description {
-        println!("description: {description}");
-    }
-    println!("command: {}", agents::preset::shell_words(&invocation.argv));
-    if def.runner != RunnerKind::Command {
-        println!("task: on stdin");
-    }
-    Ok(())
+    let mut agent = summary(found);
+    agent.insert("systemPrompt".into(), json!(def.system_prompt));
+    agent.insert("argv".into(), json!(invocation.argv));
+    agent.insert("env".into(), json!(invocation.env));
+    Ok(AgentView {
+        agent,
+        command: agents::preset::shell_words(&invocation.argv),
+        task_on_stdin: def.runner != RunnerKind::Command,
+        warnings: Vec::new(),
+    })
 }
 
-fn summary(found: &Found) -> Value {
+fn summary(found: &Found) -> Map<String, Value> {
     let def = &found.definition;
-    json!({
+    let value = json!({
         "name": def.name,
         "description": def.description,
         "runner": def.runner.as_str(),
@@ -193,7 +159,11 @@ fn summary(found: &Found) -> Value {
         "systemPromptMode": def.system_prompt_mode.as_str(),
         "scope": found.scope.as_str(),
         "path": def.path,
-    })
+    });
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
 }
 
 fn error_json(error: &agents::DefinitionError) -> Value {

@@ -15,12 +15,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use process_identity::Liveness;
-use serde_json::{Value, json};
+use serde_json::Value;
 use status::layout::files;
 use status::model::RunStatus;
 use status::proof::{Fallback, ProofState};
 use status::{Layout, now_ms};
 
+use crate::api::{KeptRun, PruneOutcome, PruneRequest, PrunedRun};
 use crate::error::{DurationField, Error, Result};
 
 /// The default `--older-than`.
@@ -58,9 +59,11 @@ pub fn parse_age(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// `subagents prune [--older-than D] [--dry-run] [--json]`.
-pub fn command(layout: &Layout, older_than: Option<&str>, dry_run: bool, json: bool) -> Result {
-    let age = parse_age(older_than.unwrap_or(DEFAULT_AGE))
+/// Deletes (or with `dry_run` only judges) the finished runs older than
+/// the request's cutoff, and what only they use.
+pub fn prune(layout: &Layout, request: &PruneRequest) -> Result<PruneOutcome> {
+    let dry_run = request.dry_run;
+    let age = parse_age(request.older_than.as_deref().unwrap_or(DEFAULT_AGE))
         .map_err(|e| Error::bad_duration(DurationField::OlderThan, e))?;
     let now = now_ms();
     let cutoff = now.saturating_sub(age.as_millis() as u64);
@@ -82,7 +85,7 @@ pub fn command(layout: &Layout, older_than: Option<&str>, dry_run: bool, json: b
                 if let Some(budget) = budget_of(&dir) {
                     references.insert(budget, id.clone());
                 }
-                kept.push(json!({"runId": id, "reason": reason}));
+                kept.push(KeptRun { run_id: id, reason });
             }
         }
     }
@@ -93,8 +96,22 @@ pub fn command(layout: &Layout, older_than: Option<&str>, dry_run: bool, json: b
     let slots = pruned.iter().map(|p| p.slots).sum();
     let leases = prune_leases(layout, &pruned_ids, dry_run);
     let budgets = prune_budgets(layout, &pruned, &references, dry_run);
-    report(&pruned, &kept, &budgets, &leases, slots, dry_run, json, age);
-    Ok(())
+    Ok(PruneOutcome {
+        dry_run,
+        older_than_ms: age.as_millis() as u64,
+        pruned: pruned
+            .into_iter()
+            .map(|p| PrunedRun {
+                run_id: p.id,
+                state: p.state,
+                ended_at: p.ended_at,
+            })
+            .collect(),
+        kept,
+        budgets,
+        leases,
+        capacity_slots: slots,
+    })
 }
 
 /// Judges one run and, unless `dry_run`, deletes it. `Ok(None)`: left
@@ -370,56 +387,4 @@ fn remove_budget(dir: &Path) -> std::io::Result<()> {
     nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| std::io::Error::from(e))
         .and_then(|_held| std::fs::remove_dir_all(dir))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn report(
-    pruned: &[Pruned],
-    kept: &[Value],
-    budgets: &[String],
-    leases: &[String],
-    slots: usize,
-    dry_run: bool,
-    json: bool,
-    age: Duration,
-) {
-    if json {
-        let runs: Vec<Value> = pruned
-            .iter()
-            .map(|p| json!({"runId": p.id, "state": p.state, "endedAt": p.ended_at}))
-            .collect();
-        let out = json!({
-            "dryRun": dry_run,
-            "olderThanMs": age.as_millis() as u64,
-            "pruned": runs,
-            "kept": kept,
-            "budgets": budgets,
-            "leases": leases,
-            "capacitySlots": slots,
-        });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return;
-    }
-    let verb = if dry_run { "would prune" } else { "pruned" };
-    let now = now_ms();
-    for p in pruned {
-        let ago = listing::format::format_duration(now.saturating_sub(p.ended_at));
-        println!("{verb} {} ({}, ended {ago} ago)", p.id, p.state);
-    }
-    for k in kept {
-        println!(
-            "kept {}: {}",
-            k["runId"].as_str().unwrap_or(""),
-            k["reason"].as_str().unwrap_or("")
-        );
-    }
-    let head = if dry_run { "Would prune" } else { "Pruned" };
-    println!(
-        "{head} {} run(s), {} budget(s), {} lease(s), {} capacity slot(s); kept {} old run(s).",
-        pruned.len(),
-        budgets.len(),
-        leases.len(),
-        slots,
-        kept.len()
-    );
 }

@@ -38,33 +38,41 @@ pub fn observe(layout: &Layout, id: &str) -> observer::Observation {
     }
 }
 
-/// Loads a run (observing and reconciling it), exit 4 when it has no status.
-pub fn load(layout: &Layout, id: &str) -> Result<RunSummary> {
-    load_observed(layout, id).map(|(run, _)| run)
+/// Loads a run (observing and reconciling it), exit 4 when it has no status;
+/// a repair that could not be written adds a line to `warnings`.
+pub fn load(layout: &Layout, id: &str, warnings: &mut Vec<String>) -> Result<RunSummary> {
+    load_observed(layout, id, warnings).map(|(run, _)| run)
 }
 
 /// [`load`], also returning what the observer found.
-pub fn load_observed(layout: &Layout, id: &str) -> Result<(RunSummary, observer::Observation)> {
+pub fn load_observed(
+    layout: &Layout,
+    id: &str,
+    warnings: &mut Vec<String>,
+) -> Result<(RunSummary, observer::Observation)> {
     let id = resolve(layout, id)?;
     let observation = observe(layout, &id);
     let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let fanout = |dir: &Path| crate::fanout::live_snapshot(&budgets, dir);
     let hooks = Hooks {
         fanout: Some(&fanout),
-        on_repaired: Some(&crate::procs::kill_step_groups),
+        on_repaired: Some(&supervisor::procs::kill_step_groups),
         observe: None,
     };
     let mut skipped = Vec::new();
     let run = listing::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
-    report_skipped(&skipped);
+    note_skipped(warnings, skipped);
     let run = run?.ok_or_else(|| no_status(&id))?;
     Ok((run, observation))
 }
 
-/// One stderr line per repair a read-only command could not write.
-pub fn report_skipped(skipped: &[String]) {
+/// Adds each repair a read-only command could not write to `warnings`,
+/// once.
+pub fn note_skipped(warnings: &mut Vec<String>, skipped: impl IntoIterator<Item = String>) {
     for line in skipped {
-        eprintln!("subagents: warning: {line}");
+        if !warnings.contains(&line) {
+            warnings.push(line);
+        }
     }
 }
 

@@ -1,16 +1,16 @@
 //! [`Launcher`]: the launcher's typed API, one method per operation, under
 //! both front-ends (the command line in `cli`/`commands`, the MCP server in
 //! `mcp`). Methods take [`crate::api`] requests and return its outcomes or
-//! an [`Error`] carrying the exit code and structured detail; none prints.
+//! an [`Error`](crate::Error) carrying the exit code and structured detail; none prints.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use listing::list::{Hooks, ListOptions, RunSummary};
 use nix::sys::signal::Signal;
 use process_identity::Liveness;
 use serde_json::json;
+use listing::list::RunSummary;
 use status::model::update_status;
 use status::reconcile;
 use status::{Layout, RunState, now_ms};
@@ -18,14 +18,42 @@ use supervisor::observer;
 
 use crate::admission;
 use crate::api::{
-    BudgetOutcome, BudgetQuery, CapacityOutcome, CapacityQuery, CapacitySlot, DEFAULT_STOP_REASON,
-    Launched, ListOutcome, ListQuery, ListSort, LogsOutcome, LogsRequest, ResumeRequest, Resumed,
-    RunRequest, RunView, Settings, StopOutcome, StopRequest, WaitOutcome, WaitRequest,
+    AgentsOutcome, AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetOutcome,
+    BudgetQuery, CapacityOutcome, CapacityQuery, CapacitySlot, ConfigOutcome, ConfigRequest,
+    DEFAULT_STOP_REASON, DismissOutcome, DismissRequest, Launched, ListOutcome, ListQuery,
+    LogsOutcome, LogsRequest, PruneOutcome, PruneRequest, ReconcileOutcome, ReconcileRequest,
+    ResumeRequest, Resumed, RunRequest, RunView, Settings, StopOutcome, StopRequest,
+    ValidateOutcome, ValidateRequest, WaitOutcome, WaitRequest,
 };
 use crate::error::Result;
-use crate::procs::signal_group;
-use crate::runs::{load, load_observed, observe, observer_options, report_skipped};
+use crate::runs::{load, load_observed, observe, observer_options};
 use crate::wait::{Keep, WaitEvent, watch_dirs};
+use supervisor::procs::signal_group;
+
+/// The operations of [`Launcher`]: each is a method of that name (with a
+/// streaming variant `<name>_each` where a front-end prints as it reads),
+/// and each has a command line command (`budget_create` is `budget create`)
+/// and an MCP tool of the same name; `tests/tidy.rs` checks all three. The
+/// other public methods (`new`, `layout`, `settings`) are accessors.
+pub const OPERATIONS: &[&str] = &[
+    "run",
+    "status",
+    "list",
+    "wait",
+    "stop",
+    "resume",
+    "logs",
+    "budget",
+    "budget_create",
+    "budget_claim",
+    "capacity",
+    "reconcile",
+    "dismiss",
+    "prune",
+    "validate",
+    "agents",
+    "config",
+];
 
 /// The launcher of one state root with its launch settings.
 #[derive(Debug, Clone)]
@@ -58,7 +86,8 @@ impl Launcher {
 
     /// One run's summary (observed and reconciled first).
     pub fn status(&self, run: &str) -> Result<RunView> {
-        let (run, observation) = load_observed(&self.layout, run)
+        let mut warnings = Vec::new();
+        let (run, observation) = load_observed(&self.layout, run, &mut warnings)
             .map_err(|e| crate::damaged::status_error(&self.layout, run, e))?;
         // Freeing the session's over slots reads every slot's owner; an
         // active run has no slot to give back, so asking about it costs the
@@ -74,12 +103,31 @@ impl Launcher {
             }
             _ => None,
         };
-        Ok(RunView { run, observer })
+        Ok(RunView {
+            run,
+            observer,
+            warnings,
+        })
     }
 
-    /// The runs `query` asks for, in listing order.
+    /// The runs `query` asks for, in listing order, collected.
     pub fn list(&self, query: &ListQuery) -> Result<ListOutcome> {
-        list(&self.layout, query)
+        crate::listing::collect(&self.layout, query)
+    }
+
+    /// The listing of `query` written to `out` as it is read, in bounded
+    /// memory: the pretty JSON array of `list --json`, or the detailed text
+    /// of `list --long`. Not for `sort` or `dismissed` (they need every row
+    /// first: use [`Launcher::list`]). Returns the repairs that could not be
+    /// written, one line each.
+    pub fn list_each(
+        &self,
+        query: &ListQuery,
+        format: crate::listing::ListFormat,
+        out: &mut dyn std::io::Write,
+    ) -> Result<Vec<String>> {
+        let json = format == crate::listing::ListFormat::Json;
+        crate::listing::stream(&self.layout, query, json, out)
     }
 
     /// Blocks until every run is over or the timeout passes (exit 124);
@@ -104,6 +152,17 @@ impl Launcher {
         crate::revive::resume(&self.layout, request, &self.settings)
     }
 
+    /// `logs` as text, streamed to `sink` (with `follow`, until the run is
+    /// over); the chunks say which stream they belong on.
+    pub fn logs_each(
+        &self,
+        request: &LogsRequest,
+        follow: bool,
+        sink: &mut crate::logs::LogSink<'_>,
+    ) -> Result<crate::logs::Streamed> {
+        crate::logs::stream(&self.layout, request, follow, sink)
+    }
+
     /// A run's log files and their content (or tails).
     pub fn logs(&self, request: &LogsRequest) -> Result<LogsOutcome> {
         crate::logs::logs(&self.layout, request)
@@ -124,93 +183,59 @@ impl Launcher {
         let limit = query.limit.or(self.settings.max_active);
         capacity(&self.layout, session, limit)
     }
-}
 
-/// The listing of `query`: active runs (or all), observed and reconciled.
-pub fn list(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
-    if query.dismissed {
-        return Ok(ListOutcome {
-            runs: list_dismissed(layout, query)?,
-            unreadable: Vec::new(),
-        });
+    /// Repairs stale runs and finalizes what the evidence allows.
+    pub fn reconcile(&self, _request: &ReconcileRequest) -> Result<ReconcileOutcome> {
+        crate::reconcile::reconcile(&self.layout)
     }
-    // The active index's runs are observed as they are listed (one read of
-    // each status for both); `--all` observes them first.
-    let observer = observer_options(layout);
-    if query.all {
-        observer::observe_active(layout, &observer);
-    }
-    let observe = |dir: &std::path::Path, status| observer::observe_status(dir, status, &observer);
-    let by_start = query.sort == Some(ListSort::Started);
-    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
-    let options = ListOptions {
-        all: query.all,
-        session: query.session.clone(),
-        // Sorted by start below, then cut.
-        limit: query.limit.filter(|_| !by_start),
-        reconcile: true,
-        now: now_ms(),
-        hooks: Hooks {
-            fanout: Some(&|dir| crate::fanout::live_snapshot(&budgets, dir)),
-            on_repaired: Some(&crate::procs::kill_step_groups),
-            observe: (!query.all).then_some(&observe),
-        },
-    };
-    let listing = listing::list::list(layout, &options)?;
-    report_skipped(&listing.skipped_repairs);
-    let mut runs = listing.runs;
-    if by_start {
-        runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
-        runs.truncate(query.limit.unwrap_or(usize::MAX));
-    }
-    let active = runs
-        .iter()
-        .filter(|r| r.status.state.is_active())
-        .map(|r| r.id.clone())
-        .collect();
-    admission::release_over(
-        layout,
-        runs.iter().filter_map(|r| r.status.session_id.as_deref()),
-        &active,
-    );
-    Ok(ListOutcome {
-        runs,
-        unreadable: listing.unreadable,
-    })
-}
 
-/// `list --all --dismissed`: the runs `dismiss` hid, newest first.
-fn list_dismissed(layout: &Layout, query: &ListQuery) -> Result<Vec<RunSummary>> {
-    let hooks = Hooks {
-        fanout: None,
-        on_repaired: None,
-        observe: None,
-    };
-    let now = now_ms();
-    let mut runs: Vec<RunSummary> = listing::list::run_names(layout)?
-        .iter()
-        .filter_map(|id| {
-            listing::list::load(layout, id, false, now, &hooks)
-                .ok()
-                .flatten()
-        })
-        .filter(|r| r.status.display_dismissed_at.is_some())
-        .filter(|r| {
-            query
-                .session
-                .as_deref()
-                .is_none_or(|s| r.status.session_id.as_deref() == Some(s))
-        })
-        .collect();
-    runs.sort_by_key(|r| std::cmp::Reverse(r.status.sort_time()));
-    runs.truncate(query.limit.unwrap_or(usize::MAX));
-    Ok(runs)
+    /// Hides a finished run from `list` (an active one only with `force`).
+    pub fn dismiss(&self, request: &DismissRequest) -> Result<DismissOutcome> {
+        crate::dismiss::dismiss(&self.layout, request)
+    }
+
+    /// Deletes finished runs older than a cutoff (or says which it would).
+    pub fn prune(&self, request: &PruneRequest) -> Result<PruneOutcome> {
+        crate::prune::prune(&self.layout, request)
+    }
+
+    /// Validates one artifact as its readers read it; an invalid file is
+    /// the outcome `valid: false`, not an error.
+    pub fn validate(&self, request: &ValidateRequest) -> Result<ValidateOutcome> {
+        crate::validate::validate(&self.layout, request)
+    }
+
+    /// The named agents of the current directory and of the user. Reads no
+    /// run state; a method so that both front-ends reach it the same way.
+    pub fn agents(&self, request: &AgentsRequest) -> Result<AgentsOutcome> {
+        crate::presets::agents(request)
+    }
+
+    /// The config file and each setting's value and source. Reads no run
+    /// state; a method so that both front-ends reach it the same way.
+    pub fn config(&self, _request: &ConfigRequest) -> Result<ConfigOutcome> {
+        crate::settings::config()
+    }
+
+    /// Creates a fan-out budget; returns its descriptor.
+    pub fn budget_create(
+        &self,
+        request: &BudgetCreateRequest,
+    ) -> Result<fanout_budget::Descriptor> {
+        crate::budget::create(&self.layout, &request.root_run_id, request.limit)
+    }
+
+    /// Claims fan-out slots all-or-nothing; over the limit exit 3.
+    pub fn budget_claim(&self, request: &BudgetClaimRequest) -> Result<fanout_budget::Snapshot> {
+        crate::budget::claim(&self.layout, request.descriptor.as_deref(), &request.paths)
+    }
 }
 
 /// Asks the runner to stop (SIGTERM), then forces the groups; settles a
 /// run whose monitor is gone.
 pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
-    let run = match load(layout, id) {
+    let mut warnings = Vec::new();
+    let run = match load(layout, id, &mut warnings) {
         Ok(run) => run,
         Err(e) => return crate::damaged::stop(layout, id, reason, e),
     };
@@ -240,11 +265,12 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
         }
     }
     settle_without_monitor(layout, &run.id, reason);
-    let final_run = load(layout, &run.id)?;
+    let final_run = load(layout, &run.id, &mut warnings)?;
     admission::release_finished(layout, final_run.status.session_id.as_deref());
     Ok(StopOutcome {
         run: final_run,
         was_over,
+        warnings,
     })
 }
 
@@ -332,7 +358,7 @@ fn force_stop(dir: &Path, reason: &str) -> Result {
     {
         signal_group(identity.pid, Signal::SIGKILL);
     }
-    crate::procs::kill_step_groups(&status);
+    supervisor::procs::kill_step_groups(&status);
     let now = now_ms();
     update_status(dir, |s| {
         let s = s?;
@@ -377,13 +403,14 @@ pub fn capacity(
         }
     }
     // A root we cannot write to (read-only, full) still shows its usage.
+    let mut warnings = Vec::new();
     let snapshot = match pools.reconcile(&session, limit, &none) {
         Ok(snapshot) => snapshot,
         Err(e) => {
-            report_skipped(&[format!(
+            warnings.push(format!(
                 "skipped freeing finished runs' slots: {}",
                 atomic_file::escape(&e.to_string())
-            )]);
+            ));
             held
         }
     };
@@ -416,5 +443,6 @@ pub fn capacity(
         used: snapshot.used,
         limit: snapshot.limit,
         slots,
+        warnings,
     })
 }

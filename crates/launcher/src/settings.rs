@@ -8,8 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
-
+use crate::api::{ConfigKey, ConfigOutcome};
 use crate::error::{Error, Result};
 
 /// The keys, the variable each one stands in for, and whether it is a number.
@@ -152,8 +151,8 @@ fn variable(key: &str) -> &'static str {
         .unwrap_or("")
 }
 
-/// `subagents config`: the file, and each key's value and where it comes from.
-pub fn command(json: bool) -> Result {
+/// The file, and each key's value and where it comes from.
+pub fn config() -> Result<ConfigOutcome> {
     let path = path();
     let file = match &path {
         Some(p) => read(p)?,
@@ -169,34 +168,18 @@ pub fn command(json: bool) -> Result {
             (Some(v), _) => (Some(v), "environment"),
             (None, _) => (None, "default"),
         };
-        keys.push(json!({"key": key, "variable": var, "value": value, "source": source}));
+        keys.push(ConfigKey {
+            key: key.to_owned(),
+            variable: var.to_owned(),
+            value,
+            source: source.to_owned(),
+        });
     }
-    let shown = path.as_ref().map(|p| p.display().to_string());
-    if json {
-        let exists = path.as_ref().is_some_and(|p| p.exists());
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"path": shown, "exists": exists, "keys": keys}))
-                .unwrap_or_default()
-        );
-        return Ok(());
-    }
-    let exists = path.as_ref().is_some_and(|p| p.exists());
-    println!(
-        "Config file: {} ({})",
-        shown.as_deref().unwrap_or("none (no $HOME)"),
-        if exists { "read" } else { "absent" }
-    );
-    for k in &keys {
-        println!(
-            "  {} = {} ({}, ${})",
-            k["key"].as_str().unwrap_or(""),
-            k["value"].as_str().unwrap_or("-"),
-            k["source"].as_str().unwrap_or(""),
-            k["variable"].as_str().unwrap_or("")
-        );
-    }
-    Ok(())
+    Ok(ConfigOutcome {
+        exists: path.as_ref().is_some_and(|p| p.exists()),
+        path: path.as_ref().map(|p| p.display().to_string()),
+        keys,
+    })
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::config::GroupConfig;
 use crate::root::parse_duration;
+use supervisor::config::GroupConfig;
 
 /// Parallel groups run this many children at once unless the spec says otherwise.
 pub const DEFAULT_CONCURRENCY: usize = 4;

@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use status::Layout;
 
+use crate::api::{ValidateOutcome, ValidateRequest};
 use crate::error::{Error, Result};
 
 /// The artifact kinds `validate` knows.
@@ -127,26 +128,23 @@ pub fn check(layout: &Layout, kind: Kind, file: &Path) -> Result<(), String> {
     }
 }
 
-/// The command: exit 0 valid, 1 invalid; `--json` prints `{valid, error}`.
-pub fn command(layout: &Layout, kind: Kind, file: &Path, json: bool) -> Result {
-    let result = check(layout, kind, file);
-    if json {
-        println!(
-            "{}",
-            json!({"valid": result.is_ok(), "error": result.as_ref().err()})
-        );
-    }
-    match result {
-        Ok(()) => {
-            if !json {
-                println!("{}: valid {}", file.display(), kind.name());
-            }
-            Ok(())
-        }
-        Err(message) if json => {
-            eprintln!("subagents: {message}");
-            Err(Error::silent(crate::error::Exit::Failed))
-        }
-        Err(message) => Err(Error::failed(message)),
-    }
+/// Validates the request's file as its kind; an invalid file is a verdict
+/// (`valid: false`), an unknown kind a usage error.
+pub fn validate(layout: &Layout, request: &ValidateRequest) -> Result<ValidateOutcome> {
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| k.name() == request.kind)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+            Error::usage(format!(
+                "failed to validate: unknown kind '{}' (one of {})",
+                request.kind,
+                names.join(", ")
+            ))
+        })?;
+    let error = check(layout, kind, &request.file).err();
+    Ok(ValidateOutcome {
+        valid: error.is_none(),
+        error,
+    })
 }

@@ -294,7 +294,7 @@ pub fn is_settled(run: &RunSummary) -> bool {
 fn load_all(layout: &Layout, ids: &[String]) -> Result<Vec<RunSummary>> {
     let hooks = listing::list::Hooks {
         fanout: None,
-        on_repaired: Some(&crate::procs::kill_step_groups),
+        on_repaired: Some(&supervisor::procs::kill_step_groups),
         observe: None,
     };
     ids.iter()

@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::commands;
 use launcher::api::{
-    ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest, Settings, StopRequest, WaitRequest,
+    AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetQuery, DismissRequest, ListQuery,
+    ListSort, LogsRequest, PruneRequest, ResumeRequest, RunRequest, Settings, StopRequest,
+    ValidateRequest, WaitRequest,
 };
 use launcher::error::{self, Result};
 use launcher::service::Launcher;
@@ -182,7 +184,8 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
     /// Serve the launcher's API to an agent as an MCP server on stdio
-    /// (tools run, status, list, wait, stop, resume, logs, budget, capacity).
+    /// (a tool per operation: run, status, list, wait, stop, resume, logs,
+    /// reconcile, dismiss, prune, budget, capacity, validate, agents, config).
     #[cfg(feature = "mcp")]
     Mcp(McpArgs),
 }
@@ -283,7 +286,7 @@ pub enum SortKey {
 }
 
 fn fanout_limit_parser() -> clap::builder::RangedU64ValueParser<u64> {
-    clap::value_parser!(u64).range(1..=fanout_budget::MAX_LIMIT)
+    clap::value_parser!(u64).range(1..=launcher::process::MAX_FANOUT_LIMIT)
 }
 
 /// `subagents budget [doctor]`.
@@ -569,7 +572,7 @@ pub fn main() -> i32 {
     let config_warning = match launcher::settings::apply() {
         Ok(warning) => warning,
         Err(e) => {
-            eprintln!("subagents: {}", atomic_file::escape(&e.message));
+            eprintln!("subagents: {}", launcher::escape(&e.message));
             return e.exit().code();
         }
     };
@@ -584,7 +587,7 @@ pub fn main() -> i32 {
             })
         )
     {
-        eprintln!("subagents: warning: {}", atomic_file::escape(&warning));
+        eprintln!("subagents: warning: {}", launcher::escape(&warning));
     }
     let cli = match parsed {
         Ok(cli) => cli,
@@ -598,7 +601,7 @@ pub fn main() -> i32 {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     if launches_runs(&cli.command) {
-        supervisor::fault::init(supervisor::fault::Process::Launcher);
+        launcher::process::init_launcher_faults();
     }
     let json = wants_json(&cli.command);
     match dispatch(cli) {
@@ -615,12 +618,12 @@ fn report(e: error::Error, json: bool) -> i32 {
             println!("{}", e.to_json());
         }
         // One line per message, whatever ids or paths it quotes.
-        eprintln!("subagents: {}", atomic_file::escape(&e.message));
+        eprintln!("subagents: {}", launcher::escape(&e.message));
         for note in &e.notes {
-            eprintln!("  {}", atomic_file::escape(note));
+            eprintln!("  {}", launcher::escape(note));
         }
         if let Some(hint) = &e.hint {
-            eprintln!("  hint: {}", atomic_file::escape(hint));
+            eprintln!("  hint: {}", launcher::escape(hint));
         }
     }
     e.exit().code()
@@ -699,14 +702,14 @@ fn command_words(args: impl Iterator<Item = String>) -> String {
 fn internal_process() -> Option<i32> {
     let first = std::env::args_os().nth(1)?;
     let main: fn() -> i32 = if first == "__monitor" {
-        supervisor::monitor::main
+        launcher::process::monitor_main
     } else if first == "__runner" {
-        supervisor::runner::main
+        launcher::process::runner_main
     } else {
         return None;
     };
     // The processes of a run were started by a launcher that checked the root.
-    atomic_file::read::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
+    launcher::process::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
     Some(main())
 }
 
@@ -784,19 +787,19 @@ fn wants_json(command: &Command) -> bool {
 }
 
 fn dispatch(cli: Cli) -> Result {
-    let layout = status::Layout::new(launcher::root::state_root(cli.root));
+    let layout = launcher::Layout::new(launcher::root::state_root(cli.root));
     if !matches!(
         cli.command,
         Command::Completions { .. } | Command::Agents { .. }
     ) {
         let shared = launcher::root::allow_shared_root(cli.allow_shared_root);
-        atomic_file::read::set_allow_foreign_owner(shared);
+        launcher::process::set_allow_foreign_owner(shared);
         if !shared {
             launcher::root::check_trusted(&layout).map_err(error::Error::failed)?;
         }
     } else {
         // These read no run state.
-        atomic_file::read::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
+        launcher::process::set_allow_foreign_owner(launcher::root::allow_shared_root(false));
     }
     let launcher = |settings: Settings| Launcher::new(layout.clone(), settings);
     match cli.command {
@@ -814,7 +817,7 @@ fn dispatch(cli: Cli) -> Result {
                 short: args.short,
                 color: args.color.into(),
             };
-            commands::list(&layout, &args.query(), display)
+            commands::list(&launcher(Settings::default()), &args.query(), display)
         }
         Command::Wait {
             runs,
@@ -852,8 +855,11 @@ fn dispatch(cli: Cli) -> Result {
             };
             commands::logs(&launcher(Settings::default()), &request, json, follow)
         }
-        Command::Reconcile { json } => commands::reconcile(&layout, json),
-        Command::Dismiss { run, force, json } => commands::dismiss(&layout, &run, force, json),
+        Command::Reconcile { json } => commands::reconcile(&launcher(Settings::default()), json),
+        Command::Dismiss { run, force, json } => {
+            let request = DismissRequest { run, force };
+            commands::dismiss(&launcher(Settings::default()), &request, json)
+        }
         Command::Budget { doctor, action } => budget(&layout, &doctor, action),
         Command::Resume(args) => {
             let settings = Settings {
@@ -863,15 +869,22 @@ fn dispatch(cli: Cli) -> Result {
             commands::resume(&launcher(settings), &args.request(), args.json)
         }
         Command::Agents { action, json } => {
-            let action = match action {
-                None | Some(AgentsAction::List) => launcher::presets::Action::List,
-                Some(AgentsAction::Show { name }) => launcher::presets::Action::Show(name),
-                Some(AgentsAction::Prompt) => launcher::presets::Action::Prompt,
+            let (action, name) = match action {
+                None | Some(AgentsAction::List) => (launcher::api::AgentsAction::List, None),
+                Some(AgentsAction::Show { name }) => {
+                    (launcher::api::AgentsAction::Show, Some(name))
+                }
+                Some(AgentsAction::Prompt) => (launcher::api::AgentsAction::Prompt, None),
             };
-            launcher::presets::command(&action, json)
+            let request = AgentsRequest { action, name };
+            commands::agents(&launcher(Settings::default()), &request, json)
         }
         Command::Validate { kind, file, json } => {
-            launcher::validate::command(&layout, kind.0, &file, json)
+            let request = ValidateRequest {
+                kind: kind.0.name().to_owned(),
+                file,
+            };
+            commands::validate(&launcher(Settings::default()), &request, json)
         }
         Command::Capacity {
             session,
@@ -889,13 +902,16 @@ fn dispatch(cli: Cli) -> Result {
             older_than,
             dry_run,
             json,
-        } => launcher::prune::command(&layout, older_than.as_deref(), dry_run, json),
-        Command::Config { json } => launcher::settings::command(json),
+        } => {
+            let request = PruneRequest {
+                older_than,
+                dry_run,
+            };
+            commands::prune(&launcher(Settings::default()), &request, json)
+        }
+        Command::Config { json } => commands::config(&launcher(Settings::default()), json),
         #[cfg(feature = "top")]
-        Command::Top => crate::top::command(
-            &layout,
-            launcher::root::allow_shared_root(cli.allow_shared_root),
-        ),
+        Command::Top => crate::top::command(&layout),
         #[cfg(feature = "mcp")]
         Command::Mcp(args) => crate::mcp::serve(launcher(args.settings())),
         Command::Completions { shell } => {
@@ -906,20 +922,36 @@ fn dispatch(cli: Cli) -> Result {
     }
 }
 
-fn budget(layout: &status::Layout, doctor: &DoctorArgs, action: Option<BudgetAction>) -> Result {
+fn budget(layout: &launcher::Layout, doctor: &DoctorArgs, action: Option<BudgetAction>) -> Result {
+    let launcher = |fanout_limit| {
+        let settings = Settings {
+            fanout_limit,
+            ..Settings::default()
+        };
+        Launcher::new(layout.clone(), settings)
+    };
     match action {
-        None => commands::budget_doctor(layout, doctor.fanout_limit, doctor.json),
+        None => commands::budget_doctor(&launcher(doctor.fanout_limit), doctor.json),
         Some(BudgetAction::Doctor(args)) => {
-            commands::budget_doctor(layout, args.fanout_limit, args.json)
+            commands::budget_doctor(&launcher(args.fanout_limit), args.json)
         }
         Some(BudgetAction::Create {
             root_run_id, limit, ..
-        }) => commands::budget_create(layout, &root_run_id, limit),
+        }) => {
+            let request = BudgetCreateRequest { root_run_id, limit };
+            commands::budget_create(&launcher(None), &request)
+        }
         Some(BudgetAction::Show {
             run, descriptor, ..
-        }) => commands::budget_show(layout, run.as_deref(), descriptor.as_deref()),
+        }) => {
+            let query = BudgetQuery { run, descriptor };
+            commands::budget_show(&launcher(None), &query)
+        }
         Some(BudgetAction::Claim {
             descriptor, paths, ..
-        }) => commands::budget_claim(layout, descriptor.as_deref(), &paths),
+        }) => {
+            let request = BudgetClaimRequest { descriptor, paths };
+            commands::budget_claim(&launcher(None), &request)
+        }
     }
 }

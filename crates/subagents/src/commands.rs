@@ -3,25 +3,22 @@
 //! `--json` (the outcome's serialisation). Nothing here parses arguments
 //! (that is `cli`) and nothing below calls back up here.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
-use listing::list::RunSummary;
+use launcher::{RunState, RunSummary, now_ms};
 use serde::Serialize;
-use serde_json::json;
-use status::model::update_status;
-use status::reconcile::{self, Outcome};
-use status::{Layout, RunState, now_ms};
-use supervisor::observer;
 
 use crate::table::ColorChoice;
-use launcher::admission;
 use launcher::api::{
-    BudgetOutcome, CapacityOutcome, ListQuery, ListSort, LogsRequest, ResumeRequest, RunRequest,
-    StopRequest, WaitRequest,
+    AgentsOutcome, AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetOutcome,
+    BudgetQuery, CapacityOutcome, ConfigRequest, DismissRequest, ListQuery, ListSort, LogsRequest,
+    PruneRequest, ReconcileRequest, ResumeRequest, RunRequest, StopRequest, ValidateRequest,
+    WaitRequest,
 };
 use launcher::error::{Error, ErrorKind, Exit, Result};
+use launcher::listing::ListFormat;
+use launcher::logs::{LogChunk, LogStream};
 use launcher::root::home;
-use launcher::runs::{observe, observer_options, report_skipped, resolve};
 use launcher::service::Launcher;
 use launcher::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
 
@@ -89,7 +86,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 /// Ctrl-C on `run --wait` ends the wait, not the run (it lives in its own
 /// session): say so, and how to stop it.
 fn hint_on_interrupt(id: &str) {
-    let id = atomic_file::escape(id);
+    let id = launcher::escape(id);
     let hint = format!(
         "\nsubagents: stopped waiting; run {id} goes on in the background\n  hint: `subagents stop {id}` stops it, `subagents wait {id}` waits again\n"
     );
@@ -104,13 +101,14 @@ fn hint_on_interrupt(id: &str) {
 /// `subagents status`.
 pub fn status(launcher: &Launcher, id: &str, json: bool) -> Result {
     let view = launcher.status(id)?;
+    print_warnings(&view.warnings);
     if json {
         print_json(&view, true);
         return Ok(());
     }
     println!("{}", describe(&view.run));
     if let Some(note) = &view.observer {
-        println!("  Observer: {}", atomic_file::escape(note));
+        println!("  Observer: {}", launcher::escape(note));
     }
     Ok(())
 }
@@ -120,7 +118,7 @@ pub fn describe(run: &RunSummary) -> String {
     let home = home();
     let s = &run.status;
     let now = now_ms();
-    let mut lines = listing::format::run_lines(run, now, home.as_deref());
+    let mut lines = launcher::format::run_lines(run, now, home.as_deref());
     // Our own step lines: numbered like `logs` headers, skipped steps named.
     let steps = s.steps();
     if lines.len() > steps.len() {
@@ -132,7 +130,7 @@ pub fn describe(run: &RunSummary) -> String {
     if s.timed_out == Some(true) {
         let after = s
             .timeout_ms
-            .map(|ms| format!(" after {}", listing::format::format_duration(ms)))
+            .map(|ms| format!(" after {}", launcher::format::format_duration(ms)))
             .unwrap_or_default();
         lines.push(format!("  Timed out{after}"));
     }
@@ -146,7 +144,7 @@ pub fn describe(run: &RunSummary) -> String {
         let elapsed = end.unwrap_or(now).saturating_sub(start);
         lines.push(format!(
             "  Elapsed: {}",
-            listing::format::format_duration(elapsed)
+            launcher::format::format_duration(elapsed)
         ));
     }
     let failing = failing_step(s.steps());
@@ -185,25 +183,25 @@ pub fn describe(run: &RunSummary) -> String {
         }
     }
     // Every recorded string (an agent label, an error) stays on its line.
-    let lines: Vec<String> = lines.iter().map(|l| atomic_file::escape(l)).collect();
+    let lines: Vec<String> = lines.iter().map(|l| launcher::escape(l)).collect();
     lines.join("\n")
 }
 
 /// The first step that failed on its own (not one skipped or stopped
 /// because of it).
-fn failing_step(steps: &[status::model::Step]) -> Option<(usize, &status::model::Step)> {
+fn failing_step(steps: &[launcher::Step]) -> Option<(usize, &launcher::Step)> {
     steps.iter().enumerate().find(|(_, st)| {
         !is_skipped(st) && (st.status == "failed" || st.exit_code.is_some_and(|c| c != 0))
     })
 }
 
-fn is_skipped(step: &status::model::Step) -> bool {
+fn is_skipped(step: &launcher::Step) -> bool {
     step.error
         .as_deref()
         .is_some_and(|e| e.starts_with("skipped:") || e.starts_with("stopped: a sibling"))
 }
 
-fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> String {
+fn step_line(i: usize, step: &launcher::Step, over: bool, now: u64) -> String {
     let state = if is_skipped(step) || (over && step.status == "pending") {
         "skipped"
     } else {
@@ -211,10 +209,10 @@ fn step_line(i: usize, step: &status::model::Step, over: bool, now: u64) -> Stri
     };
     let mut parts = vec![format!("  {}. {}", i + 1, step.agent), state.to_owned()];
     match (step.duration_ms, step.started_at) {
-        (Some(ms), _) => parts.push(listing::format::format_duration(ms)),
+        (Some(ms), _) => parts.push(launcher::format::format_duration(ms)),
         (None, Some(start)) if step.status == "running" => parts.push(format!(
             "{} so far",
-            listing::format::format_duration(now.saturating_sub(start))
+            launcher::format::format_duration(now.saturating_sub(start))
         )),
         _ => {}
     }
@@ -246,7 +244,7 @@ pub struct ListDisplay {
 }
 
 /// `subagents list`.
-pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result {
+pub fn list(launcher: &Launcher, query: &ListQuery, display: ListDisplay) -> Result {
     let by_start = query.sort == Some(ListSort::Started);
     let terminal = std::io::stdout().is_terminal();
     let table = display.short || (terminal && !display.long);
@@ -254,12 +252,17 @@ pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result 
     // sorting by start, the dismissed runs and the one-line table need every
     // row first.
     if !query.dismissed && !by_start && (display.json || !table) {
-        if query.all {
-            observer::observe_active(layout, &observer_options(layout));
-        }
-        return launcher::listing::list(layout, query, display.json);
+        let format = if display.json {
+            ListFormat::Json
+        } else {
+            ListFormat::Text
+        };
+        let warnings = launcher.list_each(query, format, &mut std::io::stdout().lock())?;
+        print_warnings(&warnings);
+        return Ok(());
     }
-    let listing = launcher::service::list(layout, query)?;
+    let listing = launcher.list(query)?;
+    print_warnings(&listing.warnings);
     if display.json {
         print_json(&listing, true);
         return Ok(());
@@ -280,14 +283,14 @@ pub fn list(layout: &Layout, query: &ListQuery, display: ListDisplay) -> Result 
     } else {
         println!(
             "{}",
-            listing::format::format_run_list(runs, heading, now_ms(), home().as_deref())
+            launcher::format::format_run_list(runs, heading, now_ms(), home().as_deref())
         );
     }
     print_unreadable(&listing.unreadable);
     Ok(())
 }
 
-fn print_unreadable(unreadable: &[listing::list::UnreadableRun]) {
+fn print_unreadable(unreadable: &[launcher::UnreadableRun]) {
     if unreadable.is_empty() {
         return;
     }
@@ -295,7 +298,7 @@ fn print_unreadable(unreadable: &[listing::list::UnreadableRun]) {
     for run in unreadable {
         println!(
             "- {} | unreadable | {}",
-            atomic_file::escape(&run.id),
+            launcher::escape(&run.id),
             run.error
         );
     }
@@ -340,6 +343,7 @@ pub fn wait(launcher: &Launcher, request: &WaitRequest, json: bool) -> Result {
 /// `subagents stop`.
 pub fn stop(launcher: &Launcher, request: &StopRequest, json: bool) -> Result {
     let outcome = launcher.stop(request)?;
+    print_warnings(&outcome.warnings);
     let run = &outcome.run;
     if json {
         print_json(&outcome, true);
@@ -368,15 +372,33 @@ pub fn resume(launcher: &Launcher, request: &ResumeRequest, json: bool) -> Resul
 /// `subagents logs`.
 pub fn logs(launcher: &Launcher, request: &LogsRequest, json: bool, follow: bool) -> Result {
     if json {
-        print_json(&launcher.logs(request)?, false);
+        let outcome = launcher.logs(request)?;
+        print_warnings(&outcome.warnings);
+        print_json(&outcome, false);
         return Ok(());
     }
-    launcher::logs::print(launcher.layout(), request, follow)
+    let mut write = |chunk: LogChunk<'_>| match chunk.stream {
+        LogStream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(chunk.bytes).and_then(|()| out.flush())
+        }
+        LogStream::Stderr => {
+            let mut err = std::io::stderr().lock();
+            err.write_all(chunk.bytes).and_then(|()| err.flush())
+        }
+    };
+    let streamed = launcher.logs_each(request, follow, &mut write)?;
+    print_warnings(&streamed.warnings);
+    if let Some(silence) = &streamed.silence {
+        eprintln!("subagents: {silence}");
+    }
+    Ok(())
 }
 
 /// `subagents capacity`.
 pub fn capacity(launcher: &Launcher, json: bool) -> Result {
     let outcome = launcher.capacity(&Default::default())?;
+    print_warnings(&outcome.warnings);
     if json {
         print_json(&outcome, true);
     } else {
@@ -421,14 +443,17 @@ fn capacity_text(outcome: &CapacityOutcome) -> String {
 
 /// `subagents budget` / `budget doctor`: the report, then exit 1 when the
 /// inherited budget cannot be opened.
-pub fn budget_doctor(layout: &Layout, fanout_limit: Option<u64>, json: bool) -> Result {
-    let report = launcher::budget::doctor(layout, fanout_limit);
+pub fn budget_doctor(launcher: &Launcher, json: bool) -> Result {
+    let outcome = launcher.budget(&BudgetQuery::default())?;
+    let BudgetOutcome::Doctor(report) = &outcome else {
+        return Err(Error::failed("failed to report the budget: no report"));
+    };
     if json {
-        print_json(&BudgetOutcome::Doctor(report.clone()), true);
+        print_json(&outcome, true);
     } else {
         println!("{}", report.text);
     }
-    match report.inherited_error {
+    match &report.inherited_error {
         None => Ok(()),
         Some(_) if json => Err(Error::silent(Exit::Failed)),
         Some(e) => Err(Error::failed(format!(
@@ -438,157 +463,188 @@ pub fn budget_doctor(layout: &Layout, fanout_limit: Option<u64>, json: bool) -> 
 }
 
 /// `subagents budget create`.
-pub fn budget_create(layout: &Layout, root_run_id: &str, limit: Option<u64>) -> Result {
-    let descriptor = launcher::budget::create(layout, root_run_id, limit)?;
-    println!("{}", descriptor.to_json());
+pub fn budget_create(launcher: &Launcher, request: &BudgetCreateRequest) -> Result {
+    println!("{}", launcher.budget_create(request)?.to_json());
     Ok(())
 }
 
 /// `subagents budget show`.
-pub fn budget_show(
-    layout: &Layout,
-    run: Option<&str>,
-    descriptor: Option<&std::path::Path>,
-) -> Result {
-    print_json(&launcher::budget::show(layout, run, descriptor)?, false);
+pub fn budget_show(launcher: &Launcher, query: &BudgetQuery) -> Result {
+    print_json(&launcher.budget(query)?, false);
     Ok(())
 }
 
 /// `subagents budget claim`.
-pub fn budget_claim(
-    layout: &Layout,
-    descriptor: Option<&std::path::Path>,
-    paths: &[String],
-) -> Result {
-    print_json(&launcher::budget::claim(layout, descriptor, paths)?, false);
+pub fn budget_claim(launcher: &Launcher, request: &BudgetClaimRequest) -> Result {
+    print_json(&launcher.budget_claim(request)?, false);
     Ok(())
+}
+
+/// `subagents prune`.
+pub fn prune(launcher: &Launcher, request: &PruneRequest, json: bool) -> Result {
+    let outcome = launcher.prune(request)?;
+    if json {
+        print_json(&outcome, true);
+        return Ok(());
+    }
+    let verb = if outcome.dry_run {
+        "would prune"
+    } else {
+        "pruned"
+    };
+    let now = now_ms();
+    for p in &outcome.pruned {
+        let ago = launcher::format::format_duration(now.saturating_sub(p.ended_at));
+        println!("{verb} {} ({}, ended {ago} ago)", p.run_id, p.state);
+    }
+    for k in &outcome.kept {
+        println!("kept {}: {}", k.run_id, k.reason);
+    }
+    let head = if outcome.dry_run {
+        "Would prune"
+    } else {
+        "Pruned"
+    };
+    println!(
+        "{head} {} run(s), {} budget(s), {} lease(s), {} capacity slot(s); kept {} old run(s).",
+        outcome.pruned.len(),
+        outcome.budgets.len(),
+        outcome.leases.len(),
+        outcome.capacity_slots,
+        outcome.kept.len()
+    );
+    Ok(())
+}
+
+/// `subagents validate`: exit 0 valid, 1 invalid; `--json` prints `{valid, error}`.
+pub fn validate(launcher: &Launcher, request: &ValidateRequest, json: bool) -> Result {
+    let outcome = launcher.validate(request)?;
+    if json {
+        print_json(&outcome, false);
+    }
+    match outcome.error {
+        None => {
+            if !json {
+                println!("{}: valid {}", request.file.display(), request.kind);
+            }
+            Ok(())
+        }
+        Some(message) if json => {
+            eprintln!("subagents: {message}");
+            Err(Error::silent(Exit::Failed))
+        }
+        Some(message) => Err(Error::failed(message)),
+    }
+}
+
+/// `subagents agents [list|show NAME|prompt] [--json]`.
+pub fn agents(launcher: &Launcher, request: &AgentsRequest, json: bool) -> Result {
+    let outcome = launcher.agents(request)?;
+    for line in outcome.warnings() {
+        eprintln!("subagents: {}", launcher::escape(line));
+    }
+    match &outcome {
+        AgentsOutcome::Prompt(prompt) => print!("{}", prompt.snippet),
+        _ if json => print_json(&outcome, false),
+        AgentsOutcome::List(list) => {
+            if list.agents.is_empty() {
+                println!(
+                    "No agents. Add one to .subagents/agents/NAME.md (see `subagents agents show --help`)."
+                );
+            }
+            for agent in &list.agents {
+                let text = |key: &str| agent.get(key).and_then(|v| v.as_str()).unwrap_or("");
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    text("name"),
+                    text("runner"),
+                    text("scope"),
+                    text("description")
+                );
+            }
+        }
+        AgentsOutcome::Show(view) => {
+            let text = |key: &str| view.agent.get(key).and_then(|v| v.as_str());
+            println!("name: {}", text("name").unwrap_or(""));
+            println!("runner: {}", text("runner").unwrap_or(""));
+            println!(
+                "file: {} ({})",
+                text("path").unwrap_or(""),
+                text("scope").unwrap_or("")
+            );
+            if let Some(description) = text("description") {
+                println!("description: {description}");
+            }
+            println!("command: {}", view.command);
+            if view.task_on_stdin {
+                println!("task: on stdin");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `subagents config`.
+pub fn config(launcher: &Launcher, json: bool) -> Result {
+    let outcome = launcher.config(&ConfigRequest::default())?;
+    if json {
+        print_json(&outcome, true);
+        return Ok(());
+    }
+    println!(
+        "Config file: {} ({})",
+        outcome.path.as_deref().unwrap_or("none (no $HOME)"),
+        if outcome.exists { "read" } else { "absent" }
+    );
+    for k in &outcome.keys {
+        println!(
+            "  {} = {} ({}, ${})",
+            k.key,
+            k.value.as_deref().unwrap_or("-"),
+            k.source,
+            k.variable
+        );
+    }
+    Ok(())
+}
+
+/// Each warning of an outcome, on stderr.
+fn print_warnings(warnings: &[String]) {
+    for line in warnings {
+        eprintln!("subagents: warning: {line}");
+    }
 }
 
 /// `subagents reconcile`.
-pub fn reconcile(layout: &Layout, json: bool) -> Result {
-    let mut repaired = Vec::new();
-    let mut observed = Vec::new();
-    for (id, observation) in observer::observe_active(layout, &observer_options(layout)) {
-        if let observer::Observation::Finalized {
-            repaired: Some(message),
-            ..
-        } = &observation
-        {
-            repaired.push(json!({"runId": id, "message": message}));
-        }
-        if let Some(line) = observation.line() {
-            observed.push(json!({"runId": id, "message": line}));
-        }
-    }
-    let mut names = listing::list::run_names(layout)?;
-    names.extend(status::index::read_index(&layout.runs_dir())?);
-    names.sort();
-    names.dedup();
-    let mut sessions = Vec::new();
-    let mut unreadable = Vec::new();
-    for id in names {
-        let Some(dir) = status::layout::exact_run_dir(layout, &id) else {
-            continue;
-        };
-        let tidied = launcher::leftovers::tidy(layout, &dir, &id, now_ms());
-        sessions.extend(tidied.session);
-        if let Some(message) = tidied.finished {
-            repaired.push(json!({"runId": id, "message": message}));
-            continue;
-        }
-        // One unreadable run or one repair that cannot be written never stops the others.
-        let outcome = match reconcile::reconcile_run(&dir, reconcile::Options::at(now_ms())) {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                match status::model::read_status(&dir) {
-                    Ok(_) => report_skipped(&[format!(
-                        "skipped the stale-run repair of '{}': {}",
-                        atomic_file::escape(&id),
-                        atomic_file::escape(&e.to_string())
-                    )]),
-                    Err(e) => {
-                        // Its session's slot may be freed by the proof alone.
-                        if let Ok(Some(record)) = status::processes::read(&dir) {
-                            sessions.extend(record.session_id);
-                        }
-                        unreadable.push(listing::list::UnreadableRun::new(&id, &dir, &e));
-                    }
-                }
-                continue;
-            }
-        };
-        if let Some(session) = outcome.status().and_then(|s| s.session_id.clone()) {
-            sessions.push(session);
-        }
-        if let Outcome::Repaired { message, status } = outcome {
-            // Runner and monitor are gone: nobody else will end the commands.
-            launcher::procs::kill_step_groups(&status);
-            repaired.push(json!({"runId": id, "message": message}));
-        }
-    }
-    admission::release_finished(layout, sessions.iter().map(String::as_str));
+pub fn reconcile(launcher: &Launcher, json: bool) -> Result {
+    let outcome = launcher.reconcile(&ReconcileRequest::default())?;
+    print_warnings(&outcome.warnings);
     if json {
-        println!(
-            "{}",
-            json!({"repaired": repaired, "observed": observed, "unreadable": unreadable})
-        );
-    } else if repaired.is_empty() && observed.is_empty() {
+        print_json(&outcome, false);
+        return Ok(());
+    }
+    if outcome.repaired.is_empty() && outcome.observed.is_empty() {
         println!("No stale runs.");
     } else {
-        for r in &observed {
-            println!(
-                "{} {}",
-                r["runId"].as_str().unwrap_or(""),
-                r["message"].as_str().unwrap_or("")
-            );
+        for r in &outcome.observed {
+            println!("{} {}", r.run_id, r.message);
         }
         // "repaired", not "failed": a repair may restore a complete run.
-        for r in &repaired {
-            println!(
-                "{} repaired: {}",
-                r["runId"].as_str().unwrap_or(""),
-                r["message"].as_str().unwrap_or("")
-            );
+        for r in &outcome.repaired {
+            println!("{} repaired: {}", r.run_id, r.message);
         }
     }
-    if !json {
-        print_unreadable(&unreadable);
-    }
+    print_unreadable(&outcome.unreadable);
     Ok(())
 }
 
-/// `subagents dismiss`: display-only; processes and the marker stay. An
-/// active run is refused unless `force`: it would vanish from `list` while
-/// still running.
-pub fn dismiss(layout: &Layout, id: &str, force: bool, json: bool) -> Result {
-    let id = resolve(layout, id)?;
-    observe(layout, &id);
-    let dir = layout.run_dir(&id);
-    let now = now_ms();
-    if !force
-        && let Some(current) = status::model::read_status(&dir)?
-        && current.state.is_active()
-    {
-        let mut error = Error::new(
-            Exit::Failed,
-            format!("run '{id}' is still {}; not dismissed", current.state),
-        );
-        error.hint = Some(format!(
-            "stop it first (`subagents stop {id}`), or hide it anyway with --force (`subagents list --all --dismissed` shows it)"
-        ));
-        return Err(error);
-    }
-    let dismissed = update_status(&dir, |s| {
-        let mut s = s?;
-        s.display_dismissed_at = Some(now);
-        Some(s)
-    })?
-    .ok_or_else(|| Error::new(Exit::NotFound, format!("run '{id}' has no status.json")))?;
-    admission::release_finished(layout, dismissed.session_id.as_deref());
+/// `subagents dismiss`.
+pub fn dismiss(launcher: &Launcher, request: &DismissRequest, json: bool) -> Result {
+    let outcome = launcher.dismiss(request)?;
     if json {
-        println!("{}", json!({"runId": id, "displayDismissedAt": now}));
+        print_json(&outcome, false);
     } else {
-        println!("{id} dismissed");
+        println!("{} dismissed", outcome.run_id);
     }
     Ok(())
 }

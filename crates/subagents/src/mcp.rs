@@ -31,8 +31,9 @@ use rmcp::{RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_route
 use serde::Serialize;
 
 use launcher::api::{
-    BudgetQuery, CapacityQuery, ListQuery, LogsRequest, ResumeRequest, RunRef, RunRequest,
-    StopRequest, WaitReport, WaitRequest,
+    AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetQuery, CapacityQuery,
+    ConfigRequest, DismissRequest, ListQuery, LogsRequest, PruneRequest, ReconcileRequest,
+    ResumeRequest, RunRef, RunRequest, StopRequest, ValidateRequest, WaitReport, WaitRequest,
 };
 use launcher::error::{Error, ErrorKind, Exit, Result};
 use launcher::service::Launcher;
@@ -335,6 +336,71 @@ impl Server {
     async fn capacity(&self, Parameters(query): Parameters<CapacityQuery>) -> CallToolResult {
         self.call(move |launcher| launcher.capacity(&query)).await
     }
+
+    #[tool(
+        description = "Create a run fan-out budget for root run `rootRunId` with `limit` slots (else the configured default); returns its descriptor {version, rootRunId, directory, ...}, as `subagents budget create`."
+    )]
+    async fn budget_create(
+        &self,
+        Parameters(request): Parameters<BudgetCreateRequest>,
+    ) -> CallToolResult {
+        self.call(move |launcher| launcher.budget_create(&request))
+            .await
+    }
+
+    #[tool(
+        description = "Claim one fan-out slot per `paths` entry, all or nothing, from the budget of `descriptor` (else the one this server inherited); returns {used, limit, remaining}. Errors: LIMIT (3) over the limit, with the rejection."
+    )]
+    async fn budget_claim(
+        &self,
+        Parameters(request): Parameters<BudgetClaimRequest>,
+    ) -> CallToolResult {
+        self.call(move |launcher| launcher.budget_claim(&request))
+            .await
+    }
+
+    #[tool(
+        description = "Repair stale runs (runner and monitor gone) and finalize what the evidence allows: {repaired: [{runId, message}], observed: [{runId, message}], unreadable: [...], warnings?}, as `subagents reconcile --json`."
+    )]
+    async fn reconcile(&self, Parameters(request): Parameters<ReconcileRequest>) -> CallToolResult {
+        self.call(move |launcher| launcher.reconcile(&request))
+            .await
+    }
+
+    #[tool(
+        description = "Hide a finished run from `list` without touching its processes: {runId, displayDismissedAt}. An active run is refused (FAILED, 1) unless `force`."
+    )]
+    async fn dismiss(&self, Parameters(request): Parameters<DismissRequest>) -> CallToolResult {
+        self.call(move |launcher| launcher.dismiss(&request)).await
+    }
+
+    #[tool(
+        description = "Delete finished runs older than `olderThan` (default 7d) with the budgets, leases and capacity slots only they use; `dryRun` only says what would go. Returns {dryRun, olderThanMs, pruned: [{runId, state, endedAt}], kept: [{runId, reason}], budgets, leases, capacitySlots}."
+    )]
+    async fn prune(&self, Parameters(request): Parameters<PruneRequest>) -> CallToolResult {
+        self.call(move |launcher| launcher.prune(&request)).await
+    }
+
+    #[tool(
+        description = "Validate one on-disk artifact `file` as `kind` exactly as the readers read it: {valid, error}; an invalid file is a result, not a tool error."
+    )]
+    async fn validate(&self, Parameters(request): Parameters<ValidateRequest>) -> CallToolResult {
+        self.call(move |launcher| launcher.validate(&request)).await
+    }
+
+    #[tool(
+        description = "Named agent definitions of this server's directory and of the user: `list` (default) {agents, errors}, `show` with `name` (the agent, systemPrompt, the rendered argv and env), or `prompt` {snippet} for CLAUDE.md / AGENTS.md."
+    )]
+    async fn agents(&self, Parameters(request): Parameters<AgentsRequest>) -> CallToolResult {
+        self.call(move |launcher| launcher.agents(&request)).await
+    }
+
+    #[tool(
+        description = "The config file this server read and each setting's value and source: {path, exists, keys: [{key, variable, value, source}]}."
+    )]
+    async fn config(&self, Parameters(request): Parameters<ConfigRequest>) -> CallToolResult {
+        self.call(move |launcher| launcher.config(&request)).await
+    }
 }
 
 #[tool_handler]
@@ -353,17 +419,13 @@ impl ServerHandler for Server {
 /// leaves no zombie. Only a monitor whose parent is this process is waited
 /// for, on a small thread of its own.
 fn reap_monitor(launcher: &Launcher, run_id: &str) {
-    let dir = launcher.layout().run_dir(run_id);
-    let Ok(Some(status)) = status::model::read_status(&dir) else {
+    let Some(monitor) = launcher::process::monitor_pid(launcher.layout(), run_id) else {
         return;
     };
-    let Some(monitor) = status.monitor_identity else {
-        return;
-    };
-    if parent_of(monitor.pid) != Some(std::process::id()) {
+    if parent_of(monitor) != Some(std::process::id()) {
         return;
     }
-    let Ok(pid) = i32::try_from(monitor.pid) else {
+    let Ok(pid) = i32::try_from(monitor) else {
         return;
     };
     let _ = std::thread::Builder::new()

@@ -2,9 +2,8 @@
 
 use std::path::Path;
 
-use listing::format::{format_duration, shorten};
-use listing::list::RunSummary;
-use status::RunState;
+use launcher::format::{format_duration, shorten};
+use launcher::{RunState, RunSummary};
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,19 +106,19 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
     let state = match s.foreign_host() {
         Some(host) => format!(
             "{}@{}",
-            listing::format::state_label(s),
-            atomic_file::escape(host)
+            launcher::format::state_label(s),
+            launcher::escape(host)
         ),
-        None => listing::format::state_label(s),
+        None => launcher::format::state_label(s),
     };
     [
-        atomic_file::escape(&run.id),
+        launcher::escape(&run.id),
         state,
-        atomic_file::escape(&agent),
+        launcher::escape(&agent),
         format!("{done}/{}", steps.len()),
         started,
         time,
-        atomic_file::escape(&cwd),
+        launcher::escape(&cwd),
     ]
 }
 
@@ -137,7 +136,7 @@ fn ago(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use status::model::{RunStatus, Step};
+    use launcher::{RunStatus, Step};
 
     const NOW: u64 = 1_800_000_000_000;
 

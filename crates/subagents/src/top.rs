@@ -12,17 +12,18 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use listing::format::{fanout_line, format_duration, shorten};
-use listing::list::{Hooks, ListOptions, RunSummary};
+use launcher::format::{fanout_line, format_duration, shorten};
+use launcher::{Layout, RunSummary, now_ms};
 use notify::{RecursiveMode, Watcher};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout as Split};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Text};
 use ratatui::widgets::{Block, List, ListItem, ListState, Paragraph};
-use status::{Layout, now_ms};
 
+use launcher::api::{ListQuery, StopRequest};
 use launcher::error::{Error, Exit, Result};
+use launcher::service::Launcher;
 
 /// How much of each log file the output pane reads (its end).
 const TAIL_BYTES: u64 = 64 * 1024;
@@ -175,10 +176,7 @@ fn session_line(group: &SessionGroup) -> String {
         Some((used, limit)) => format!("capacity {used}/{limit} used"),
         None => "capacity unavailable".to_owned(),
     };
-    format!(
-        "Session {} · {capacity}",
-        atomic_file::escape(&group.session)
-    )
+    format!("Session {} · {capacity}", launcher::escape(&group.session))
 }
 
 /// The run line, one line per step, and the fan-out line.
@@ -195,17 +193,17 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
         .unwrap_or_else(|| "-".to_owned());
     let cwd = s.cwd.as_deref().unwrap_or("");
     // Recorded strings are escaped: one run is its own rows, nothing more.
-    let mut lines = vec![Line::from(atomic_file::escape(&format!(
+    let mut lines = vec![Line::from(launcher::escape(&format!(
         "{}  {}  {}  {done}/{} done  {elapsed}  {}",
         run.id,
-        listing::format::state_label(s),
+        launcher::format::state_label(s),
         s.mode.as_deref().unwrap_or("single"),
         steps.len(),
         shorten(Path::new(cwd), launcher::root::home().as_deref()),
     )))];
     if steps.len() > 1 {
         for (i, step) in steps.iter().enumerate() {
-            lines.push(Line::from(atomic_file::escape(&format!(
+            lines.push(Line::from(launcher::escape(&format!(
                 "    {}. {}  {}  {}",
                 i + 1,
                 step.agent,
@@ -220,7 +218,7 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
     lines
 }
 
-fn step_time(step: &status::model::Step, now: u64) -> String {
+fn step_time(step: &launcher::Step, now: u64) -> String {
     match (step.duration_ms, step.started_at) {
         (Some(ms), _) => format_duration(ms),
         (None, Some(start)) if step.status == "running" => {
@@ -263,14 +261,14 @@ pub fn tail_lines(run: &RunSummary, max: usize) -> Vec<String> {
             lines.push(format!(
                 "── step {} {}{label} ──",
                 i + 1,
-                atomic_file::escape(&step.agent)
+                launcher::escape(&step.agent)
             ));
-            lines.extend(text.lines().map(atomic_file::escape));
+            lines.extend(text.lines().map(launcher::escape));
         }
     }
     if lines.is_empty() {
         lines.push(match &run.status.error {
-            Some(error) => format!("(no output) {}", atomic_file::escape(error)),
+            Some(error) => format!("(no output) {}", launcher::escape(error)),
             None => "(no output yet)".to_owned(),
         });
     }
@@ -279,7 +277,7 @@ pub fn tail_lines(run: &RunSummary, max: usize) -> Vec<String> {
 }
 
 fn read_end(path: &Path) -> String {
-    let Ok(mut file) = atomic_file::read::open_regular(path) else {
+    let Some(mut file) = launcher::process::open_regular(path) else {
         return String::new();
     };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -302,20 +300,8 @@ fn read_end(path: &Path) -> String {
 
 /// Reads the active runs grouped by session, with each session's capacity.
 pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
-    let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
-    let options = ListOptions {
-        all: false,
-        session: None,
-        limit: None,
-        reconcile: true,
-        now: now_ms(),
-        hooks: Hooks {
-            fanout: Some(&|dir| launcher::fanout::live_snapshot(&budgets, dir)),
-            on_repaired: Some(&launcher::procs::kill_step_groups),
-            observe: None,
-        },
-    };
-    let listing = listing::list::list(layout, &options)?;
+    let launcher = Launcher::new(layout.clone(), Default::default());
+    let listing = launcher.list(&ListQuery::default())?;
     let limit = std::env::var("SUBAGENTS_MAX_ACTIVE")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -367,7 +353,7 @@ impl Drop for TerminalGuard {
 }
 
 /// `subagents top`.
-pub fn command(layout: &Layout, allow_shared_root: bool) -> Result {
+pub fn command(layout: &Layout) -> Result {
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(Error::new(
             Exit::Usage,
@@ -435,7 +421,7 @@ pub fn command(layout: &Layout, allow_shared_root: bool) -> Result {
                     dirty = true;
                 }
                 Msg::Input(Event::Key(key)) if key.kind != KeyEventKind::Release => {
-                    if handle_key(&mut app, key, layout, allow_shared_root, &tx) {
+                    if handle_key(&mut app, key, layout, &tx) {
                         return Ok(());
                     }
                 }
@@ -450,18 +436,12 @@ fn drain(rx: &Receiver<Msg>) -> Vec<Msg> {
 }
 
 /// Applies one key; true to quit.
-fn handle_key(
-    app: &mut App,
-    key: KeyEvent,
-    layout: &Layout,
-    allow_shared_root: bool,
-    tx: &Sender<Msg>,
-) -> bool {
+fn handle_key(app: &mut App, key: KeyEvent, layout: &Layout, tx: &Sender<Msg>) -> bool {
     let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
     if let Mode::ConfirmStop(id) = &app.mode {
         if key.code == KeyCode::Char('y') {
             app.message = Some(format!("stopping {id}…"));
-            spawn_stop(layout, id, allow_shared_root, tx.clone());
+            spawn_stop(layout, id, tx.clone());
         } else {
             app.message = Some(format!("kept {id}"));
         }
@@ -486,32 +466,22 @@ fn handle_key(
     false
 }
 
-/// `subagents stop` as a child process, so the screen stays live meanwhile.
-fn spawn_stop(layout: &Layout, id: &str, allow_shared_root: bool, tx: Sender<Msg>) {
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("subagents"));
-    let mut command = std::process::Command::new(exe);
-    command.arg("--root").arg(layout.root());
-    if allow_shared_root {
-        command.arg("--allow-shared-root");
-    }
-    command
-        .args(["stop", id])
-        .stdin(std::process::Stdio::null());
-    let id = id.to_owned();
+/// `Launcher::stop` on a thread of its own, so the screen stays live
+/// meanwhile; the line `subagents stop` prints, or its error.
+fn spawn_stop(layout: &Layout, id: &str, tx: Sender<Msg>) {
+    let launcher = Launcher::new(layout.clone(), Default::default());
+    let request = StopRequest {
+        run: id.to_owned(),
+        reason: None,
+    };
     std::thread::spawn(move || {
-        let line = match command.output() {
-            Ok(out) if out.status.success() => {
-                let text = String::from_utf8_lossy(&out.stdout);
-                text.lines().last().unwrap_or(&id).to_owned()
-            }
-            Ok(out) => format!(
-                "failed to stop {id}: {}",
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .next()
-                    .unwrap_or("")
+        let line = match launcher.stop(&request) {
+            Ok(outcome) if outcome.was_over => format!(
+                "{} was already over ({}); nothing to stop",
+                outcome.run.id, outcome.run.status.state
             ),
-            Err(e) => format!("failed to stop {id}: {e}"),
+            Ok(outcome) => format!("{} {}", outcome.run.id, outcome.run.status.state),
+            Err(e) => format!("failed to stop {}: subagents: {}", request.run, e.message),
         };
         let _ = tx.send(Msg::Stopped(line));
     });
@@ -565,11 +535,10 @@ fn rewatch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use launcher::{RunState, RunStatus, Step};
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
     use serde_json::json;
-    use status::RunState;
-    use status::model::{RunStatus, Step};
 
     const NOW: u64 = 1_800_000_000_000;
 

@@ -2,7 +2,7 @@
 //! for single, parallel and chain runs; the recovery descriptor and launch
 //! contract of a single run; a session revival lease's owner record.
 //!
-//! Statuses come from `launcher::transitions`, the same pure functions the
+//! Statuses come from `supervisor::transitions`, the same pure functions the
 //! runner and launcher call, fed a pinned clock, pinned identities and a
 //! fixed config; each one is written with `status::model::write_status`.
 

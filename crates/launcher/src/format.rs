@@ -1,0 +1,6 @@
+//! The text forms of runs the front-ends print: `status`'s renderers,
+//! re-exported one by one so the binary reaches no protocol crate itself.
+
+pub use listing::format::{
+    fanout_line, format_duration, format_run_list, run_lines, shorten, state_label,
+};
