@@ -43,11 +43,11 @@ pub mod wait;
 pub mod format;
 pub mod process;
 
+pub use ::listing::list::{RunSummary, UnreadableRun};
 pub use api::*;
 /// The protocol crates' types the front-ends render.
 pub use atomic_file::escape;
 pub use error::{DurationField, Error, ErrorKind, Exit};
 pub use service::Launcher;
-pub use ::listing::list::{RunSummary, UnreadableRun};
 pub use status::model::{RunStatus, Step};
 pub use status::{Layout, RunState, now_ms};

@@ -1,8 +1,8 @@
 //! `reconcile`: repairs stale runs and finalizes what the evidence allows,
 //! then frees the capacity slots of the sessions it touched.
 
-use status::Layout;
 use listing::list::UnreadableRun;
+use status::Layout;
 use status::now_ms;
 use status::reconcile::{self, Outcome};
 use supervisor::observer;

@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use listing::list::RunSummary;
 use nix::sys::signal::Signal;
 use process_identity::Liveness;
 use serde_json::json;
-use listing::list::RunSummary;
 use status::model::update_status;
 use status::reconcile;
 use status::{Layout, RunState, now_ms};
