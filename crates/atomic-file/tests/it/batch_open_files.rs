@@ -1,13 +1,20 @@
 //! A batch holds only a bounded number of its temp files open at once: a
 //! launch of a plan with more steps than the process may open files still
-//! writes every step's task file. Its own test binary (one process, one
-//! test), since it lowers the process's open-file limit.
+//! writes every step's task file. Alone in a process of its own
+//! (`reexec::alone`), since it lowers the process's open-file limit.
 
+use test_support::reexec;
 extern crate subagents_atomic_file as atomic_file;
 use std::fs;
 
 #[test]
 fn a_batch_larger_than_the_open_file_limit_is_written() {
+    if !reexec::alone(&reexec::test_name(
+        module_path!(),
+        "a_batch_larger_than_the_open_file_limit_is_written",
+    )) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let limit = libc::rlimit {
         rlim_cur: 64,

@@ -326,7 +326,7 @@ fn concurrent_first_uses_of_a_root_agree_on_one_key() {
             std::process::Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",
-                    "key_worker",
+                    "contract::key_worker",
                     "--ignored",
                     "--nocapture",
                     "--test-threads=1",

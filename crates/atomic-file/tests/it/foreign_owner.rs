@@ -1,7 +1,8 @@
 //! `--allow-shared-root`: once trusted, other users' files and shared
-//! directories are accepted. Alone in its own test binary because the
-//! setting is process-wide.
+//! directories are accepted. Alone in a process of its own
+//! (`reexec::alone`) because the setting is process-wide.
 
+use test_support::reexec;
 extern crate subagents_atomic_file as atomic_file;
 use std::os::unix::fs::PermissionsExt;
 
@@ -11,6 +12,12 @@ use atomic_file::read::{
 
 #[test]
 fn allowing_foreign_owners_trusts_shared_directories_and_other_users() {
+    if !reexec::alone(&reexec::test_name(
+        module_path!(),
+        "allowing_foreign_owners_trusts_shared_directories_and_other_users",
+    )) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("runs");
     std::fs::create_dir(&dir).unwrap();

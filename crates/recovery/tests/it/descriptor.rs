@@ -1,5 +1,4 @@
 //! The recovery descriptor reader and writer against real files.
-#![recursion_limit = "256"]
 
 extern crate subagents_recovery as recovery;
 use std::fs;

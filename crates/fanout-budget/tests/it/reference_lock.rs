@@ -15,6 +15,7 @@ use fanout_budget::{
     create_budget,
 };
 use serde_json::Value;
+use test_support::{dead_pid, epoch_ms};
 
 /// Writes a 0.49-style lock directory owned by `pid`.
 fn plant_lock(budget_dir: &Path, pid: u32, token: &str) -> Result<()> {
@@ -39,20 +40,6 @@ fn age(path: &Path, by: Duration) -> Result<()> {
     Ok(())
 }
 
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn dead_pid() -> Result<u32> {
-    let mut child = Command::new("true").spawn()?;
-    let pid = child.id();
-    child.wait()?;
-    Ok(pid)
-}
-
 fn live_child() -> Result<Child> {
     Ok(Command::new("sleep").arg("60").spawn()?)
 }
@@ -69,7 +56,7 @@ fn no_stale_leftovers(budget_dir: &Path) -> Result<bool> {
 fn a_lock_whose_owner_is_dead_is_reclaimed_at_once() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path();
-    plant_lock(dir, dead_pid()?, "theirs")?;
+    plant_lock(dir, dead_pid(), "theirs")?;
     let before = epoch_ms();
     // A deadline already past: only an immediate reclaim can succeed.
     let lock = ReferenceLock::acquire(dir, Instant::now())?;
@@ -174,7 +161,7 @@ fn a_claim_reclaims_a_dead_reference_lock_and_leaves_no_lock_behind() -> Result<
     let root = tmp.path().join(BUDGET_ROOT_DIR);
     let budget = create_budget(&root, "mixed", 2)?;
     let dir = budget.descriptor().directory.clone();
-    plant_lock(&dir, dead_pid()?, "crashed-reference")?;
+    plant_lock(&dir, dead_pid(), "crashed-reference")?;
 
     assert_eq!(budget.claim(&["a"])?, Snapshot::new(1, 2));
     assert!(
@@ -225,7 +212,7 @@ fn only_a_positive_pid_with_a_token_makes_an_owner() -> Result<()> {
         fs::write(lock.join(OWNER_FILE), owner.to_string())?;
         Ok(())
     };
-    let dead = i64::from(dead_pid()?);
+    let dead = i64::from(dead_pid());
     // A fresh lock whose record breaks a rule has no owner, so it is held
     // (its holder may be between mkdir and writing the record), although
     // the pid in it names no process (a negative pid would probe a group).

@@ -4,7 +4,6 @@
 
 extern crate subagents_handshake as handshake;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,6 +16,7 @@ use handshake::{
 };
 use process_identity::{Liveness, ProcessIdentity};
 use serde_json::{Value, json};
+use test_support::mode;
 
 const MODE: &str = "HANDSHAKE_FAKE_RUNNER";
 const DIR: &str = "HANDSHAKE_DIR";
@@ -80,7 +80,12 @@ impl Fixture {
             command.process_group(0);
         }
         let child = command
-            .args(["--exact", "fake_runner", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "handshake::fake_runner",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .arg("--include-ignored")
             .env(MODE, mode)
             .env(DIR, &self.dir)
@@ -110,7 +115,7 @@ impl Fixture {
 
     fn json(&self, name: &str) -> Value {
         let path = self.dir.join(name);
-        assert_eq!(mode_of(&path), 0o600, "{name}");
+        assert_eq!(mode(&path), 0o600, "{name}");
         serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap()
     }
 
@@ -153,7 +158,7 @@ impl Fixture {
                 self.binding.runner_process_instance_id
             )
         );
-        assert_eq!(mode_of(&self.dir.join(CANDIDATE_FILE)), 0o600);
+        assert_eq!(mode(&self.dir.join(CANDIDATE_FILE)), 0o600);
         assert_eq!(identity.liveness(), Liveness::Dead);
         assert!(
             process_identity::group_members(identity.pid)
@@ -161,10 +166,6 @@ impl Fixture {
                 .is_empty()
         );
     }
-}
-
-fn mode_of(path: &Path) -> u32 {
-    fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 fn identity(child: &Child) -> ProcessIdentity {

@@ -6,7 +6,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+use test_support::{dead_pid, epoch_ms, mode};
 
 use recovery::lease::{
     LeaseRequest, LeaseState, OWNER_FILE, OwnerRecord, WRITER_TOKEN_ENV, Writer, WriterState,
@@ -44,10 +45,6 @@ fn request(session: &Path, run: &str) -> LeaseRequest {
     }
 }
 
-fn mode(path: &Path) -> u32 {
-    fs::metadata(path).unwrap().permissions().mode() & 0o777
-}
-
 /// A change to a planted owner record.
 type Edit = Box<dyn Fn(&mut OwnerRecord)>;
 
@@ -70,13 +67,6 @@ fn stale_tombstone(f: &Fixture, token: &str) -> PathBuf {
     f.root.join(format!("{id}.stale-{token}"))
 }
 
-/// The pid of a process that has exited and been reaped.
-fn dead_pid() -> u32 {
-    let mut dead = Command::new("true").spawn().unwrap();
-    dead.wait().unwrap();
-    dead.id()
-}
-
 /// The names in the lease root, sorted.
 fn root_entries(f: &Fixture) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(&f.root)
@@ -85,13 +75,6 @@ fn root_entries(f: &Fixture) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// This machine's name as `gethostname(2)` reports it.
@@ -578,7 +561,7 @@ impl Worker {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "lease_worker",
+                "lease::lease_worker",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
@@ -751,7 +734,7 @@ fn start_carrier(token: &str) -> Worker {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "lease_carrier_worker",
+            "lease::lease_carrier_worker",
             "--ignored",
             "--nocapture",
         ])
@@ -819,7 +802,7 @@ fn contend(case: &str) -> Vec<String> {
     let mut cmd = Command::new(&exe);
     cmd.args([
         "--exact",
-        "lease_contender_worker",
+        "lease::lease_contender_worker",
         "--ignored",
         "--nocapture",
         "--test-threads=1",

@@ -4,8 +4,8 @@
 
 extern crate subagents_atomic_file as atomic_file;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use test_support::mode;
 
 use atomic_file::{
     create_new_private_transient_name, defer_dir_sync, write_json_transient, write_private_streamed,
@@ -18,10 +18,6 @@ fn names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 #[test]

@@ -100,7 +100,8 @@ fn a_child_inheriting_through_the_reference_env_name_claims_from_the_same_budget
     let root = tmp.path().join(BUDGET_ROOT_DIR);
     let budget = create_budget(&root, "alias", 2)?;
     let child = budget.descriptor().child("tasks[0]");
-    let test = "a_child_inheriting_through_the_reference_env_name_claims_from_the_same_budget";
+    let test =
+        "processes::a_child_inheriting_through_the_reference_env_name_claims_from_the_same_budget";
     let out = worker(test, "claim:single", &root, &child)?
         .env_remove(BUDGET_ENV)
         .env(BUDGET_ENV_ALIAS, child.to_env_value())
@@ -132,7 +133,7 @@ fn thirty_two_processes_race_for_twenty_slots() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().join(BUDGET_ROOT_DIR);
     let budget = create_budget(&root, "race", 20)?;
-    let test = "thirty_two_processes_race_for_twenty_slots";
+    let test = "processes::thirty_two_processes_race_for_twenty_slots";
     let mut children = Vec::new();
     for i in 0..32 {
         let mut cmd = worker(
@@ -165,7 +166,7 @@ fn a_lock_holder_killed_by_sigkill_does_not_block_the_next_claimer() -> Result<(
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().join(BUDGET_ROOT_DIR);
     let budget = create_budget(&root, "kill", 3)?;
-    let test = "a_lock_holder_killed_by_sigkill_does_not_block_the_next_claimer";
+    let test = "processes::a_lock_holder_killed_by_sigkill_does_not_block_the_next_claimer";
     let mut holder = worker(test, "hold:held", &root, budget.descriptor())?
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -224,7 +225,7 @@ fn a_batch_that_cannot_fit_is_refused_without_waiting_for_a_held_lock() -> Resul
     act_as_worker_if_asked();
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().join(BUDGET_ROOT_DIR);
-    let test = "a_batch_that_cannot_fit_is_refused_without_waiting_for_a_held_lock";
+    let test = "processes::a_batch_that_cannot_fit_is_refused_without_waiting_for_a_held_lock";
     // One slot left for a group of two; no slot left for one path.
     let cases = [
         (3, vec!["c", "d"], ("d", 2, 1)),
@@ -265,7 +266,7 @@ fn groups_racing_for_an_odd_budget_are_all_or_nothing() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().join(BUDGET_ROOT_DIR);
     let budget = create_budget(&root, "groups", 7)?;
-    let test = "groups_racing_for_an_odd_budget_are_all_or_nothing";
+    let test = "processes::groups_racing_for_an_odd_budget_are_all_or_nothing";
     let mut children = Vec::new();
     for i in 0..12 {
         let mut cmd = worker(test, &format!("group:g{i}"), &root, budget.descriptor())?;

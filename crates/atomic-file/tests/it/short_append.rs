@@ -1,8 +1,9 @@
 //! An append cut short (here by `RLIMIT_FSIZE`, as a full disk would) is
 //! cut off again: the file keeps its earlier lines and no torn one. Alone
-//! in its own test binary because the file-size limit and the ignored
-//! `SIGXFSZ` are process-wide.
+//! in a process of its own (`reexec::alone`) because the file-size limit
+//! and the ignored `SIGXFSZ` are process-wide.
 
+use test_support::reexec;
 extern crate subagents_atomic_file as atomic_file;
 use atomic_file::append_private;
 
@@ -21,6 +22,12 @@ fn set_file_size_limit(soft: libc::rlim_t) {
 
 #[test]
 fn an_append_cut_short_leaves_no_torn_line() {
+    if !reexec::alone(&reexec::test_name(
+        module_path!(),
+        "an_append_cut_short_leaves_no_torn_line",
+    )) {
+        return;
+    }
     // SAFETY: ignoring a signal installs no handler code. A write past the
     // limit then fails with EFBIG instead of killing the process.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };

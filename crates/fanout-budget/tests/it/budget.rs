@@ -2,7 +2,7 @@
 
 extern crate subagents_fanout_budget as fanout_budget;
 use std::fs;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,13 +13,10 @@ use fanout_budget::{
     read_persisted_in, write_persisted,
 };
 use serde_json::Value;
+use test_support::{epoch_ms, mode};
 
 fn managed_root(tmp: &tempfile::TempDir) -> PathBuf {
     tmp.path().join("state").join(BUDGET_ROOT_DIR)
-}
-
-fn mode(path: &Path) -> u32 {
-    fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 fn slot_files(budget: &OpenBudget) -> Vec<String> {
@@ -133,13 +130,6 @@ fn claims_up_to_the_cap_then_rejects_with_the_reference_object() -> Result<()> {
     assert_eq!(rejection.snapshot, Snapshot::new(2, 2));
     assert_eq!(budget.snapshot()?, Snapshot::new(2, 2));
     Ok(())
-}
-
-fn epoch_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 #[test]
