@@ -361,3 +361,47 @@ fn the_checks_catch_a_cycle_and_a_stray_clap() {
     let manifest = "[dependencies]\nserde.workspace = true\nclap = \"4\"\n\n[dev-dependencies]\ntokio = \"1\"\n";
     assert_eq!(front_end_dependencies(manifest), vec!["clap".to_owned()]);
 }
+
+/// The manifests of the workspace's crates that name `subagents-test-support`
+/// among their normal dependencies.
+fn test_support_users(crates: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(crates).unwrap() {
+        let manifest = entry.unwrap().path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        if normal_dependencies(&text)
+            .iter()
+            .any(|d| d == "test-support")
+        {
+            found.push(manifest.display().to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn the_test_support_crate_is_a_dev_dependency_only() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let found = test_support_users(&crates);
+    assert!(
+        found.is_empty(),
+        "subagents-test-support is a normal dependency of {found:?}: only tests may use it"
+    );
+    // The check sees a normal dependency on it, and passes a dev-dependency.
+    let scratch = tempfile::tempdir().unwrap();
+    for (name, manifest) in [
+        ("lib", "[dependencies]\ntest-support.workspace = true\n"),
+        (
+            "tested",
+            "[dev-dependencies]\ntest-support.workspace = true\n",
+        ),
+    ] {
+        std::fs::create_dir(scratch.path().join(name)).unwrap();
+        std::fs::write(scratch.path().join(name).join("Cargo.toml"), manifest).unwrap();
+    }
+    let found = test_support_users(scratch.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].ends_with("lib/Cargo.toml"), "{found:?}");
+}
