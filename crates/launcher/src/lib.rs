@@ -6,8 +6,9 @@
 //! [`api`]; errors are [`error::Error`]. Below it, one module per concern
 //! ([`launch`], [`prepare`], [`revive`], [`wait`], [`logs`], [`budget`],
 //! [`admission`], ...); the processes of a run (monitor, runner, observer)
-//! live in the `supervisor` crate. `tests/tidy.rs` keeps the modules free of
-//! import cycles and the crate free of front-end dependencies.
+//! live in the `supervisor` crate. The `tidy` tests (`crates/subagents/tests/it/tidy.rs`)
+//! keep the modules free of import cycles and the crate free of front-end
+//! dependencies.
 #![warn(missing_docs)]
 
 pub mod admission;
