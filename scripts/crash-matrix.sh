@@ -12,7 +12,7 @@ trials="${1:-20}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-CRASH_MATRIX_REPEAT="$trials" cargo test -q -p subagents --test crash_matrix -- --nocapture \
+CRASH_MATRIX_REPEAT="$trials" cargo test -q -p subagents --test it crash_matrix:: -- --nocapture \
     >"$log" 2>&1 || status=$?
 grep -E '^(cell trials clean|[a-z]+:[a-z-]+ [0-9]+ [0-9]+)$' "$log" | column -t
 if [ "$status" -ne 0 ]; then

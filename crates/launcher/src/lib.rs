@@ -11,9 +11,9 @@
 //! fuzz targets, the tests) uses. [`format`](mod@format) and [`process`] and the
 //! re-exported types below are what the binary needs of the protocol crates,
 //! which it never names itself. The processes of a run (monitor, runner,
-//! observer) live in the `supervisor` crate. `tests/tidy.rs` keeps the
-//! modules free of import cycles, the crate free of front-end dependencies
-//! and of prints, and every operation served by a command and a tool.
+//! observer) live in the `supervisor` crate. The `tidy` tests
+//! (`crates/subagents/tests/it/tidy.rs`) keep the modules free of import
+//! cycles, the crate free of front-end dependencies and of prints, and every operation served by a command and a tool.
 #![warn(missing_docs)]
 
 pub mod admission;

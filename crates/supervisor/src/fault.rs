@@ -3,7 +3,8 @@
 //! Off unless the variable is set. When it names this process and a point
 //! it reaches, the process sends itself SIGKILL there — no clean-up, no
 //! destructors, exactly like an OOM kill or a power cut of that one process.
-//! The crash-matrix test (`tests/crash_matrix.rs`) drives every cell.
+//! The crash-matrix test (`crates/subagents/tests/it/crash_matrix.rs`) drives
+//! every cell.
 //!
 //! * `<process>`: `launcher` (`subagents run` / `resume`), `monitor`
 //!   (`__monitor`), `runner` (`__runner`).

@@ -1,0 +1,8 @@
+//! The integration tests of `subagents-fanout-budget`: one test binary, a
+//! module per area; `processes` re-executes it as claim workers.
+
+mod budget;
+mod limit_env;
+mod processes;
+mod reference_lock;
+mod roundtrip;

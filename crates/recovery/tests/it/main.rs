@@ -1,0 +1,9 @@
+//! The integration tests of `subagents-recovery`: one test binary, a
+//! module per area; `contract` and `lease` re-execute it as workers.
+
+#![recursion_limit = "256"]
+
+mod contract;
+mod descriptor;
+mod lease;
+mod roundtrip;

@@ -1,0 +1,617 @@
+//! Everyday use with the real binary: failures that explain themselves,
+//! composite runs in `logs` and `status`, usage errors, lifecycle details.
+
+use crate::common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::Stdio;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn write_spec(env: &Env, name: &str, spec: &Value) -> String {
+    let path = Path::new(env.work()).join(name);
+    std::fs::write(&path, spec.to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn first_line(out: &std::process::Output) -> String {
+    text(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn a_missing_program_fails_with_127_and_every_view_says_why() {
+    let env = Env::new();
+    let out = env.run(&["run", "--wait", "--", "no-such-agent-cli", "-p", "hi"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let id = first_line(&out);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{id} failed: failed to start command 'no-such-agent-cli'"
+        )) && stderr.contains("(exit 127)"),
+        "{stderr}"
+    );
+    let status = env.settled(&id);
+    assert_eq!(status["steps"][0]["exitCode"], 127, "{status}");
+
+    let logs = env.run(&["logs", &id]);
+    assert_eq!(logs.status.code(), Some(0));
+    assert!(logs.stdout.is_empty(), "{logs:?}");
+    assert!(
+        text(&logs.stderr).contains("no output; ") && text(&logs.stderr).contains("No such file"),
+        "{logs:?}"
+    );
+
+    let wait = env.run(&["wait", &id]);
+    assert_eq!(wait.status.code(), Some(1));
+    assert!(first_line(&wait).contains("(exit 127)"), "{wait:?}");
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("Exit code: 127"), "{shown}");
+    assert!(
+        shown.contains("Failed step: 1/1 no-such-agent-cli"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn run_wait_json_and_wait_json_return_the_final_summary() {
+    let env = Env::new();
+    let out = env.run(&["run", "--wait", "--json", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), 1, "{out:?}");
+    let summary: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(summary["state"], "failed");
+    assert_eq!(summary["steps"][0]["exitCode"], 3);
+    let id = summary["runId"].as_str().unwrap();
+    let waited: Value = serde_json::from_slice(&env.run(&["wait", id, "--json"]).stdout).unwrap();
+    assert_eq!(waited[0]["state"], "failed");
+    assert_eq!(
+        first_line(&env.run(&["wait", id])),
+        format!("{id} failed: Step failed: sh (exit 3)")
+    );
+}
+
+#[test]
+fn logs_of_a_parallel_run_show_every_step_with_stderr_apart() {
+    let env = Env::new();
+    let spec = json!({"mode": "parallel", "concurrency": 1, "tasks": [
+        {"agent": "a", "command": ["sh", "-c", "echo from a; echo a1; echo a2"]},
+        {"agent": "b", "command": ["sh", "-c", "echo only stderr >&2"]}
+    ]});
+    let file = write_spec(&env, "p.json", &spec);
+    let id = env
+        .ok(&["run", "--spec", &file, "--wait"])
+        .trim()
+        .to_owned();
+    let out = env.run(&["logs", &id]);
+    assert_eq!(text(&out.stdout), "=== a (step 1) ===\nfrom a\na1\na2\n");
+    assert_eq!(
+        text(&out.stderr),
+        "=== b (step 2) === stderr\nonly stderr\n"
+    );
+
+    let step2 = env.run(&["logs", &id, "--step", "2"]);
+    assert!(step2.stdout.is_empty());
+    assert_eq!(
+        text(&step2.stderr),
+        "=== b (step 2) === stderr\nonly stderr\n"
+    );
+    assert_eq!(
+        env.ok(&["logs", &id, "--step", "1", "--tail", "2"]),
+        "=== a (step 1) ===\na1\na2\n"
+    );
+    let only_err = env.run(&["logs", &id, "--stderr"]);
+    assert!(only_err.stdout.is_empty());
+    assert_eq!(
+        env.run(&["logs", &id, "--step", "3"]).status.code(),
+        Some(2)
+    );
+
+    // `status` numbers the steps as the headers do.
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("  1. a | complete"), "{shown}");
+    assert!(shown.contains("  2. b | complete"), "{shown}");
+}
+
+#[test]
+fn a_chain_failing_at_step_two_shows_the_step_its_error_and_its_code() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "first", "command": ["sh", "-c", "echo ok"]},
+        {"agent": "second", "command": ["sh", "-c", "echo broke >&2; exit 4"]},
+        {"agent": "third", "command": ["sh", "-c", "echo never"]}
+    ]});
+    let file = write_spec(&env, "c.json", &spec);
+    let out = env.run(&["run", "--spec", &file, "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    let id = first_line(&out);
+    assert!(text(&out.stderr).contains("(step 2 exit 4)"), "{out:?}");
+    env.settled(&id);
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("Failed step: 2/3 second"), "{shown}");
+    assert!(shown.contains("Exit code: 4"), "{shown}");
+    assert!(!shown.contains("Exit code: 0"), "{shown}");
+    assert!(shown.contains("  3. third | skipped"), "{shown}");
+}
+
+#[test]
+fn a_running_chain_has_no_exit_code_and_a_timed_out_run_says_so() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "first", "command": ["sh", "-c", "echo ok"]},
+        {"agent": "slow", "command": ["sleep", "300"]}
+    ]});
+    let file = write_spec(&env, "c.json", &spec);
+    let id = env.ok(&["run", "--spec", &file]).trim().to_owned();
+    poll(std::time::Duration::from_secs(20), || {
+        env.status_json(&id)["steps"][1]["status"] == "running"
+    });
+    let shown = env.ok(&["status", &id]);
+    assert!(!shown.contains("Exit code"), "{shown}");
+    assert!(shown.contains("2. slow | running"), "{shown}");
+    env.ok(&["stop", &id]);
+
+    let out = env.run(&["run", "--wait", "--timeout", "1s", "--", "sleep", "300"]);
+    assert_eq!(out.status.code(), Some(1));
+    let id = first_line(&out);
+    env.settled(&id);
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("Timed out after 1.0s"), "{shown}");
+    assert!(shown.contains("Signal: SIGTERM"), "{shown}");
+}
+
+#[test]
+fn a_chain_stopped_in_its_first_step_ends_the_steps_it_never_started() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "slow", "command": ["sleep", "300"]},
+        {"agent": "never", "command": ["sh", "-c", "echo ran"]}
+    ]});
+    let file = write_spec(&env, "c.json", &spec);
+    let id = env.ok(&["run", "--spec", &file]).trim().to_owned();
+    poll(std::time::Duration::from_secs(20), || {
+        env.status_json(&id)["steps"][0]["status"] == "running"
+    });
+    env.ok(&["stop", &id]);
+    let status = env.settled(&id);
+    assert_eq!(status["state"], "stopped", "{status}");
+    assert_eq!(status["steps"][1]["status"], "stopped", "{status}");
+    assert!(status["steps"][1]["externalProcess"].is_null(), "{status}");
+}
+
+#[test]
+fn fail_fast_siblings_show_as_skipped() {
+    let env = Env::new();
+    let spec = json!({"mode": "parallel", "concurrency": 1, "failFast": true, "tasks": [
+        {"agent": "bad", "command": ["sh", "-c", "exit 2"]},
+        {"agent": "later", "command": ["sh", "-c", "echo never"]}
+    ]});
+    let file = write_spec(&env, "ff.json", &spec);
+    let out = env.run(&["run", "--spec", &file, "--wait"]);
+    let id = first_line(&out);
+    let status = env.settled(&id);
+    // Recorded as such, not left pending for the display to interpret.
+    assert_eq!(status["steps"][1]["status"], "failed", "{status}");
+    assert_eq!(
+        status["steps"][1]["error"],
+        "skipped: a sibling failed (failFast)"
+    );
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("  2. later | skipped"), "{shown}");
+    // A step that never ran has no exit code to show.
+    assert!(!shown.contains("later | skipped | exit"), "{shown}");
+    assert!(shown.contains("Failed step: 1/2 bad"), "{shown}");
+}
+
+#[test]
+fn a_chain_whose_second_program_is_missing_is_at_step_two() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "first", "command": ["sh", "-c", "echo ok"]},
+        {"agent": "typo", "command": ["no-such-agent-cli-for-this-test"]},
+        {"agent": "third", "command": ["sh", "-c", "echo never"]}
+    ]});
+    let file = write_spec(&env, "c.json", &spec);
+    let out = env.run(&["run", "--spec", &file, "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    let id = first_line(&out);
+    env.settled(&id);
+    assert_eq!(env.status_json(&id)["currentStep"], 1);
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("| chain | step 2/3 |"), "{shown}");
+    assert!(shown.contains("  2. typo | failed"), "{shown}");
+    assert!(shown.contains("exit 127"), "{shown}");
+}
+
+#[test]
+fn logs_follow_takes_in_each_step_as_it_starts() {
+    let env = Env::new();
+    let fifo = env.fifo("go.fifo");
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "one", "command": ["sh", "-c", format!("echo first; read line < '{}'", fifo.display())]},
+        {"agent": "two", "command": ["sh", "-c", "echo second"]}
+    ]});
+    let file = write_spec(&env, "f.json", &spec);
+    let id = env.ok(&["run", "--spec", &file]).trim().to_owned();
+    let mut follower = env
+        .command(&["logs", &id, "--follow"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "=== one (step 1) ===");
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    std::fs::write(&fifo, "go\n").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "=== two (step 2) ===");
+    assert_eq!(lines.next().unwrap().unwrap(), "second");
+    assert!(lines.next().is_none(), "follow ends with the run");
+    assert!(follower.wait().unwrap().success());
+}
+
+#[test]
+fn usage_mistakes_exit_2_on_one_line() {
+    let env = Env::new();
+    let finished = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    for args in [
+        vec!["run", "--timeout", "abc", "--", "true"],
+        vec!["run", "--timeout", "1h30m", "--", "true"],
+        vec!["run", "--id", "../evil", "--", "true"],
+        vec!["resume", finished.as_str()],
+        vec![
+            "resume",
+            finished.as_str(),
+            "--task",
+            "more",
+            "--timeout",
+            "abc",
+        ],
+        vec!["wait", finished.as_str(), "--timeout", "soon"],
+        vec!["status"],
+        vec!["run", "--no-such-flag"],
+    ] {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = text(&out.stderr);
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.starts_with("subagents: "), "{args:?}: {stderr}");
+        assert!(
+            stderr.lines().skip(1).all(|l| l.starts_with("  hint: ")),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn stop_of_a_finished_run_says_it_was_already_over() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    env.settled(&id);
+    assert_eq!(
+        env.ok(&["stop", &id]).trim(),
+        format!("{id} was already over (complete); nothing to stop")
+    );
+}
+
+#[test]
+fn dismiss_refuses_an_active_run_unless_forced_and_list_can_show_dismissed() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
+    let out = env.run(&["dismiss", &id]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("is still running"), "{out:?}");
+    assert!(env.ok(&["list"]).contains(&id));
+    env.ok(&["dismiss", &id, "--force"]);
+    assert!(!env.ok(&["list"]).contains(&id));
+    assert!(env.ok(&["list", "--all", "--dismissed"]).contains(&id));
+    env.ok(&["stop", &id]);
+}
+
+#[test]
+fn ps_shows_the_run_id_of_monitor_and_runner() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
+    let status = env.wait_for_child_pid(&id);
+    for who in ["runnerIdentity", "monitorIdentity"] {
+        let pid = status[who]["pid"].as_u64().unwrap();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert_eq!(args.get(2), Some(&id), "{who}: {args:?}");
+    }
+    env.ok(&["stop", &id]);
+}
+
+#[test]
+fn a_pipe_on_stdin_or_task_file_dash_is_the_task_and_stdin_ends_with_a_newline() {
+    use std::io::Write;
+    let env = Env::new();
+    for extra in [&[][..], &["--task-file", "-"][..]] {
+        let mut args = vec!["run", "--wait"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", "cat; echo end"]);
+        let mut child = env
+            .command(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"from the pipe")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{extra:?}: {out:?}");
+        let id = first_line(&out);
+        // The task file ends with a newline, and stdin is that file.
+        let task = env
+            .root()
+            .join("async-subagent-runs")
+            .join(&id)
+            .join("task.md");
+        assert_eq!(std::fs::read_to_string(task).unwrap(), "from the pipe\n");
+        assert_eq!(env.ok(&["logs", &id]), "from the pipe\nend\n", "{extra:?}");
+    }
+}
+
+#[test]
+fn wait_prints_each_run_as_it_ends() {
+    let env = Env::new();
+    let fifo = env.fifo("slow.fifo");
+    let slow = env
+        .ok(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("read line < '{}'", fifo.display()),
+        ])
+        .trim()
+        .to_owned();
+    let quick = env.ok(&["run", "--", "true"]).trim().to_owned();
+    let mut waiter = env
+        .command(&["wait", &slow, &quick])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(waiter.stdout.take().unwrap()).lines();
+    // An early end of `wait` says why: its exit status and its stderr.
+    let mut next_line = |waiter: &mut std::process::Child| match lines.next() {
+        Some(line) => line.unwrap(),
+        None => {
+            let status = waiter.wait().unwrap();
+            let mut stderr = String::new();
+            let _ = waiter.stderr.take().unwrap().read_to_string(&mut stderr);
+            panic!("wait ended early ({status}): {stderr}");
+        }
+    };
+    // The quick run's line comes while the slow one is still running.
+    assert_eq!(next_line(&mut waiter), format!("{quick} complete"));
+    assert_eq!(env.status_json(&slow)["state"], "running");
+    std::fs::write(&fifo, "go\n").unwrap();
+    assert_eq!(next_line(&mut waiter), format!("{slow} complete"));
+    assert!(waiter.wait().unwrap().success());
+}
+
+#[test]
+fn ctrl_c_on_run_wait_says_the_run_goes_on_and_how_to_stop_it() {
+    let env = Env::new();
+    let mut child = env
+        .command(&["run", "--wait", "--", "sleep", "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut id = String::new();
+    stdout.read_line(&mut id).unwrap();
+    let id = id.trim().to_owned();
+    env.wait_for_child_pid(&id);
+    kill(child.id(), libc::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("run {id} goes on in the background"))
+            && stderr.contains(&format!("subagents stop {id}")),
+        "{stderr}"
+    );
+    assert_eq!(env.status_json(&id)["state"], "running");
+    env.ok(&["stop", &id]);
+}
+
+#[test]
+fn the_recursive_example_says_when_it_cannot_find_the_binary() {
+    let env = Env::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/recursive-agent.sh");
+    let out = env
+        .command(&["run", "--wait", "--", script.to_str().unwrap()])
+        .env_remove("SUBAGENTS_BIN")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let id = first_line(&out);
+    assert!(text(&out.stderr).contains("(exit 127)"), "{out:?}");
+    let logs = env.run(&["logs", &id]);
+    assert!(
+        text(&logs.stderr).contains("subagents is not on PATH; set SUBAGENTS_BIN"),
+        "{logs:?}"
+    );
+}
+
+#[test]
+fn list_short_is_one_line_per_run_and_sort_started_is_newest_first() {
+    let env = Env::new();
+    let first = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let second = first_line(&env.run(&["run", "--wait", "--", "false"]));
+    let live = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
+    env.wait_for_child_pid(&live);
+
+    let table = env.ok(&["list", "--all", "--short", "--sort", "started"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STARTED"),
+        "{table}"
+    );
+    let order: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(order, [live.as_str(), second.as_str(), first.as_str()]);
+    assert!(
+        lines[1].contains("running") && lines[1].contains("0/1"),
+        "{table}"
+    );
+    assert!(lines[2].contains("failed"), "{table}");
+    assert!(!table.contains('\x1b'), "no colour off a terminal: {table}");
+
+    let coloured = env.ok(&["list", "--short", "--color", "always"]);
+    assert!(coloured.contains("\x1b[32mrunning\x1b[0m"), "{coloured}");
+    // Off a terminal the detailed listing stays the default (scripts read it).
+    assert!(env.ok(&["list"]).contains(&format!("- {live} | running")));
+    assert!(
+        env.ok(&["list", "--long"])
+            .contains(&format!("- {live} | running"))
+    );
+    env.ok(&["stop", &live]);
+}
+
+/// A config home holding `subagents/config.toml` with `text`.
+fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let config = tempfile::tempdir().unwrap();
+    std::fs::create_dir(config.path().join("subagents")).unwrap();
+    let file = config.path().join("subagents/config.toml");
+    std::fs::write(&file, text).unwrap();
+    (config, file)
+}
+
+#[test]
+fn the_config_file_supplies_defaults_below_the_environment() {
+    let env = Env::new();
+    let (config, file) = config_file("# mine\nmax_active = 1\nsession = \"from-config\"\n");
+    let run = |args: &[&str], extra: &[(&str, &str)]| {
+        let mut command = env.command(args);
+        command
+            .env("XDG_CONFIG_HOME", config.path())
+            .env_remove("SUBAGENTS_MAX_ACTIVE");
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    let shown: Value = serde_json::from_slice(&run(&["config", "--json"], &[]).stdout).unwrap();
+    assert_eq!(shown["exists"], true);
+    assert_eq!(shown["keys"][2]["key"], "max_active");
+    assert_eq!(shown["keys"][2]["value"], "1");
+    assert_eq!(shown["keys"][2]["source"], "config");
+    let over: Value = serde_json::from_slice(
+        &run(&["config", "--json"], &[("SUBAGENTS_MAX_ACTIVE", "5")]).stdout,
+    )
+    .unwrap();
+    assert_eq!(over["keys"][2]["value"], "5");
+    assert_eq!(over["keys"][2]["source"], "environment");
+
+    // The limit and the session come from the file.
+    let first = run(&["run", "--", "sleep", "300"], &[]);
+    assert!(first.status.success(), "{first:?}");
+    let id = first_line(&first);
+    assert_eq!(env.status_json(&id)["sessionId"], "from-config");
+    let second = run(&["run", "--", "true"], &[]);
+    assert_eq!(second.status.code(), Some(3), "{second:?}");
+    env.ok(&["stop", &id]);
+
+    std::fs::write(&file, "max_active = lots\n").unwrap();
+    let broken = run(&["list"], &[]);
+    assert_eq!(broken.status.code(), Some(1));
+    let stderr = text(&broken.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("config.toml': line 1: max_active must be a whole number"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_config_file_sets_the_default_timeout_and_colour() {
+    let env = Env::new();
+    let (config, file) = config_file("timeout = \"1s\"\ncolor = \"always\"\n");
+    let run = |args: &[&str]| {
+        let mut command = env.command(args);
+        command
+            .env("XDG_CONFIG_HOME", config.path())
+            .env_remove("SUBAGENTS_TIMEOUT")
+            .env_remove("SUBAGENTS_COLOR")
+            .env_remove("NO_COLOR");
+        command.output().unwrap()
+    };
+    // The run ends at the configured deadline, not the built-in 30 minutes.
+    let out = run(&["run", "--wait", "--", "sleep", "300"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let id = first_line(&out);
+    env.settled(&id);
+    assert_eq!(env.status_json(&id)["timeoutMs"], 1000);
+    assert!(env.ok(&["status", &id]).contains("Timed out after 1.0s"));
+    // `color = "always"` colours the table even through a pipe.
+    let table = run(&["list", "--all", "--short"]);
+    assert!(text(&table.stdout).contains("\u{1b}["), "{table:?}");
+
+    std::fs::write(&file, "color = \"sometimes\"\n").unwrap();
+    let broken = run(&["list"]);
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(
+        text(&broken.stderr).contains("line 1: color must be"),
+        "{broken:?}"
+    );
+}
+
+#[test]
+fn max_active_counts_the_session_runs_launched_without_a_limit() {
+    let env = Env::new();
+    let free = env
+        .ok(&["run", "--session", "s", "--", "sleep", "300"])
+        .trim()
+        .to_owned();
+    let limited = env.run(&["run", "--session", "s", "--max-active", "1", "--", "true"]);
+    assert_eq!(limited.status.code(), Some(3), "{limited:?}");
+    // Another session is not affected.
+    env.ok(&[
+        "run",
+        "--session",
+        "t",
+        "--max-active",
+        "1",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    env.ok(&["stop", &free]);
+    env.settled(&free);
+    // Once the run is over (and its exit observed) its slot is free again.
+    env.ok(&[
+        "run",
+        "--session",
+        "s",
+        "--max-active",
+        "1",
+        "--wait",
+        "--",
+        "true",
+    ]);
+}

@@ -1,0 +1,798 @@
+//! End-to-end tests of `subagents mcp` with a real MCP client: rmcp's client
+//! speaking JSON-RPC over the stdio of the built binary, runs of real
+//! processes, a fresh state root per test.
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_subagents");
+const SECRET: &str = "the-secret-task-text-4711";
+
+/// Records the progress notifications the server sends.
+#[derive(Clone, Default)]
+struct Client {
+    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    first_progress: Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
+}
+
+impl ClientHandler for Client {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params);
+        if let Some(tx) = self.first_progress.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A server process and the client connected to it.
+struct Connection {
+    child: tokio::process::Child,
+    client: RunningService<RoleClient, Client>,
+}
+
+/// Starts `subagents --root ROOT mcp ARGS` with `vars` and connects.
+async fn connect(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Connection {
+    connect_with(env, args, vars, Client::default()).await
+}
+
+async fn connect_with(
+    env: &Env,
+    args: &[&str],
+    vars: &[(&str, &str)],
+    handler: Client,
+) -> Connection {
+    let mut command = tokio::process::Command::new(BIN);
+    command
+        .arg("--root")
+        .arg(env.root())
+        .arg("mcp")
+        .args(args)
+        .current_dir(env.work())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    for name in [
+        "SUBAGENTS_SESSION_ID",
+        "SUBAGENTS_MAX_ACTIVE",
+        "SUBAGENTS_RUN_ID",
+        "SUBAGENTS_RUN_FANOUT_BUDGET",
+        "PI_SUBAGENT_RUN_FANOUT_BUDGET",
+        "SUBAGENTS_MAX_SPAWNS_PER_RUN",
+        "PI_SUBAGENT_MAX_SPAWNS_PER_RUN",
+    ] {
+        command.env_remove(name);
+    }
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let client = within(handler.serve((stdout, stdin))).await.unwrap();
+    Connection { child, client }
+}
+
+impl Connection {
+    async fn call(&self, tool: &str, arguments: Value) -> CallToolResult {
+        let Value::Object(arguments) = arguments else {
+            panic!("arguments must be an object")
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        within(self.client.call_tool(params)).await.unwrap()
+    }
+
+    /// A successful call's JSON outcome.
+    async fn ok(&self, tool: &str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments.clone()).await;
+        assert_ne!(
+            result.is_error,
+            Some(true),
+            "{tool} {arguments}: {result:?}"
+        );
+        outcome(&result)
+    }
+
+    /// A failed call's JSON error object.
+    async fn error(&self, tool: &str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments.clone()).await;
+        assert_eq!(
+            result.is_error,
+            Some(true),
+            "{tool} {arguments}: {result:?}"
+        );
+        let error = outcome(&result);
+        assert_eq!(result.structured_content.as_ref(), Some(&error));
+        error
+    }
+
+    /// Closes the client's side (stdin EOF) and waits for the server to exit
+    /// on its own; returns its exit code.
+    async fn disconnect(self) -> Option<i32> {
+        let Connection { mut child, client } = self;
+        drop(client);
+        let status = within(child.wait()).await.unwrap();
+        status.code()
+    }
+}
+
+/// The JSON of a tool result: its structured content, else its text.
+fn outcome(result: &CallToolResult) -> Value {
+    if let Some(value) = &result.structured_content {
+        return value.clone();
+    }
+    let text = result.content[0]
+        .as_text()
+        .expect("a text content")
+        .text
+        .clone();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Fails the test instead of hanging it.
+async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), future)
+        .await
+        .expect("the MCP exchange did not finish within 60s")
+}
+
+/// The parent pid of `pid` (`/proc/<pid>/stat` field 4), while it exists.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `sh -c` a command that blocks on a FIFO until the test releases it.
+fn gated(gate: &Path, then: &str) -> Value {
+    json!([
+        "sh",
+        "-c",
+        format!("read line < '{}'; {then}", gate.display())
+    ])
+}
+
+fn release(gate: PathBuf) {
+    // Opening a FIFO for writing blocks until the run reads it: not on the runtime.
+    std::thread::spawn(move || std::fs::write(gate, "go\n").unwrap());
+}
+
+/// No file of the run but its task file and the command's own output (which
+/// echoes it here) holds the task text: not the status, the events, the
+/// recovery files or the runner's logs.
+fn assert_task_text_only_in_task_files(env: &Env, id: &str) {
+    let dir = env.run_dir(id);
+    let mut task_files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        if name.starts_with("task") && name.ends_with(".md") {
+            task_files += 1;
+            continue;
+        }
+        if name.starts_with("external-") || name.starts_with("output-") {
+            continue;
+        }
+        assert!(!text.contains(SECRET), "{name} holds the task text: {text}");
+    }
+    assert_eq!(task_files, 1, "the task is in task.md");
+    let status = env.status_json(id);
+    assert_eq!(
+        status["steps"][0]["description"], "[prompt redacted]",
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
+    let env = Env::new();
+    let server = connect(&env, &[], &[]).await;
+    let info = server.client.peer_info().expect("initialized");
+    assert_eq!(info.server_info.as_ref().unwrap().name, "subagents");
+    assert!(info.capabilities.tools.is_some());
+    let tools = within(server.client.list_all_tools()).await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "agents",
+            "budget",
+            "budget_claim",
+            "budget_create",
+            "capacity",
+            "config",
+            "dismiss",
+            "list",
+            "logs",
+            "prune",
+            "reconcile",
+            "resume",
+            "run",
+            "status",
+            "stop",
+            "validate",
+            "wait"
+        ]
+    );
+    let schema = |name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        assert!(tool.description.as_deref().is_some_and(|d| !d.is_empty()));
+        Value::Object((*tool.input_schema).clone())
+    };
+    let run = schema("run");
+    assert_eq!(run["type"], "object");
+    let properties: Vec<&String> = run["properties"].as_object().unwrap().keys().collect();
+    for field in ["agent", "task", "cwd", "timeout", "id", "spec", "command"] {
+        assert!(
+            run["properties"].get(field).is_some(),
+            "run lacks {field}: {run}"
+        );
+    }
+    // Launch settings belong to the server: an agent cannot lift its limits.
+    for field in [
+        "session",
+        "maxActive",
+        "fanoutLimit",
+        "taskFile",
+        "specFile",
+    ] {
+        assert!(
+            !properties.contains(&&field.to_owned()),
+            "run has {field}: {run}"
+        );
+    }
+    assert_eq!(run["additionalProperties"], false, "{run}");
+    assert_eq!(schema("wait")["required"], json!(["runs"]));
+    assert!(schema("wait")["properties"].get("timeout").is_some());
+    assert!(schema("wait")["properties"].get("tail").is_some());
+    for name in ["status", "stop", "resume", "logs"] {
+        assert_eq!(schema(name)["required"], json!(["run"]), "{name}");
+    }
+    assert!(schema("list")["properties"].get("all").is_some());
+    assert!(schema("capacity")["properties"].get("session").is_some());
+    assert_eq!(schema("dismiss")["required"], json!(["run"]));
+    assert_eq!(schema("validate")["required"], json!(["kind", "file"]));
+    assert!(schema("prune")["properties"].get("olderThan").is_some());
+    assert!(schema("agents")["properties"].get("action").is_some());
+
+    // A malformed request is refused with the command's exit code and nothing starts.
+    let error = server
+        .error("run", json!({"command": ["true"], "timeout": "soon"}))
+        .await;
+    assert_eq!(error["error"]["code"], "USAGE", "{error}");
+    assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    // The hint names the request's field, never a command-line flag.
+    let hint = error["error"]["hint"].as_str().unwrap();
+    assert!(hint.starts_with("`timeout` takes"), "{error}");
+    assert!(!hint.contains("--"), "{error}");
+    let error = server.error("status", json!({"run": "nope"})).await;
+    assert_eq!(error["error"]["code"], "NOT_FOUND", "{error}");
+    assert_eq!(error["error"]["exitCode"], 4, "{error}");
+    assert_eq!(env.run_count(), 0);
+    // No task is the same mistake, and the same code, as on the command line.
+    let done = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    let error = server.error("resume", json!({"run": done})).await;
+    assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    assert_eq!(error["error"]["hint"], "give the task in `task`", "{error}");
+    assert_eq!(server.disconnect().await, Some(0));
+}
+
+/// The maintenance tools on a real root: reconcile, dismiss, prune,
+/// validate, agents, config and the budget's create and claim, each
+/// answering with the outcome `--json` prints.
+#[tokio::test]
+async fn the_maintenance_tools_answer_on_a_real_root() {
+    let env = Env::new();
+    let work = Path::new(env.work());
+    let config = work.join("config");
+    std::fs::create_dir_all(config.join("subagents")).unwrap();
+    std::fs::write(config.join("subagents/config.toml"), "max_active = 7\n").unwrap();
+    let agents = work.join(".subagents/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("echoer.md"),
+        "---\nrunner: command\ndescription: says it back\ncommand: [cat]\n---\n",
+    )
+    .unwrap();
+    let home = work.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let vars = [
+        ("XDG_CONFIG_HOME", config.to_str().unwrap()),
+        ("HOME", home.to_str().unwrap()),
+    ];
+    let id = env.ok(&["run", "--", "true"]).trim().to_owned();
+    env.settled(&id);
+    let server = connect(&env, &[], &vars).await;
+
+    let reconciled = server.ok("reconcile", json!({})).await;
+    assert_eq!(
+        reconciled,
+        json!({"repaired": [], "observed": [], "unreadable": []})
+    );
+
+    let dismissed = server.ok("dismiss", json!({"run": id})).await;
+    assert_eq!(dismissed["runId"], id.as_str(), "{dismissed}");
+    let at = dismissed["displayDismissedAt"].as_u64().expect("a time");
+    assert_eq!(env.status_json(&id)["displayDismissedAt"], at);
+    let error = server.error("dismiss", json!({"run": "nope"})).await;
+    assert_eq!(error["error"]["code"], "NOT_FOUND", "{error}");
+
+    let status_file = env.run_dir(&id).join("status.json");
+    let valid = server
+        .ok("validate", json!({"kind": "status", "file": status_file}))
+        .await;
+    assert_eq!(valid, json!({"valid": true, "error": null}));
+    let garbage = work.join("garbage.json");
+    std::fs::write(&garbage, "{not json").unwrap();
+    let invalid = server
+        .ok("validate", json!({"kind": "status", "file": garbage}))
+        .await;
+    assert_eq!(invalid["valid"], false, "{invalid}");
+    assert!(
+        invalid["error"].as_str().unwrap().contains("garbage.json"),
+        "{invalid}"
+    );
+    let error = server
+        .error("validate", json!({"kind": "nonsense", "file": garbage}))
+        .await;
+    assert_eq!(error["error"]["code"], "USAGE", "{error}");
+
+    let listed = server.ok("agents", json!({})).await;
+    let names: Vec<&str> = listed["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert!(names.contains(&"echoer"), "{listed}");
+    assert_eq!(listed["errors"], json!([]), "{listed}");
+    let shown = server
+        .ok("agents", json!({"action": "show", "name": "echoer"}))
+        .await;
+    assert_eq!(shown["description"], "says it back", "{shown}");
+    assert_eq!(shown["argv"], json!(["cat"]), "{shown}");
+    let prompt = server.ok("agents", json!({"action": "prompt"})).await;
+    assert!(
+        prompt["snippet"].as_str().unwrap().contains("echoer"),
+        "{prompt}"
+    );
+
+    let configured = server.ok("config", json!({})).await;
+    assert_eq!(configured["exists"], true, "{configured}");
+    let max_active = configured["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "max_active")
+        .cloned()
+        .unwrap();
+    assert_eq!(max_active["value"], "7", "{configured}");
+    assert_eq!(max_active["source"], "config", "{configured}");
+
+    let descriptor = server
+        .ok("budget_create", json!({"rootRunId": "root-7", "limit": 2}))
+        .await;
+    assert_eq!(descriptor["rootRunId"], "root-7", "{descriptor}");
+    let file = work.join("descriptor.json");
+    std::fs::write(&file, descriptor.to_string()).unwrap();
+    let claimed = server
+        .ok(
+            "budget_claim",
+            json!({"descriptor": file, "paths": ["a", "b"]}),
+        )
+        .await;
+    assert_eq!(claimed, json!({"used": 2, "limit": 2, "remaining": 0}));
+    let error = server
+        .error("budget_claim", json!({"descriptor": file, "paths": ["c"]}))
+        .await;
+    assert_eq!(error["error"]["code"], "LIMIT", "{error}");
+
+    let dry = server
+        .ok("prune", json!({"olderThan": "0s", "dryRun": true}))
+        .await;
+    assert_eq!(dry["dryRun"], true, "{dry}");
+    assert_eq!(dry["pruned"][0]["runId"], id.as_str(), "{dry}");
+    assert!(env.run_dir(&id).exists());
+    let pruned = server.ok("prune", json!({"olderThan": "0s"})).await;
+    assert_eq!(pruned["pruned"][0]["runId"], id.as_str(), "{pruned}");
+    assert_eq!(pruned["olderThanMs"], 0, "{pruned}");
+    assert!(!env.run_dir(&id).exists());
+    assert_eq!(server.disconnect().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_run_outlives_the_connection_and_is_collected_after_reconnecting() {
+    let env = Env::new();
+    let gate = env.fifo("gate");
+    let first = connect(&env, &[], &[]).await;
+    let launched = first
+        .ok(
+            "run",
+            json!({"command": gated(&gate, "echo task=$(cat); echo finished-output"), "task": SECRET}),
+        )
+        .await;
+    let id = launched["runId"].as_str().unwrap().to_owned();
+    assert!(launched["pid"].as_u64().is_some(), "{launched}");
+    assert_eq!(
+        first.disconnect().await,
+        Some(0),
+        "the server ends with its client"
+    );
+
+    // The run goes on without the server, and is visible to the command line.
+    let status = env.status_json(&id);
+    assert_eq!(status["state"], "running", "{status}");
+    assert!(alive(launched["pid"].as_u64().unwrap() as u32));
+
+    let client = Client::default();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    *client.first_progress.lock().unwrap() = Some(tx);
+    let second = connect_with(&env, &[], &[], client.clone()).await;
+    let listed = second.ok("list", json!({})).await;
+    assert_eq!(listed[0]["id"], id.as_str(), "{listed}");
+    // Release the run only once the wait is blocked and reporting progress.
+    let release_on_progress = tokio::spawn(async move {
+        rx.await.unwrap();
+        release(gate);
+    });
+    let waited = second
+        .ok("wait", json!({"runs": [&id], "timeout": "60s"}))
+        .await;
+    release_on_progress.await.unwrap();
+    assert_eq!(waited["runs"][0]["id"], id.as_str(), "{waited}");
+    assert_eq!(waited["runs"][0]["state"], "complete", "{waited}");
+    let tail = &waited["logs"][0];
+    assert_eq!(tail["runId"], id.as_str());
+    let text: String = tail["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert!(text.contains("finished-output"), "{waited}");
+    let progress = client.progress.lock().unwrap().clone();
+    assert!(!progress.is_empty());
+    assert!(
+        progress[0]
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(&id)),
+        "{progress:?}"
+    );
+
+    let logs = second.ok("logs", json!({"run": &id, "tail": 1})).await;
+    assert_eq!(logs["state"], "complete");
+    assert_eq!(logs["logs"][0]["name"], "output", "{logs}");
+    assert_eq!(logs["logs"][0]["text"], "finished-output\n", "{logs}");
+    let status = second.ok("status", json!({"run": &id})).await;
+    assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
+    // The task reached the command, and no status, event or log.
+    let full = second.ok("logs", json!({"run": &id})).await;
+    assert!(
+        full["logs"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("task={SECRET}")),
+        "{full}"
+    );
+    assert_task_text_only_in_task_files(&env, &id);
+    assert_eq!(second.disconnect().await, Some(0));
+    env.settled(&id);
+}
+
+#[tokio::test]
+async fn a_fanout_refusal_carries_the_rejection_and_the_budget() {
+    let env = Env::new();
+    // A server started inside a run: its launches claim from that run's budget.
+    let descriptor = env.ok(&[
+        "budget",
+        "create",
+        "--root-run-id",
+        "parent",
+        "--limit",
+        "1",
+    ]);
+    let descriptor = fanout_budget::Descriptor::from_json(descriptor.trim()).unwrap();
+    let encoded = descriptor.to_env_value();
+    let server = connect(
+        &env,
+        &[],
+        &[
+            ("SUBAGENTS_RUN_FANOUT_BUDGET", &encoded),
+            ("SUBAGENTS_RUN_ID", "parent"),
+        ],
+    )
+    .await;
+    let budget = server.ok("budget", json!({})).await;
+    assert_eq!(budget["nested"], true, "{budget}");
+    assert_eq!(budget["inherited"]["rootRunId"], "parent", "{budget}");
+    assert_eq!(budget["inherited"]["remaining"], 1, "{budget}");
+
+    let first = server.ok("run", json!({"command": ["true"]})).await;
+    let id = first["runId"].as_str().unwrap().to_owned();
+    let error = server.error("run", json!({"command": ["true"]})).await;
+    assert_eq!(error["error"]["code"], "LIMIT", "{error}");
+    assert_eq!(error["error"]["exitCode"], 3, "{error}");
+    assert!(
+        error["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("root run 'parent'"),
+        "{error}"
+    );
+    let rejection = &error["runFanoutRejection"];
+    assert_eq!(rejection["code"], "RUN_FANOUT_LIMIT", "{error}");
+    assert_eq!(rejection["limit"], 1, "{error}");
+    assert_eq!(rejection["used"], 1, "{error}");
+    assert_eq!(rejection["requested"], 1, "{error}");
+    assert_eq!(error["runFanoutBudget"]["remaining"], 0, "{error}");
+    assert_eq!(env.run_count(), 1, "the refused run was not started");
+
+    // The same refusal as the command line's `--json` error object.
+    let mut cli = env.command(&["run", "--json", "--", "true"]);
+    cli.env("SUBAGENTS_RUN_FANOUT_BUDGET", &encoded);
+    let out = output_within(cli, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let cli_error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli_error["error"]["code"], error["error"]["code"]);
+    assert_eq!(cli_error["error"]["exitCode"], error["error"]["exitCode"]);
+    for field in ["code", "requested", "used", "limit", "remaining"] {
+        assert_eq!(
+            cli_error["runFanoutRejection"][field],
+            error["runFanoutRejection"][field]
+        );
+    }
+    assert_eq!(cli_error["runFanoutBudget"], error["runFanoutBudget"]);
+
+    let waited = server.ok("wait", json!({"runs": [&id]})).await;
+    assert_eq!(waited["runs"][0]["state"], "complete", "{waited}");
+    assert_eq!(server.disconnect().await, Some(0));
+    env.settled(&id);
+}
+
+#[tokio::test]
+async fn a_capacity_refusal_carries_the_sessions_snapshot() {
+    let env = Env::new();
+    let gate = env.fifo("gate");
+    let server = connect(&env, &["--session", "s1", "--max-active", "1"], &[]).await;
+    let held = server
+        .ok("run", json!({"command": gated(&gate, "true")}))
+        .await;
+    let held = held["runId"].as_str().unwrap().to_owned();
+    let error = server.error("run", json!({"command": ["true"]})).await;
+    assert_eq!(error["error"]["code"], "LIMIT", "{error}");
+    assert_eq!(error["error"]["exitCode"], 3, "{error}");
+    assert!(
+        error["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("$SUBAGENTS_MAX_ACTIVE"),
+        "{error}"
+    );
+    assert_eq!(error["capacity"]["used"], 1, "{error}");
+    assert_eq!(error["capacity"]["limit"], 1, "{error}");
+    assert_eq!(
+        error["capacity"]["slots"][0]["runId"],
+        held.as_str(),
+        "{error}"
+    );
+
+    let capacity = server.ok("capacity", json!({})).await;
+    assert_eq!(capacity["session"], "s1", "{capacity}");
+    assert_eq!(capacity["used"], 1, "{capacity}");
+    assert_eq!(
+        capacity["slots"][0]["slot"]["runId"],
+        held.as_str(),
+        "{capacity}"
+    );
+
+    // Stopping the holder frees its slot for the next launch, once its
+    // exit is observed (`wait` returns then).
+    let stopped = server.ok("stop", json!({"run": &held})).await;
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    let waited = server.ok("wait", json!({"runs": [&held]})).await;
+    assert_eq!(waited["runs"][0]["state"], "stopped", "{waited}");
+    let next = server.ok("run", json!({"command": ["true"]})).await;
+    let next = next["runId"].as_str().unwrap().to_owned();
+    let waited = server.ok("wait", json!({"runs": [&next]})).await;
+    assert_eq!(waited["runs"][0]["state"], "complete", "{waited}");
+    assert_eq!(server.disconnect().await, Some(0));
+    env.settled(&held);
+    env.settled(&next);
+}
+
+#[tokio::test]
+async fn a_finished_run_is_resumed_with_a_follow_up() {
+    let env = Env::new();
+    let server = connect(&env, &[], &[]).await;
+    let script = r#"echo "task: $(cat)"; echo "from: ${SUBAGENTS_RESUMED_FROM:-none}""#;
+    let source = server
+        .ok(
+            "run",
+            json!({"command": ["sh", "-c", script], "task": "first"}),
+        )
+        .await;
+    let source = source["runId"].as_str().unwrap().to_owned();
+    let waited = server.ok("wait", json!({"runs": [&source]})).await;
+    assert_eq!(waited["runs"][0]["state"], "complete", "{waited}");
+
+    let resumed = server
+        .ok("resume", json!({"run": &source, "task": "continue"}))
+        .await;
+    assert_eq!(resumed["sourceRunId"], source.as_str(), "{resumed}");
+    let revived = resumed["runId"].as_str().unwrap().to_owned();
+    assert_ne!(revived, source);
+    let waited = server
+        .ok("wait", json!({"runs": [&revived], "tail": 5}))
+        .await;
+    assert_eq!(waited["runs"][0]["state"], "complete", "{waited}");
+    assert_eq!(
+        waited["runs"][0]["resumedFrom"],
+        source.as_str(),
+        "{waited}"
+    );
+    let logs = server.ok("logs", json!({"run": &revived})).await;
+    let text = logs["logs"][0]["text"].as_str().unwrap();
+    assert!(text.contains("task: continue\n"), "{logs}");
+    assert!(text.contains(&format!("from: {source}")), "{logs}");
+
+    // A run still going cannot be resumed; an unknown one is not found.
+    let error = server
+        .error("resume", json!({"run": "nope", "task": "x"}))
+        .await;
+    assert_eq!(error["error"]["exitCode"], 4, "{error}");
+    assert_eq!(server.disconnect().await, Some(0));
+    env.settled(&source);
+    env.settled(&revived);
+}
+
+#[tokio::test]
+async fn two_tasks_delegated_in_parallel_are_collected_together() {
+    let env = Env::new();
+    let server = connect(&env, &[], &[]).await;
+    // Two runs side by side, and one composite run of two parallel tasks.
+    let a = server
+        .ok(
+            "run",
+            json!({"command": ["sh", "-c", "echo answer-a: $(cat)"], "task": "question a"}),
+        )
+        .await;
+    let b = server
+        .ok(
+            "run",
+            json!({"agent": "b", "command": ["sh", "-c", "echo answer-b"]}),
+        )
+        .await;
+    let spec = json!({
+        "mode": "parallel",
+        "tasks": [
+            {"agent": "left", "command": ["sh", "-c", "echo left: $(cat)"], "task": "part one"},
+            {"agent": "right", "command": ["sh", "-c", "echo right: $(cat)"], "task": "part two"}
+        ]
+    });
+    let composite = server.ok("run", json!({"spec": spec})).await;
+    let ids: Vec<String> = [&a, &b, &composite]
+        .iter()
+        .map(|l| l["runId"].as_str().unwrap().to_owned())
+        .collect();
+    let waited = server
+        .ok("wait", json!({"runs": &ids, "timeout": "60s", "tail": 5}))
+        .await;
+    let runs = waited["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{waited}");
+    for (run, id) in runs.iter().zip(&ids) {
+        assert_eq!(run["id"], id.as_str(), "in request order: {waited}");
+        assert_eq!(run["state"], "complete", "{waited}");
+    }
+    assert_eq!(runs[2]["steps"].as_array().unwrap().len(), 2, "{waited}");
+    let texts = |outcome: &Value| -> String {
+        outcome["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["text"].as_str().unwrap())
+            .collect()
+    };
+    assert!(
+        texts(&waited["logs"][0]).contains("answer-a: question a"),
+        "{waited}"
+    );
+    assert!(texts(&waited["logs"][1]).contains("answer-b"), "{waited}");
+    let both = texts(&waited["logs"][2]);
+    assert!(
+        both.contains("left: part one") && both.contains("right: part two"),
+        "{waited}"
+    );
+    // The server started each run's monitor and reaps it once it exits: no
+    // zombie child is left while the server lives on.
+    let server_pid = server.child.id().unwrap();
+    for run in runs {
+        let monitor = run["monitorIdentity"]["pid"].as_u64().unwrap() as u32;
+        poll(Duration::from_secs(30), || {
+            parent_of(monitor) != Some(server_pid)
+        });
+    }
+    let step = server.ok("logs", json!({"run": &ids[2], "step": 2})).await;
+    assert_eq!(step["logs"][0]["name"], "step 2 stdout", "{step}");
+    assert_eq!(step["logs"][0]["text"], "right: part two\n", "{step}");
+
+    // A spec with a command beside it is a usage mistake; a bad spec names the field.
+    let error = server
+        .error(
+            "run",
+            json!({"spec": {"mode": "parallel", "tasks": []}, "command": ["true"]}),
+        )
+        .await;
+    assert_eq!(error["error"]["code"], "USAGE", "{error}");
+    let error = server
+        .error(
+            "run",
+            json!({"spec": {"mode": "parallel", "tasks": [{"agent": "x"}]}}),
+        )
+        .await;
+    assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    assert!(
+        error["error"]["hint"].as_str().unwrap().contains("`spec`"),
+        "{error}"
+    );
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("command"),
+        "{error}"
+    );
+    assert_eq!(server.disconnect().await, Some(0));
+    for id in &ids {
+        env.settled(id);
+    }
+}
+
+#[test]
+fn a_wait_whose_reporter_gives_up_returns_at_once() {
+    use launcher::wait::{Keep, WaitEvent};
+    let env = Env::new();
+    let gate = env.fifo("gate");
+    let script = format!("read line < '{}'", gate.display());
+    let id = env
+        .ok(&["run", "--", "sh", "-c", &script])
+        .trim()
+        .to_owned();
+    let layout = status::Layout::new(env.root());
+    let request = launcher::WaitRequest {
+        runs: vec![id.clone()],
+        timeout: Some("10m".into()),
+        tail: None,
+    };
+    let mut looks = 0;
+    let error = launcher::wait::wait(&layout, &request, &mut |event| {
+        assert!(
+            matches!(event, WaitEvent::Pending(..)),
+            "the run is still going"
+        );
+        looks += 1;
+        Keep::Break(())
+    })
+    .unwrap_err();
+    assert_eq!(looks, 1);
+    assert_eq!(error.exit(), launcher::Exit::Failed);
+    assert_eq!(error.kind, launcher::ErrorKind::WaitCancelled);
+    assert!(error.message.contains("cancelled"), "{}", error.message);
+    release(gate);
+    env.settled(&id);
+}
