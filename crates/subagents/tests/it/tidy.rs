@@ -861,7 +861,7 @@ fn unresolved_citations(root: &Path, files: &[PathBuf]) -> Vec<String> {
 #[test]
 fn every_cited_document_exists() {
     let root = repo_root();
-    let this_file = root.join("tests/tidy.rs");
+    let this_file = root.join("crates/subagents/tests/it/tidy.rs");
     // This file's own fixtures below are citations by design.
     let files: Vec<PathBuf> = citing_files(&root)
         .into_iter()
