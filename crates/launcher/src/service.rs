@@ -33,7 +33,7 @@ use supervisor::procs::signal_group;
 /// The operations of [`Launcher`]: each is a method of that name (with a
 /// streaming variant `<name>_each` where a front-end prints as it reads),
 /// and each has a command line command (`budget_create` is `budget create`)
-/// and an MCP tool of the same name; `tests/tidy.rs` checks all three. The
+/// and an MCP tool of the same name; the `tidy` tests checks all three. The
 /// other public methods (`new`, `layout`, `settings`) are accessors.
 pub const OPERATIONS: &[&str] = &[
     "run",
