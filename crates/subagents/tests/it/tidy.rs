@@ -909,7 +909,7 @@ fn the_citation_scan_finds_what_it_must() {
     let citing = root.join("crates/status/README.md");
     assert!(resolves(&root, &citing, "../README.md"));
     assert!(resolves(&root, &citing, "compat.md"));
-    assert!(!resolves(&root, &citing, "session-lease.md"));
+    assert!(!resolves(&root, &citing, "nowhere.md"));
 }
 
 /// The manifests of the workspace's crates that name `subagents-test-support`
