@@ -54,7 +54,7 @@ pub struct RunRequest {
     /// Working directory (absolute, or relative to the launcher's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
-    /// Wall-clock deadline, e.g. `90s`, `30m`, `2h`; `0` for none. Default 30m.
+    /// Wall-clock deadline, e.g. `90s`, `30m`, `1h30m`, `1d`; `0` for none. Default 30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
     /// Explicit run id (refused if it exists or is not a safe file name).
@@ -197,7 +197,7 @@ impl JsonSchema for ListOutcome {
 pub struct WaitRequest {
     /// Run ids or unique prefixes.
     pub runs: Vec<String>,
-    /// Give up after this long (e.g. `90s`, `10m`): error code TIMEOUT (124).
+    /// Give up after this long (e.g. `90s`, `1h30m`; `0` for never): error code TIMEOUT (124).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
     /// With the outcome, the last N lines of each run's output.
@@ -507,7 +507,7 @@ pub struct DismissOutcome {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PruneRequest {
-    /// How old a run's end must be (e.g. `7d`, `12h`, `30m`); default `7d`.
+    /// How old a run's end must be (e.g. `7d`, `1d12h`, `30m`); default `7d`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than: Option<String>,
     /// Only say what would be deleted.

@@ -142,7 +142,7 @@ fn usage_hint(kind: ErrorKind) -> String {
         ErrorKind::TaskTwice => "give `task` or `taskFile`, not both".to_owned(),
         ErrorKind::BadTaskFile => "`taskFile` names a readable file".to_owned(),
         ErrorKind::BadDuration(field) => format!(
-            "`{}` takes a duration: a number of ms, s (the default), m or h, e.g. \"90s\" or \"30m\"",
+            "`{}` takes a duration with its unit (ms, s, m, h, d), largest first, e.g. \"90s\", \"30m\" or \"1h30m\"",
             field.name()
         ),
         ErrorKind::BadSpec => "`spec` is {\"mode\": \"parallel\", \"tasks\": [step, ...]} or {\"mode\": \"chain\", \"steps\": [...]}, each step {\"agent\", \"command\": [argv], \"task\"?}".to_owned(),
