@@ -104,7 +104,7 @@ impl From<supervisor::spawn::Launched> for Launched {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunRef {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
 }
 
@@ -191,11 +191,14 @@ impl JsonSchema for ListOutcome {
     }
 }
 
-/// Block until every named run is over (or the timeout passes).
+/// Block until every named run is over (or the timeout passes); no run
+/// named: every active run of the session.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaitRequest {
-    /// Run ids or unique prefixes.
+    /// Run ids, unique prefixes or `last`; none (or absent): every active
+    /// run of the launcher's session.
+    #[serde(default)]
     pub runs: Vec<String>,
     /// Give up after this long (e.g. `90s`, `1h30m`; `0` for never): error code TIMEOUT (124).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,7 +240,7 @@ pub struct WaitReport {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StopRequest {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
     /// Why (kept in status.json). Default "Subagent stopped by user.".
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,7 +269,7 @@ pub struct StopOutcome {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResumeRequest {
-    /// The run to revive (id or unique prefix).
+    /// The run to revive (id, unique prefix or `last`).
     pub run: String,
     /// The follow-up task, handed to the agent as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,7 +297,7 @@ pub struct Resumed {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LogsRequest {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
     /// Only step N of a composite run (numbered from 1, as `status` shows them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -486,7 +489,7 @@ impl RunNote {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DismissRequest {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
     /// Hide it even while it is still active.
     #[serde(default)]

@@ -231,7 +231,10 @@ fn resume_wait_exits_as_run_wait() {
         .to_owned();
     let out = env.run(&["resume", &source, "--task", "second", "--wait"]);
     assert_eq!(out.status.code(), Some(1), "the revival failed: {out:?}");
-    let revived = String::from_utf8(out.stdout.clone()).unwrap().trim().to_owned();
+    let revived = String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .trim()
+        .to_owned();
     assert_ne!(revived, source);
     assert!(
         stderr(&out).contains(&format!("{revived} failed")),
