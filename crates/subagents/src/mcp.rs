@@ -285,7 +285,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Block until every named run is over, then return {runs: [final summaries], logs: [the last `tail` (default 20) lines of each run's output]}. Gives up after `timeout` (default 50s) with error TIMEOUT (124): call it again to keep waiting; the runs go on. Sends progress notifications while it blocks when the request carries a progress token."
+        description = "Block until every named run (`runs`: ids, prefixes or `last`; none: every active run of this server's session) is over, then return {runs: [final summaries], logs: [the last `tail` (default 20) lines of each run's output]}. Gives up after `timeout` (default 50s) with error TIMEOUT (124): call it again to keep waiting; the runs go on. Sends progress notifications while it blocks when the request carries a progress token."
     )]
     async fn wait(
         &self,
