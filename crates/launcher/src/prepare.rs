@@ -450,7 +450,7 @@ fn pick_id(layout: &Layout, explicit: Option<&str>) -> Result<String> {
                 ),
             ));
         }
-        if id == crate::service::LAST {
+        if id == crate::runs::LAST {
             // `last` is the handle of the newest run: a run of that id could
             // never be named.
             return Err(Error::of(

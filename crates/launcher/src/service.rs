@@ -55,10 +55,6 @@ pub const OPERATIONS: &[&str] = &[
     "config",
 ];
 
-/// The run handle that names the newest run of the caller's session; an
-/// explicit run id may not be it.
-pub const LAST: &str = "last";
-
 /// The launcher of one state root with its launch settings.
 #[derive(Debug, Clone)]
 pub struct Launcher {
@@ -168,7 +164,7 @@ impl Launcher {
     /// (ties broken by the larger id); any other text is an id or prefix,
     /// passed on as given.
     fn handle(&self, run: &str) -> Result<String> {
-        if run != LAST {
+        if run != crate::runs::LAST {
             return Ok(run.to_owned());
         }
         let session = admission::session_id(self.settings.session.as_deref());
