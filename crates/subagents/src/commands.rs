@@ -350,7 +350,7 @@ pub fn wait(launcher: &Launcher, request: &WaitRequest, json: bool) -> Result {
 /// of the errors' exit codes, else 0. `--json` of one run is its summary, of several an array.
 pub fn stop(launcher: &Launcher, requests: &[StopRequest], json: bool) -> Result {
     let mut stopped = Vec::new();
-    let first_error = each(requests, |request| {
+    let worst = each(requests, |request| {
         let outcome = launcher.stop(request)?;
         print_warnings(&outcome.warnings);
         let run = &outcome.run;
@@ -366,10 +366,16 @@ pub fn stop(launcher: &Launcher, requests: &[StopRequest], json: bool) -> Result
         }
         Ok(())
     });
-    if json {
-        print_one_or_many(&stopped, requests.len());
+    // `--json` prints one value: the error when there is one.
+    match worst {
+        Some(e) => Err(e),
+        None => {
+            if json {
+                print_one_or_many(&stopped, requests.len());
+            }
+            Ok(())
+        }
     }
-    first_error.map_or(Ok(()), Err)
 }
 
 /// Runs `one` on every request, going on past errors; the error with the
@@ -706,7 +712,7 @@ pub fn reconcile(launcher: &Launcher, json: bool) -> Result {
 /// `subagents dismiss A B ...`: each run in turn, as `stop`.
 pub fn dismiss(launcher: &Launcher, requests: &[DismissRequest], json: bool) -> Result {
     let mut dismissed = Vec::new();
-    let first_error = each(requests, |request| {
+    let worst = each(requests, |request| {
         let outcome = launcher.dismiss(request)?;
         if !json {
             println!("{} dismissed", outcome.run_id);
@@ -714,14 +720,20 @@ pub fn dismiss(launcher: &Launcher, requests: &[DismissRequest], json: bool) -> 
         dismissed.push(outcome);
         Ok(())
     });
-    if json {
-        if let [one] = &dismissed[..]
-            && requests.len() == 1
-        {
-            print_json(one, false);
-        } else {
-            print_json(&dismissed, false);
+    // `--json` prints one value: the error when there is one.
+    match worst {
+        Some(e) => Err(e),
+        None => {
+            if json {
+                if let [one] = &dismissed[..]
+                    && requests.len() == 1
+                {
+                    print_json(one, false);
+                } else {
+                    print_json(&dismissed, false);
+                }
+            }
+            Ok(())
         }
     }
-    first_error.map_or(Ok(()), Err)
 }
