@@ -54,7 +54,7 @@ pub struct RunRequest {
     /// Working directory (absolute, or relative to the launcher's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
-    /// Wall-clock deadline, e.g. `90s`, `30m`, `2h`; `0` for none. Default 30m.
+    /// Wall-clock deadline, e.g. `90s`, `30m`, `1h30m`, `1d`; `0` for none. Default 30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
     /// Explicit run id (refused if it exists or is not a safe file name).
@@ -104,7 +104,7 @@ impl From<supervisor::spawn::Launched> for Launched {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunRef {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
 }
 
@@ -191,13 +191,16 @@ impl JsonSchema for ListOutcome {
     }
 }
 
-/// Block until every named run is over (or the timeout passes).
+/// Block until every named run is over (or the timeout passes); no run
+/// named: every active run of the session.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaitRequest {
-    /// Run ids or unique prefixes.
+    /// Run ids, unique prefixes or `last`; none (or absent): every active
+    /// run of the launcher's session.
+    #[serde(default)]
     pub runs: Vec<String>,
-    /// Give up after this long (e.g. `90s`, `10m`): error code TIMEOUT (124).
+    /// Give up after this long (e.g. `90s`, `1h30m`; `0` for never): error code TIMEOUT (124).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
     /// With the outcome, the last N lines of each run's output.
@@ -237,7 +240,7 @@ pub struct WaitReport {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StopRequest {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
     /// Why (kept in status.json). Default "Subagent stopped by user.".
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,7 +269,7 @@ pub struct StopOutcome {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResumeRequest {
-    /// The run to revive (id or unique prefix).
+    /// The run to revive (id, unique prefix or `last`).
     pub run: String,
     /// The follow-up task, handed to the agent as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,7 +297,7 @@ pub struct Resumed {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LogsRequest {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
     /// Only step N of a composite run (numbered from 1, as `status` shows them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -486,7 +489,7 @@ impl RunNote {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DismissRequest {
-    /// Run id or unique prefix.
+    /// Run id, unique prefix or `last` (the newest run of the session).
     pub run: String,
     /// Hide it even while it is still active.
     #[serde(default)]
@@ -507,7 +510,7 @@ pub struct DismissOutcome {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PruneRequest {
-    /// How old a run's end must be (e.g. `7d`, `12h`, `30m`); default `7d`.
+    /// How old a run's end must be (e.g. `7d`, `1d12h`, `30m`); default `7d`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than: Option<String>,
     /// Only say what would be deleted.

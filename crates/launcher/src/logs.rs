@@ -96,7 +96,10 @@ pub type LogSink<'a> = dyn FnMut(LogChunk<'_>) -> std::io::Result<()> + 'a;
 /// What [`stream`] says besides the chunks.
 #[derive(Debug, Clone, Default)]
 pub struct Streamed {
-    /// A run that ended without a byte of output: why (e.g. it never started).
+    /// The run shown (what `last` or a prefix resolved to).
+    pub run_id: String,
+    /// A run (or step) that shows no output: why (e.g. it never started,
+    /// or it has written nothing yet).
     pub silence: Option<String>,
     /// Repairs that could not be written, one line each.
     pub warnings: Vec<String>,
@@ -114,6 +117,7 @@ pub fn stream(
     let mut streamed = Streamed::default();
     let run = load_for(layout, request, &mut streamed.warnings)?;
     let options = LogsOptions::from(request);
+    streamed.run_id = run.id.clone();
     if follow_run {
         follow(layout, &run.id, options, sink, &mut streamed.warnings)?;
         return Ok(streamed);
@@ -122,10 +126,30 @@ pub fn stream(
     for source in sources(&run, options) {
         shown |= print_source(&source, request.tail, sink)?;
     }
-    if !shown && !run.status.state.is_active() {
-        streamed.silence = silence(&run);
+    if !shown {
+        streamed.silence = if run.status.state.is_active() {
+            Some(no_output_yet(&run, request.step))
+        } else {
+            silence(&run)
+        };
     }
     Ok(streamed)
+}
+
+/// `run X has no output yet (running step 1/2)`: an active run (or one
+/// step of it) that has written nothing so far.
+fn no_output_yet(run: &RunSummary, step: Option<usize>) -> String {
+    let total = run.status.steps().len().max(1);
+    let at = run
+        .status
+        .current_step
+        .map(|c| format!(" step {}/{total}", c + 1))
+        .unwrap_or_default();
+    let what = match step {
+        Some(n) => format!("run {} step {n}/{total}", run.id),
+        None => format!("run {}", run.id),
+    };
+    format!("{what} has no output yet ({}{at})", run.status.state)
 }
 
 /// Why a run that ended shows no output, when it did not simply complete.

@@ -450,6 +450,15 @@ fn pick_id(layout: &Layout, explicit: Option<&str>) -> Result<String> {
                 ),
             ));
         }
+        if id == crate::runs::LAST {
+            // `last` is the handle of the newest run: a run of that id could
+            // never be named.
+            return Err(Error::of(
+                ErrorKind::UnsafeId,
+                "failed to launch run: --id 'last' is reserved (it names the newest run of the session)",
+            )
+            .with_hint("pick another --id; `subagents logs last` already finds this run"));
+        }
         if layout.run_dir(id).symlink_metadata().is_ok() {
             return Err(Error::failed(format!(
                 "failed to launch run: run '{id}' already exists"

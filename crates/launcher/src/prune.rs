@@ -48,15 +48,9 @@ struct Pruned {
     budget: Option<String>,
 }
 
-/// `--older-than`: a duration (`ms`, `s`, `m`, `h`) or whole days (`7d`).
+/// `--older-than`: a duration, as every duration (`7d`, `1d12h`, `30m`).
 pub fn parse_age(text: &str) -> Result<Duration, String> {
-    match text.trim().strip_suffix('d') {
-        Some(days) => days
-            .parse::<u64>()
-            .map(|d| Duration::from_secs(d * 86_400))
-            .map_err(|_| format!("invalid duration '{text}'")),
-        None => crate::root::parse_duration(text),
-    }
+    crate::root::parse_duration(text)
 }
 
 /// Deletes (or with `dry_run` only judges) the finished runs older than

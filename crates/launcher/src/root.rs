@@ -63,45 +63,117 @@ pub fn home() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Parses `30m`, `90s`, `1500ms`, `2h` or a bare number of seconds.
+/// Parses a duration: `500ms`, `90s`, `30m`, `2h`, `1d`, or units in
+/// descending order without repeats (`1h30m`, `1d2h`, `2m30s`). `0` alone is
+/// zero (which every timeout reads as "no deadline"); any other bare number
+/// is refused, so `10` is never silently ten seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration '{text}'"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration '{text}': unit must be ms, s, m or h"
-            ));
-        }
-    };
-    if !seconds.is_finite() || seconds < 0.0 {
-        return Err(format!("invalid duration '{text}'"));
+    let bad = |why: &str| format!("invalid duration '{text}': {why}");
+    if text == "0" {
+        return Ok(Duration::ZERO);
     }
-    Ok(Duration::from_secs_f64(seconds))
+    if text.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    let mut rest = text;
+    let mut total: u64 = 0;
+    // Each unit's rank: a later part must have a smaller unit than the last.
+    let mut last_rank = usize::MAX;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(bad("expected a number"));
+        }
+        let (number, tail) = rest.split_at(digits);
+        let letters = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(letters);
+        let (rank, unit_ms) = match unit {
+            "d" => (4, 86_400_000),
+            "h" => (3, 3_600_000),
+            "m" => (2, 60_000),
+            "s" => (1, 1_000),
+            "ms" => (0, 1),
+            "" => return Err(bad("a number needs a unit (ms, s, m, h or d)")),
+            _ => return Err(bad("unit must be ms, s, m, h or d")),
+        };
+        if rank >= last_rank {
+            return Err(bad("units go from largest to smallest, each once"));
+        }
+        last_rank = rank;
+        let part = number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(unit_ms))
+            .ok_or_else(|| bad("too large"))?;
+        total = total.checked_add(part).ok_or_else(|| bad("too large"))?;
+        rest = next;
+    }
+    Ok(Duration::from_millis(total))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ms(text: &str) -> u128 {
+        parse_duration(text).unwrap().as_millis()
+    }
+
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
-        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        assert!(parse_duration("5y").is_err());
-        assert!(parse_duration("").is_err());
+    fn durations_of_one_unit() {
+        assert_eq!(ms("500ms"), 500);
+        assert_eq!(ms("90s"), 90_000);
+        assert_eq!(ms("30m"), 1_800_000);
+        assert_eq!(ms("2h"), 7_200_000);
+        assert_eq!(ms("1d"), 86_400_000);
+        assert_eq!(ms("0"), 0);
+        assert_eq!(ms("0s"), 0);
+    }
+
+    #[test]
+    fn compound_durations() {
+        assert_eq!(ms("1h30m"), 5_400_000);
+        assert_eq!(ms("1d2h"), 93_600_000);
+        assert_eq!(ms("2m30s"), 150_000);
+        assert_eq!(ms("1s500ms"), 1_500);
+        assert_eq!(ms("1d1h1m1s1ms"), 90_061_001);
+    }
+
+    #[test]
+    fn refused_durations() {
+        for text in [
+            "",
+            "10",
+            "2.5",
+            "1h1h",
+            "30m1h",
+            "1s1d",
+            "-5s",
+            "-0",
+            "5y",
+            "1 h",
+            " 5s",
+            "5s ",
+            "1h 30m",
+            "h",
+            "ms",
+            "1h30",
+            "18446744073709551615d",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_duration(text).is_err(), "{text:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn a_bare_number_asks_for_a_unit() {
+        let e = parse_duration("10").unwrap_err();
+        assert!(e.contains("needs a unit"), "{e}");
+        let e = parse_duration("5y").unwrap_err();
+        assert!(e.contains("ms, s, m, h or d"), "{e}");
     }
 }

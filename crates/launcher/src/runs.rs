@@ -9,6 +9,11 @@ use supervisor::observer;
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// The run handle that names the newest run of the caller's session
+/// (resolved by `Launcher`, which knows the session); an explicit run id may
+/// not be it.
+pub const LAST: &str = "last";
+
 /// Resolves a run id or prefix, exit 4 when unknown or ambiguous.
 pub fn resolve(layout: &Layout, id: &str) -> Result<String> {
     match listing::list::resolve(layout, id)? {

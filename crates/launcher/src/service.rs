@@ -86,6 +86,7 @@ impl Launcher {
 
     /// One run's summary (observed and reconciled first).
     pub fn status(&self, run: &str) -> Result<RunView> {
+        let run = &self.handle(run)?;
         let mut warnings = Vec::new();
         let (run, observation) = load_observed(&self.layout, run, &mut warnings)
             .map_err(|e| crate::damaged::status_error(&self.layout, run, e))?;
@@ -138,18 +139,80 @@ impl Launcher {
         request: &WaitRequest,
         report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
     ) -> Result<WaitOutcome> {
-        crate::wait::wait(&self.layout, request, report)
+        // A malformed timeout is refused before anything is looked up.
+        crate::wait::parse_timeout(request.timeout.as_deref())?;
+        let runs = if request.runs.is_empty() {
+            self.session_runs(false)?
+                .into_iter()
+                .map(|r| r.id)
+                .collect()
+        } else {
+            self.handles(&request.runs)?
+        };
+        // No run named and none active in the session: nothing to wait for.
+        if runs.is_empty() {
+            return Ok(WaitOutcome { runs: Vec::new() });
+        }
+        let request = WaitRequest {
+            runs,
+            ..request.clone()
+        };
+        crate::wait::wait(&self.layout, &request, report)
+    }
+
+    /// `last` is the newest run of this launcher's session by start time
+    /// (ties broken by the larger id); any other text is an id or prefix,
+    /// passed on as given.
+    fn handle(&self, run: &str) -> Result<String> {
+        if run != crate::runs::LAST {
+            return Ok(run.to_owned());
+        }
+        let session = admission::session_id(self.settings.session.as_deref());
+        self.session_runs(true)?
+            .into_iter()
+            .max_by(|a, b| {
+                let start = |r: &RunSummary| r.status.started_at.unwrap_or(0);
+                start(a).cmp(&start(b)).then_with(|| a.id.cmp(&b.id))
+            })
+            .map(|r| r.id)
+            .ok_or_else(|| {
+                crate::Error::of(
+                    crate::ErrorKind::UnknownRun,
+                    format!("no such run: 'last': session '{session}' has no run"),
+                )
+                .with_hint("`last` is the newest run of this session ($SUBAGENTS_SESSION_ID, else the terminal); `subagents list --all` shows every run")
+            })
+    }
+
+    /// [`Launcher::handle`] of each.
+    fn handles(&self, runs: &[String]) -> Result<Vec<String>> {
+        runs.iter().map(|r| self.handle(r)).collect()
+    }
+
+    /// The runs of this launcher's session: the active ones, or with `all`
+    /// every listed one.
+    fn session_runs(&self, all: bool) -> Result<Vec<RunSummary>> {
+        let query = ListQuery {
+            all,
+            session: Some(admission::session_id(self.settings.session.as_deref())),
+            ..ListQuery::default()
+        };
+        Ok(crate::listing::collect(&self.layout, &query)?.runs)
     }
 
     /// Stops a run: its runner (SIGTERM, then its group), every step's group.
     pub fn stop(&self, request: &StopRequest) -> Result<StopOutcome> {
         let reason = request.reason.as_deref().unwrap_or(DEFAULT_STOP_REASON);
-        stop(&self.layout, &request.run, reason)
+        stop(&self.layout, &self.handle(&request.run)?, reason)
     }
 
     /// Revives a finished run with a follow-up task.
     pub fn resume(&self, request: &ResumeRequest) -> Result<Resumed> {
-        crate::revive::resume(&self.layout, request, &self.settings)
+        let request = ResumeRequest {
+            run: self.handle(&request.run)?,
+            ..request.clone()
+        };
+        crate::revive::resume(&self.layout, &request, &self.settings)
     }
 
     /// `logs` as text, streamed to `sink` (with `follow`, until the run is
@@ -160,12 +223,20 @@ impl Launcher {
         follow: bool,
         sink: &mut crate::logs::LogSink<'_>,
     ) -> Result<crate::logs::Streamed> {
-        crate::logs::stream(&self.layout, request, follow, sink)
+        let request = LogsRequest {
+            run: self.handle(&request.run)?,
+            ..request.clone()
+        };
+        crate::logs::stream(&self.layout, &request, follow, sink)
     }
 
     /// A run's log files and their content (or tails).
     pub fn logs(&self, request: &LogsRequest) -> Result<LogsOutcome> {
-        crate::logs::logs(&self.layout, request)
+        let request = LogsRequest {
+            run: self.handle(&request.run)?,
+            ..request.clone()
+        };
+        crate::logs::logs(&self.layout, &request)
     }
 
     /// A run's fan-out budget snapshot, or the doctor's report.
@@ -191,7 +262,11 @@ impl Launcher {
 
     /// Hides a finished run from `list` (an active one only with `force`).
     pub fn dismiss(&self, request: &DismissRequest) -> Result<DismissOutcome> {
-        crate::dismiss::dismiss(&self.layout, request)
+        let request = DismissRequest {
+            run: self.handle(&request.run)?,
+            ..request.clone()
+        };
+        crate::dismiss::dismiss(&self.layout, &request)
     }
 
     /// Deletes finished runs older than a cutoff (or says which it would).

@@ -136,9 +136,12 @@ pub enum WaitEvent<'a> {
 
 /// A `--timeout` / `timeout` value of `run`, `resume` or `wait`; a
 /// malformed one is a usage mistake (exit 2). The one parser of the field.
+/// `0` is no deadline, for every command alike (`None`).
 pub fn parse_timeout(text: Option<&str>) -> Result<Option<Duration>> {
-    text.map(|t| parse_duration(t).map_err(|e| Error::bad_duration(DurationField::Timeout, e)))
-        .transpose()
+    let parsed = text
+        .map(|t| parse_duration(t).map_err(|e| Error::bad_duration(DurationField::Timeout, e)))
+        .transpose()?;
+    Ok(parsed.filter(|d| !d.is_zero()))
 }
 
 /// What a wait's reporter says: keep waiting, or give up (the waiter's

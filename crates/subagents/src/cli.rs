@@ -40,7 +40,7 @@ pub enum Command {
     Run(RunArgs),
     /// Show one run.
     Status {
-        /// Run id or unique prefix.
+        /// Run id, unique prefix or `last` (the newest run of this session).
         run: String,
         /// Print the run summary as JSON.
         #[arg(long)]
@@ -48,22 +48,23 @@ pub enum Command {
     },
     /// List active runs (or every run with --all).
     List(ListArgs),
-    /// Block until every named run is over.
+    /// Block until every named run is over (no run named: every active run
+    /// of this session). Exit 0 when every run completed, else the worst.
     Wait {
-        /// Run ids or unique prefixes.
-        #[arg(required = true)]
+        /// Run ids, unique prefixes or `last` (none: the session's active runs).
         runs: Vec<String>,
-        /// Give up after this long (e.g. 90s, 30m); exit 124.
+        /// Give up after this long (e.g. 90s, 30m, 1h30m; 0 for never); exit 124.
         #[arg(long, value_name = "DURATION")]
         timeout: Option<String>,
         /// Print the final summaries as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Stop a run: its runner and every child process group.
+    /// Stop runs: each one's runner and every child process group.
     Stop {
-        /// Run id or unique prefix.
-        run: String,
+        /// Run ids, unique prefixes or `last`.
+        #[arg(required = true)]
+        runs: Vec<String>,
         /// Why (kept in status.json).
         #[arg(long, default_value = "Subagent stopped by user.")]
         reason: String,
@@ -73,9 +74,9 @@ pub enum Command {
     },
     /// Show a run's output and logs.
     Logs {
-        /// Run id or unique prefix.
+        /// Run id, unique prefix or `last`.
         run: String,
-        /// Keep printing new output until the run is over.
+        /// Keep printing new output until the run is over, then exit as `wait`.
         #[arg(long, short)]
         follow: bool,
         /// Print {runId, state, logs: [{name, path, text}]} as JSON (not with --follow).
@@ -97,10 +98,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Hide a finished run from `list` without touching its processes.
+    /// Hide finished runs from `list` without touching their processes.
     Dismiss {
-        /// Run id or unique prefix.
-        run: String,
+        /// Run ids, unique prefixes or `last`.
+        #[arg(required = true)]
+        runs: Vec<String>,
         /// Hide it even while it is still active.
         #[arg(long)]
         force: bool,
@@ -157,7 +159,7 @@ pub enum Command {
     /// index entries and capacity slots only they use. A run whose exit was
     /// not observed is kept (the reason is printed).
     Prune {
-        /// How old a run's end must be (e.g. 7d, 12h, 30m).
+        /// How old a run's end must be (e.g. 7d, 1d12h, 30m).
         #[arg(long, value_name = "DURATION", default_value = launcher::prune::DEFAULT_AGE)]
         older_than: Option<String>,
         /// Only say what would be deleted.
@@ -207,7 +209,7 @@ pub struct RunArgs {
     /// Working directory of COMMAND.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// Wall-clock deadline (e.g. 30m, 90s; 0 for none). Default 30m.
+    /// Wall-clock deadline (e.g. 90s, 30m, 1h30m, 1d; 0 for none). Default 30m.
     #[arg(long, env = "SUBAGENTS_TIMEOUT", value_name = "DURATION")]
     pub timeout: Option<String>,
     /// Explicit run id (refused if it exists or is not a safe file name).
@@ -361,7 +363,7 @@ pub enum AgentsAction {
 /// `subagents resume`.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
-    /// The run to revive (id or unique prefix).
+    /// The run to revive (id, unique prefix or `last`).
     pub run: String,
     /// The follow-up task, handed to the agent as given.
     #[arg(long, conflicts_with = "task_file")]
@@ -375,6 +377,9 @@ pub struct ResumeArgs {
     /// At most N active background runs per session (0 = no limit).
     #[arg(long, env = "SUBAGENTS_MAX_ACTIVE", value_name = "N")]
     pub max_active: Option<u32>,
+    /// Block until the revival is over and exit as `wait` does.
+    #[arg(long)]
+    pub wait: bool,
     /// Print {runId, asyncDir, pid, runnerProcessInstanceId, sourceRunId} as JSON.
     #[arg(long)]
     pub json: bool,
@@ -638,6 +643,18 @@ fn with_usage_hint(mut e: error::Error) -> error::Error {
     e
 }
 
+/// The settings of a command that names runs: its session (for `last` and
+/// `wait` without ids) is `$SUBAGENTS_SESSION_ID`, else the terminal, as a
+/// launch's.
+fn caller() -> Settings {
+    Settings {
+        session: std::env::var("SUBAGENTS_SESSION_ID")
+            .ok()
+            .filter(|s| !s.is_empty()),
+        ..Settings::default()
+    }
+}
+
 /// The command line's hint for a usage mistake of `kind` in `command`.
 fn usage_hint(kind: error::ErrorKind, command: &str) -> String {
     use error::ErrorKind;
@@ -652,10 +669,10 @@ fn usage_hint(kind: error::ErrorKind, command: &str) -> String {
         ErrorKind::TaskTwice => "give --task or --task-file, not both".to_owned(),
         ErrorKind::BadTaskFile => "--task-file names a readable file (or - for stdin)".to_owned(),
         ErrorKind::BadDuration(field) => format!(
-            "{} takes a duration: a number of ms, s (the default), m or h, e.g. 90s or 30m{}",
+            "{} takes a duration with its unit (ms, s, m, h, d), largest first, e.g. 90s, 30m or 1h30m{}",
             field.flag(),
-            if field == error::DurationField::OlderThan {
-                ", or whole days (7d)"
+            if field == error::DurationField::Timeout {
+                "; 0 is no deadline"
             } else {
                 ""
             }
@@ -807,9 +824,7 @@ fn dispatch(cli: Cli) -> Result {
             let request = args.request()?;
             commands::run(&launcher(args.settings()), &request, args.json, args.wait)
         }
-        Command::Status { run, json } => {
-            commands::status(&launcher(Settings::default()), &run, json)
-        }
+        Command::Status { run, json } => commands::status(&launcher(caller()), &run, json),
         Command::List(args) => {
             let display = commands::ListDisplay {
                 json: args.json,
@@ -829,14 +844,17 @@ fn dispatch(cli: Cli) -> Result {
                 timeout,
                 tail: None,
             };
-            commands::wait(&launcher(Settings::default()), &request, json)
+            commands::wait(&launcher(caller()), &request, json)
         }
-        Command::Stop { run, reason, json } => {
-            let request = StopRequest {
-                run,
-                reason: Some(reason),
-            };
-            commands::stop(&launcher(Settings::default()), &request, json)
+        Command::Stop { runs, reason, json } => {
+            let requests: Vec<StopRequest> = runs
+                .into_iter()
+                .map(|run| StopRequest {
+                    run,
+                    reason: Some(reason.clone()),
+                })
+                .collect();
+            commands::stop(&launcher(caller()), &requests, json)
         }
         Command::Logs {
             run,
@@ -853,20 +871,23 @@ fn dispatch(cli: Cli) -> Result {
                 stderr,
                 max_bytes: None,
             };
-            commands::logs(&launcher(Settings::default()), &request, json, follow)
+            commands::logs(&launcher(caller()), &request, json, follow)
         }
         Command::Reconcile { json } => commands::reconcile(&launcher(Settings::default()), json),
-        Command::Dismiss { run, force, json } => {
-            let request = DismissRequest { run, force };
-            commands::dismiss(&launcher(Settings::default()), &request, json)
+        Command::Dismiss { runs, force, json } => {
+            let requests: Vec<DismissRequest> = runs
+                .into_iter()
+                .map(|run| DismissRequest { run, force })
+                .collect();
+            commands::dismiss(&launcher(caller()), &requests, json)
         }
         Command::Budget { doctor, action } => budget(&layout, &doctor, action),
         Command::Resume(args) => {
             let settings = Settings {
                 max_active: args.max_active,
-                ..Settings::default()
+                ..caller()
             };
-            commands::resume(&launcher(settings), &args.request(), args.json)
+            commands::resume(&launcher(settings), &args.request(), args.json, args.wait)
         }
         Command::Agents { action, json } => {
             let (action, name) = match action {

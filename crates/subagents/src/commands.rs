@@ -55,11 +55,13 @@ pub fn run(launcher: &Launcher, request: &RunRequest, json: bool, wait: bool) ->
     if !wait {
         return Ok(());
     }
-    let runs = wait_for_runs(
-        launcher.layout(),
-        std::slice::from_ref(&launched.run_id),
-        None,
-    )?;
+    wait_and_exit(launcher, &launched.run_id, json)
+}
+
+/// The end of `run --wait` and `resume --wait`: the final summary (`--json`)
+/// or the outcome line of a run that did not complete, and its exit.
+fn wait_and_exit(launcher: &Launcher, id: &str, json: bool) -> Result {
+    let runs = wait_for_runs(launcher.layout(), &[id.to_owned()], None)?;
     let run = &runs[0];
     if json {
         // The outcome, on one line: the final run summary.
@@ -334,39 +336,95 @@ pub fn wait(launcher: &Launcher, request: &WaitRequest, json: bool) -> Result {
         }
     }
     let outcome = outcome?;
+    if request.runs.is_empty() && outcome.runs.is_empty() {
+        eprintln!("subagents: no active run in this session; nothing to wait for");
+    }
     if json {
         print_json(&outcome, true);
     }
     exit_for(outcome.all_complete())
 }
 
-/// `subagents stop`.
-pub fn stop(launcher: &Launcher, request: &StopRequest, json: bool) -> Result {
-    let outcome = launcher.stop(request)?;
-    print_warnings(&outcome.warnings);
-    let run = &outcome.run;
-    if json {
-        print_json(&outcome, true);
-    } else if outcome.was_over {
-        println!(
-            "{} was already over ({}); nothing to stop",
-            run.id, run.status.state
-        );
-    } else {
-        println!("{} {}", run.id, run.status.state);
+/// `subagents stop A B ...`: each run in turn; a run that cannot be
+/// stopped is reported and the others are still stopped. Exit: the largest
+/// of the errors' exit codes, else 0. `--json` of one run is its summary, of several an array.
+pub fn stop(launcher: &Launcher, requests: &[StopRequest], json: bool) -> Result {
+    let mut stopped = Vec::new();
+    let worst = each(requests, |request| {
+        let outcome = launcher.stop(request)?;
+        print_warnings(&outcome.warnings);
+        let run = &outcome.run;
+        if json {
+            stopped.push(outcome.run.clone());
+        } else if outcome.was_over {
+            println!(
+                "{} was already over ({}); nothing to stop",
+                run.id, run.status.state
+            );
+        } else {
+            println!("{} {}", run.id, run.status.state);
+        }
+        Ok(())
+    });
+    // `--json` prints one value: the error when there is one.
+    match worst {
+        Some(e) => Err(e),
+        None => {
+            if json {
+                print_one_or_many(&stopped, requests.len());
+            }
+            Ok(())
+        }
     }
-    Ok(())
 }
 
-/// `subagents resume`.
-pub fn resume(launcher: &Launcher, request: &ResumeRequest, json: bool) -> Result {
-    let resumed = launcher.resume(request)?;
-    if json {
-        print_json(&resumed, false);
-    } else {
-        println!("{}", resumed.launched.run_id);
+/// Runs `one` on every request, going on past errors; the error with the
+/// largest exit code is returned (the command's exit), the others are
+/// printed as they happen.
+fn each<T>(requests: &[T], mut one: impl FnMut(&T) -> Result) -> Option<Error> {
+    let mut worst: Option<Error> = None;
+    for request in requests {
+        let Err(e) = one(request) else { continue };
+        let (shown, kept) = match worst.take() {
+            Some(w) if w.exit().code() >= e.exit().code() => (e, w),
+            Some(w) => (w, e),
+            None => {
+                worst = Some(e);
+                continue;
+            }
+        };
+        eprintln!("subagents: {}", launcher::escape(&shown.message));
+        worst = Some(kept);
     }
-    Ok(())
+    worst
+}
+
+/// One outcome as itself, several as an array (`--json` of commands that
+/// take several runs).
+fn print_one_or_many<T: serde::Serialize>(items: &[T], asked: usize) {
+    match items {
+        [one] if asked == 1 => print_json(one, true),
+        many => print_json(&many, true),
+    }
+}
+
+/// `subagents resume`; with `wait`, blocks until the revival is over and
+/// exits as `run --wait`.
+pub fn resume(launcher: &Launcher, request: &ResumeRequest, json: bool, wait: bool) -> Result {
+    let resumed = launcher.resume(request)?;
+    let id = &resumed.launched.run_id;
+    if wait {
+        hint_on_interrupt(id);
+    }
+    if !json {
+        println!("{id}");
+    } else if !wait {
+        print_json(&resumed, false);
+    }
+    if !wait {
+        return Ok(());
+    }
+    wait_and_exit(launcher, id, json)
 }
 
 /// `subagents logs`.
@@ -392,7 +450,20 @@ pub fn logs(launcher: &Launcher, request: &LogsRequest, json: bool, follow: bool
     if let Some(silence) = &streamed.silence {
         eprintln!("subagents: {silence}");
     }
-    Ok(())
+    if !follow {
+        return Ok(());
+    }
+    // The run is over: its settled summary, its outcome line, and the exit
+    // of `wait`.
+    let request = WaitRequest {
+        runs: vec![streamed.run_id],
+        ..WaitRequest::default()
+    };
+    let outcome = launcher.wait(&request, &mut |_| Keep::Continue(()))?;
+    for run in &outcome.runs {
+        eprintln!("{}", outcome_line(run));
+    }
+    exit_for(outcome.all_complete())
 }
 
 /// `subagents capacity`.
@@ -638,13 +709,31 @@ pub fn reconcile(launcher: &Launcher, json: bool) -> Result {
     Ok(())
 }
 
-/// `subagents dismiss`.
-pub fn dismiss(launcher: &Launcher, request: &DismissRequest, json: bool) -> Result {
-    let outcome = launcher.dismiss(request)?;
-    if json {
-        print_json(&outcome, false);
-    } else {
-        println!("{} dismissed", outcome.run_id);
+/// `subagents dismiss A B ...`: each run in turn, as `stop`.
+pub fn dismiss(launcher: &Launcher, requests: &[DismissRequest], json: bool) -> Result {
+    let mut dismissed = Vec::new();
+    let worst = each(requests, |request| {
+        let outcome = launcher.dismiss(request)?;
+        if !json {
+            println!("{} dismissed", outcome.run_id);
+        }
+        dismissed.push(outcome);
+        Ok(())
+    });
+    // `--json` prints one value: the error when there is one.
+    match worst {
+        Some(e) => Err(e),
+        None => {
+            if json {
+                if let [one] = &dismissed[..]
+                    && requests.len() == 1
+                {
+                    print_json(one, false);
+                } else {
+                    print_json(&dismissed, false);
+                }
+            }
+            Ok(())
+        }
     }
-    Ok(())
 }

@@ -113,6 +113,86 @@ impl Server {
     }
 }
 
+/// The runs a `stop` or `dismiss` call names: `run` (the request types'
+/// field, kept for existing clients) or `runs`, not both.
+fn names(run: &Option<String>, runs: &Option<Vec<String>>) -> Result<Vec<String>> {
+    match (run, runs) {
+        (Some(run), None) => Ok(vec![run.clone()]),
+        (None, Some(runs)) if !runs.is_empty() => Ok(runs.clone()),
+        (Some(_), Some(_)) => Err(Error::usage(
+            "failed to read the request: give `run` or `runs`, not both",
+        )),
+        _ => Err(Error::of(
+            ErrorKind::NoRunNamed,
+            "failed to read the request: name a run in `run` or `runs`",
+        )),
+    }
+}
+
+/// One outcome as itself when the call named `run`, an array for `runs`.
+fn one_or_many<T: Serialize>(
+    runs: &Option<Vec<String>>,
+    outcomes: Result<Vec<T>>,
+) -> Result<serde_json::Value> {
+    let outcomes = outcomes?;
+    let value = match (runs, &outcomes[..]) {
+        (None, [one]) => serde_json::to_value(one),
+        _ => serde_json::to_value(&outcomes),
+    };
+    value.map_err(|e| Error::failed(format!("failed to serialise the outcome: {e}")))
+}
+
+/// Applies `one` to every run, going on past errors; the error with the
+/// largest exit code wins (as on the command line).
+fn each<T>(runs: &[String], one: impl Fn(&String) -> Result<T>) -> Result<Vec<T>> {
+    let mut outcomes = Vec::new();
+    let mut worst: Option<Error> = None;
+    for run in runs {
+        match one(run) {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(e)
+                if worst
+                    .as_ref()
+                    .is_none_or(|w| e.exit().code() > w.exit().code()) =>
+            {
+                worst = Some(e)
+            }
+            Err(_) => {}
+        }
+    }
+    worst.map_or(Ok(outcomes), Err)
+}
+
+/// The `stop` tool's request: [`StopRequest`] with `runs`.
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StopArgs {
+    /// Run id, unique prefix or `last` (the newest run of this server's session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run: Option<String>,
+    /// Several runs (ids, prefixes or `last`); the outcome is then an array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    runs: Option<Vec<String>>,
+    /// Why (kept in status.json). Default "Subagent stopped by user.".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+/// The `dismiss` tool's request: [`DismissRequest`] with `runs`.
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DismissArgs {
+    /// Run id, unique prefix or `last` (the newest run of this server's session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run: Option<String>,
+    /// Several runs (ids, prefixes or `last`); the outcome is then an array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    runs: Option<Vec<String>>,
+    /// Hide it even while it is still active.
+    #[serde(default)]
+    force: bool,
+}
+
 /// An outcome as a tool result: its JSON (structured when an object), or
 /// the JSON error object as a tool error.
 pub fn tool_result<T: Serialize>(outcome: Result<T>) -> CallToolResult {
@@ -142,7 +222,7 @@ fn usage_hint(kind: ErrorKind) -> String {
         ErrorKind::TaskTwice => "give `task` or `taskFile`, not both".to_owned(),
         ErrorKind::BadTaskFile => "`taskFile` names a readable file".to_owned(),
         ErrorKind::BadDuration(field) => format!(
-            "`{}` takes a duration: a number of ms, s (the default), m or h, e.g. \"90s\" or \"30m\"",
+            "`{}` takes a duration with its unit (ms, s, m, h, d), largest first, e.g. \"90s\", \"30m\" or \"1h30m\"",
             field.name()
         ),
         ErrorKind::BadSpec => "`spec` is {\"mode\": \"parallel\", \"tasks\": [step, ...]} or {\"mode\": \"chain\", \"steps\": [...]}, each step {\"agent\", \"command\": [argv], \"task\"?}".to_owned(),
@@ -205,7 +285,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Block until every named run is over, then return {runs: [final summaries], logs: [the last `tail` (default 20) lines of each run's output]}. Gives up after `timeout` (default 50s) with error TIMEOUT (124): call it again to keep waiting; the runs go on. Sends progress notifications while it blocks when the request carries a progress token."
+        description = "Block until every named run (`runs`: ids, prefixes or `last`; none: every active run of this server's session) is over, then return {runs: [final summaries], logs: [the last `tail` (default 20) lines of each run's output]}. Gives up after `timeout` (default 50s) with error TIMEOUT (124): call it again to keep waiting; the runs go on. Sends progress notifications while it blocks when the request carries a progress token."
     )]
     async fn wait(
         &self,
@@ -297,10 +377,21 @@ impl Server {
     }
 
     #[tool(
-        description = "Stop a run: its runner and every process group of its commands; returns the final summary (a run already over is left as it is)."
+        description = "Stop a run (`run`) or several (`runs`): each one's runner and every process group of its commands; returns the final summary, or with `runs` an array of them (a run already over is left as it is). `last` names the newest run of this server's session."
     )]
-    async fn stop(&self, Parameters(request): Parameters<StopRequest>) -> CallToolResult {
-        self.call(move |launcher| launcher.stop(&request)).await
+    async fn stop(&self, Parameters(request): Parameters<StopArgs>) -> CallToolResult {
+        self.call(move |launcher| {
+            let runs = names(&request.run, &request.runs)?;
+            let stop = |run: &String| {
+                let one = StopRequest {
+                    run: run.clone(),
+                    reason: request.reason.clone(),
+                };
+                launcher.stop(&one).map(|o| o.run)
+            };
+            one_or_many(&request.runs, each(&runs, stop))
+        })
+        .await
     }
 
     #[tool(
@@ -368,10 +459,21 @@ impl Server {
     }
 
     #[tool(
-        description = "Hide a finished run from `list` without touching its processes: {runId, displayDismissedAt}. An active run is refused (FAILED, 1) unless `force`."
+        description = "Hide a finished run (`run`) or several (`runs`) from `list` without touching its processes: {runId, displayDismissedAt}, or with `runs` an array of them. An active run is refused (FAILED, 1) unless `force`."
     )]
-    async fn dismiss(&self, Parameters(request): Parameters<DismissRequest>) -> CallToolResult {
-        self.call(move |launcher| launcher.dismiss(&request)).await
+    async fn dismiss(&self, Parameters(request): Parameters<DismissArgs>) -> CallToolResult {
+        self.call(move |launcher| {
+            let runs = names(&request.run, &request.runs)?;
+            let dismiss = |run: &String| {
+                let one = DismissRequest {
+                    run: run.clone(),
+                    force: request.force,
+                };
+                launcher.dismiss(&one)
+            };
+            one_or_many(&request.runs, each(&runs, dismiss))
+        })
+        .await
     }
 
     #[tool(

@@ -265,7 +265,7 @@ fn usage_mistakes_exit_2_on_one_line() {
     let finished = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
     for args in [
         vec!["run", "--timeout", "abc", "--", "true"],
-        vec!["run", "--timeout", "1h30m", "--", "true"],
+        vec!["run", "--timeout", "10", "--", "true"],
         vec!["run", "--id", "../evil", "--", "true"],
         vec!["resume", finished.as_str()],
         vec![

@@ -14,6 +14,7 @@ mod crash_matrix;
 mod damaged;
 mod disk_full;
 mod everyday;
+mod handles;
 mod hostile;
 mod json;
 mod leftovers;

@@ -257,15 +257,24 @@ async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
         );
     }
     assert_eq!(run["additionalProperties"], false, "{run}");
-    assert_eq!(schema("wait")["required"], json!(["runs"]));
+    // No run named: the session's active runs.
+    assert!(schema("wait")["properties"].get("runs").is_some());
+    assert_eq!(schema("wait").get("required"), None);
     assert!(schema("wait")["properties"].get("timeout").is_some());
     assert!(schema("wait")["properties"].get("tail").is_some());
-    for name in ["status", "stop", "resume", "logs"] {
+    for name in ["status", "resume", "logs"] {
         assert_eq!(schema(name)["required"], json!(["run"]), "{name}");
+    }
+    // `run` or `runs`.
+    for name in ["stop", "dismiss"] {
+        let properties = &schema(name)["properties"];
+        assert!(
+            properties.get("run").is_some() && properties.get("runs").is_some(),
+            "{name}"
+        );
     }
     assert!(schema("list")["properties"].get("all").is_some());
     assert!(schema("capacity")["properties"].get("session").is_some());
-    assert_eq!(schema("dismiss")["required"], json!(["run"]));
     assert_eq!(schema("validate")["required"], json!(["kind", "file"]));
     assert!(schema("prune")["properties"].get("olderThan").is_some());
     assert!(schema("agents")["properties"].get("action").is_some());
@@ -614,6 +623,48 @@ async fn a_capacity_refusal_carries_the_sessions_snapshot() {
     assert_eq!(server.disconnect().await, Some(0));
     env.settled(&held);
     env.settled(&next);
+}
+
+/// `last` is the newest run of the server's session, timeouts take
+/// compound forms, `wait` without runs waits for the session's active runs,
+/// and `stop` takes `runs`.
+#[tokio::test]
+async fn last_and_compound_durations_through_the_server() {
+    let env = Env::new();
+    let server = connect(&env, &["--session", "m1"], &[]).await;
+    let gate = env.fifo("gate");
+    let mine = server
+        .ok(
+            "run",
+            json!({"command": gated(&gate, "true"), "timeout": "1h30m"}),
+        )
+        .await;
+    let mine = mine["runId"].as_str().unwrap().to_owned();
+    // A newer run of another session is not this server's `last`.
+    let never = format!("while [ ! -e '{}/never' ]; do sleep 0.05; done", env.work());
+    let other = env.ok(&["run", "--", "sh", "-c", &never]).trim().to_owned();
+    let status = server.ok("status", json!({"run": "last"})).await;
+    assert_eq!(status["id"], mine.as_str(), "{status}");
+    assert_eq!(status["timeoutMs"], 5_400_000, "{status}");
+    let error = server
+        .error("run", json!({"command": ["true"], "timeout": "90"}))
+        .await;
+    assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    assert!(
+        error["error"]["hint"].as_str().unwrap().contains("1h30m"),
+        "{error}"
+    );
+    release(gate);
+    let waited = server.ok("wait", json!({"timeout": "1m30s"})).await;
+    assert_eq!(waited["runs"][0]["id"], mine.as_str(), "{waited}");
+    assert_eq!(waited["runs"].as_array().unwrap().len(), 1, "{waited}");
+    let stopped = server.ok("stop", json!({"runs": [&other, "last"]})).await;
+    assert_eq!(stopped[0]["id"], other.as_str(), "{stopped}");
+    assert_eq!(stopped[0]["state"], "stopped", "{stopped}");
+    assert_eq!(stopped[1]["id"], mine.as_str(), "{stopped}");
+    assert_eq!(stopped[1]["state"], "complete", "{stopped}");
+    assert_eq!(server.disconnect().await, Some(0));
+    env.settled(&other);
 }
 
 #[tokio::test]

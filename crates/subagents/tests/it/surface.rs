@@ -224,7 +224,7 @@ fn usage_errors_exit_2_and_create_nothing() {
     for args in [
         &["run"][..],
         &["run", "--no-such-flag", "--", "true"],
-        &["wait"],
+        &["stop"],
         &["status"],
         &["no-such-command"],
         &["run", "--max-active", "many", "--", "true"],
