@@ -429,6 +429,8 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
     let spec = StepSpec {
         agent: "worker".into(),
         command: config.steps[0].command.clone(),
+        name: None,
+        command_label: None,
         task: None,
         cwd: None,
         timeout: None,
@@ -447,6 +449,7 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         env: BTreeMap::from([("AGENT_MODE".to_owned(), "review".to_owned())]),
         session_root: None,
         preset: None,
+        name: None,
     };
     // A fixed root key pins the seal's MAC (a real root's key is random).
     let key = recovery::seal::RootKey::path(&config.root);
