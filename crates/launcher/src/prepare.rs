@@ -608,24 +608,30 @@ fn write_queued(
         ProcessIdentity::current().ok(),
         status::now_ms(),
     );
-    add_names(&mut queued, request);
+    let specs = request.plan.steps.iter().map(|planned| &planned.spec);
+    add_names(&mut queued, request.name.as_deref(), specs);
     status::model::write_status_after(files, &config.run_dir, &queued)?;
     Ok(())
 }
 
-/// The run's `name` and each step's `name` and `commandLabel`: keys of our
-/// own, which the runner's later writes keep and the reference ignores.
-fn add_names(queued: &mut status::RunStatus, request: &Request) {
+/// Adds the run's `name` and each step's `name` and `commandLabel` to its
+/// queued status: keys of our own, which the runner's later writes keep
+/// and the reference ignores.
+pub fn add_names<'a>(
+    queued: &mut status::RunStatus,
+    name: Option<&str>,
+    specs: impl IntoIterator<Item = &'a StepSpec>,
+) {
     use listing::format::{COMMAND_LABEL_KEY, NAME_KEY};
-    if let Some(name) = &request.name {
+    if let Some(name) = name {
         queued.extra.insert(NAME_KEY.into(), json!(name));
     }
     let steps = queued.steps.iter_mut().flatten();
-    for (step, planned) in steps.zip(&request.plan.steps) {
-        if let Some(name) = &planned.spec.name {
+    for (step, spec) in steps.zip(specs) {
+        if let Some(name) = &spec.name {
             step.extra.insert(NAME_KEY.into(), json!(name));
         }
-        if let Some(label) = &planned.spec.command_label {
+        if let Some(label) = &spec.command_label {
             step.extra.insert(COMMAND_LABEL_KEY.into(), json!(label));
         }
     }
