@@ -60,10 +60,14 @@ pub struct RunRequest {
     /// Explicit run id (refused if it exists or is not a safe file name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// A label for the run, shown by `list`, `status` and `top` (1 to 64
+    /// characters, no control characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// A composite run, the JSON of a spec file: `{"mode": "parallel",
     /// "tasks": [step, ...], "concurrency"?, "failFast"?}` or `{"mode":
     /// "chain", "steps": [step or {"parallel": [step, ...]}, ...]}`; a step is
-    /// `{"agent", "command": [argv...], "task"?, "cwd"?, "timeout"?}`.
+    /// `{"agent", "command": [argv...], "name"?, "task"?, "cwd"?, "timeout"?}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<Value>,
     /// A composite run's spec file (the command line's `--spec FILE`).

@@ -104,6 +104,8 @@ pub enum ErrorKind {
     UnknownAgent,
     /// An explicit run id that is not a safe file name.
     UnsafeId,
+    /// A run's name that is empty, too long or holds a control character.
+    BadName,
     /// A step number the run does not have.
     NoSuchStep,
     /// A request that must name a run (or a descriptor) and names none.
@@ -146,6 +148,7 @@ impl ErrorKind {
             | Self::BadSpec
             | Self::UnknownAgent
             | Self::UnsafeId
+            | Self::BadName
             | Self::NoSuchStep
             | Self::NoRunNamed => Exit::Usage,
             Self::UnknownRun | Self::AmbiguousPrefix | Self::NoStatus => Exit::NotFound,
@@ -166,6 +169,7 @@ impl ErrorKind {
             Self::BadSpec => Some("spec"),
             Self::UnknownAgent => Some("agent"),
             Self::UnsafeId => Some("id"),
+            Self::BadName => Some("name"),
             Self::NoSuchStep => Some("step"),
             _ => None,
         }
@@ -375,6 +379,7 @@ mod tests {
             | ErrorKind::BadSpec
             | ErrorKind::UnknownAgent
             | ErrorKind::UnsafeId
+            | ErrorKind::BadName
             | ErrorKind::NoSuchStep
             | ErrorKind::NoRunNamed => 2,
             ErrorKind::UnknownRun | ErrorKind::AmbiguousPrefix | ErrorKind::NoStatus => 4,
@@ -396,6 +401,7 @@ mod tests {
         ErrorKind::BadSpec,
         ErrorKind::UnknownAgent,
         ErrorKind::UnsafeId,
+        ErrorKind::BadName,
         ErrorKind::NoSuchStep,
         ErrorKind::NoRunNamed,
         ErrorKind::UnknownRun,

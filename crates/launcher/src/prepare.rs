@@ -75,6 +75,8 @@ pub struct Request {
     pub session_root: Option<PathBuf>,
     /// A named agent's preset: the recovery descriptor fields it fills.
     pub preset: Option<crate::presets::PresetRecord>,
+    /// The run's name (`--name`), recorded as `name`.
+    pub name: Option<String>,
 }
 
 /// The part of a request that makes it a revival.
@@ -89,6 +91,14 @@ impl Request {
     /// The request of `subagents run` (or the MCP `run` tool).
     pub fn from_run(run: &RunRequest, settings: &Settings, session: &str) -> Result<Self> {
         check_shape(run)?;
+        if let Some(name) = &run.name {
+            crate::spec::check_name(name).map_err(|why| {
+                Error::of(
+                    ErrorKind::BadName,
+                    format!("failed to launch run: name {why}"),
+                )
+            })?;
+        }
         let composite = run.spec.is_some() || run.spec_file.is_some();
         let preset = match (&run.agent, run.command.is_empty() && !composite) {
             (Some(name), true) => Some(crate::presets::resolve(name, &resolve_cwd(None)?)?),
@@ -135,6 +145,7 @@ impl Request {
                 .unwrap_or_default(),
             session_root: session_root(settings.session_dir.as_deref())?,
             preset: preset.as_ref().map(crate::presets::Preset::record),
+            name: run.name.clone(),
         })
     }
 }
@@ -279,7 +290,7 @@ fn write_run(
     if config.mode == "single" {
         stage_persist(&config, request, persisted.descriptor(), &mut files)?;
     }
-    write_queued(&config, budget.snapshot().ok(), files)?;
+    write_queued(&config, request, budget.snapshot().ok(), files)?;
     deferred.commit()?;
     atomic_file::sync_dir(&layout.runs_dir())?;
     index::create_marker(&config.run_dir)?;
@@ -342,10 +353,17 @@ fn plan(run: &RunRequest) -> Result<Plan> {
             "failed to launch run: COMMAND is empty",
         )
     })?;
+    // Without `--agent` the step is known by its command's short form.
+    let command_label = run
+        .agent
+        .is_none()
+        .then(|| listing::format::command_label(&run.command));
     let agent = run.agent.clone().unwrap_or_else(|| file_name(program));
     let spec = StepSpec {
         agent,
         command: run.command.clone(),
+        name: None,
+        command_label,
         task: None,
         cwd: None,
         timeout: None,
@@ -358,6 +376,8 @@ fn preset_plan(preset: &crate::presets::Preset) -> Plan {
     Plan::single(StepSpec {
         agent: preset.definition.name.clone(),
         command: preset.invocation.argv.clone(),
+        name: None,
+        command_label: None,
         task: None,
         cwd: None,
         timeout: None,
@@ -586,18 +606,44 @@ fn step_configs(
 /// status renamed last.
 fn write_queued(
     config: &LaunchConfig,
+    request: &Request,
     fanout: Option<fanout_budget::Snapshot>,
     files: atomic_file::Batch,
 ) -> Result {
     let fanout = fanout.and_then(|s| serde_json::to_value(s).ok());
-    let queued = supervisor::transitions::queued(
+    let mut queued = supervisor::transitions::queued(
         config,
         fanout,
         ProcessIdentity::current().ok(),
         status::now_ms(),
     );
+    let specs = request.plan.steps.iter().map(|planned| &planned.spec);
+    add_names(&mut queued, request.name.as_deref(), specs);
     status::model::write_status_after(files, &config.run_dir, &queued)?;
     Ok(())
+}
+
+/// Adds the run's `name` and each step's `name` and `commandLabel` to its
+/// queued status: keys of our own, which the runner's later writes keep
+/// and the reference ignores.
+pub fn add_names<'a>(
+    queued: &mut status::RunStatus,
+    name: Option<&str>,
+    specs: impl IntoIterator<Item = &'a StepSpec>,
+) {
+    use listing::format::{COMMAND_LABEL_KEY, NAME_KEY};
+    if let Some(name) = name {
+        queued.extra.insert(NAME_KEY.into(), json!(name));
+    }
+    let steps = queued.steps.iter_mut().flatten();
+    for (step, spec) in steps.zip(specs) {
+        if let Some(name) = &spec.name {
+            step.extra.insert(NAME_KEY.into(), json!(name));
+        }
+        if let Some(label) = &spec.command_label {
+            step.extra.insert(COMMAND_LABEL_KEY.into(), json!(label));
+        }
+    }
 }
 
 /// Environment override of every startup-handshake wait, in milliseconds

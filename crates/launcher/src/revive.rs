@@ -236,6 +236,8 @@ fn revival_request(
     let spec = StepSpec {
         agent: contract.agent,
         command,
+        name: None,
+        command_label: None,
         task: None,
         cwd: None,
         timeout: None,
@@ -262,6 +264,12 @@ fn revival_request(
             .get("sessionRoot")
             .and_then(serde_json::Value::as_str)
             .map(PathBuf::from),
+        // A revival keeps its source's name.
+        name: status
+            .extra
+            .get(listing::format::NAME_KEY)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
     })
 }
 

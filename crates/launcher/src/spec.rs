@@ -3,7 +3,7 @@
 //! ```json
 //! {"mode": "parallel", "tasks": [STEP, ...], "concurrency": 2, "failFast": true}
 //! {"mode": "chain", "steps": [STEP | {"parallel": [STEP, ...], "concurrency": 2, "failFast": false}, ...]}
-//! STEP = {"agent": "name", "command": ["argv", ...], "task": "text", "cwd": "dir", "timeout": "10m"}
+//! STEP = {"agent": "name", "command": ["argv", ...], "name": "label", "task": "text", "cwd": "dir", "timeout": "10m"}
 //! ```
 //!
 //! Parsing is strict: unknown fields, wrong types and empty lists are
@@ -28,6 +28,13 @@ pub struct StepSpec {
     pub agent: String,
     /// argv.
     pub command: Vec<String>,
+    /// The step's label in listings (see [`check_name`]).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The command's short form, when the agent label is only its file
+    /// name (a plain `run -- COMMAND`); never in a spec file.
+    #[serde(skip)]
+    pub command_label: Option<String>,
     /// Task text.
     #[serde(default)]
     pub task: Option<String>,
@@ -80,6 +87,24 @@ impl Plan {
             }],
         }
     }
+}
+
+/// The longest name a run or a step may have, in characters.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// A run's or a step's name: 1 to [`MAX_NAME_CHARS`] characters, none a
+/// control character (a name is one cell of a listing's row).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(format!("must be at most {MAX_NAME_CHARS} characters"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("must not hold control characters".into());
+    }
+    Ok(())
 }
 
 /// Reads and validates a spec file.
@@ -166,6 +191,9 @@ fn parse_chain(obj: &Map<String, Value>) -> Result<Plan, String> {
 
 fn step(value: &Value, at: &str) -> Result<PlannedStep, String> {
     let spec: StepSpec = serde_json::from_value(value.clone()).map_err(|e| format!("{at}: {e}"))?;
+    if let Some(name) = &spec.name {
+        check_name(name).map_err(|why| format!("{at}.name: {why}"))?;
+    }
     if spec.agent.trim().is_empty() {
         return Err(format!("{at}.agent: must not be empty"));
     }

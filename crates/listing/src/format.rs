@@ -412,6 +412,72 @@ fn format_tokens(n: u64) -> String {
     }
 }
 
+/// The status key of a run's or a step's `--name` (our extension; the
+/// reference ignores it).
+pub const NAME_KEY: &str = "name";
+
+/// The step key of a command step's short form (our extension), written
+/// when the step's agent label is only the command's file name.
+pub const COMMAND_LABEL_KEY: &str = "commandLabel";
+
+/// How many characters of the first argument a command label keeps.
+const ARG_CHARS: usize = 24;
+
+/// A command's short form: its file name and its first argument (shortened,
+/// escaped), e.g. `sh -c`, `sleep 30`. Made from argv before any
+/// placeholder is replaced, so a task never shows in it.
+pub fn command_label(argv: &[String]) -> String {
+    let Some(program) = argv.first() else {
+        return String::new();
+    };
+    let program = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| program.clone());
+    let mut label = atomic_file::escape(&program);
+    if let Some(arg) = argv.get(1) {
+        let mut short: String = arg.chars().take(ARG_CHARS).collect();
+        if arg.chars().count() > ARG_CHARS {
+            short.push('…');
+        }
+        label.push(' ');
+        label.push_str(&atomic_file::escape(&short));
+    }
+    label
+}
+
+/// What listings call a step: its `name`, else its command's short form,
+/// else its agent.
+pub fn step_label(step: &Step) -> String {
+    [NAME_KEY, COMMAND_LABEL_KEY]
+        .iter()
+        .find_map(|key| non_empty_str(&step.extra, key))
+        .unwrap_or(&step.agent)
+        .to_owned()
+}
+
+/// What `list`, `status`, `top` and `--json` call a run: its `name`, else
+/// its one step's label, else `<mode> ×<steps>` (the mode alone before
+/// it has steps). Not escaped (callers
+/// escape where they print).
+pub fn run_label(status: &status::model::RunStatus) -> String {
+    if let Some(name) = non_empty_str(&status.extra, NAME_KEY) {
+        return name.to_owned();
+    }
+    let mode = status.mode.as_deref().unwrap_or("single");
+    match status.steps() {
+        [] => mode.to_owned(),
+        [only] => step_label(only),
+        steps => format!("{mode} ×{}", steps.len()),
+    }
+}
+
+fn non_empty_str<'a>(map: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a str> {
+    map.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
 /// Replaces a leading home directory with `~`, comparing whole path components.
 pub fn shorten(path: &Path, home: Option<&Path>) -> String {
     match home.and_then(|h| path.strip_prefix(h).ok()) {
@@ -463,6 +529,49 @@ mod tests {
         let out = format_run_list(&[run], "Async runs", 10, Some(Path::new("/home/alice")));
         let expected = "Async runs: 1\n\n- m7q1 | failed | steering 0 scheduled, 0 pending, 0 delivered, 0 failed, 0 recovered | single | step 1/1 | ~/proj\n  1. reviewer | failed | 1m35s\n  Error: Step failed: reviewer\n  session: ~/.pi/sessions/s.jsonl";
         assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn a_command_label_is_its_file_name_and_first_argument() {
+        let argv = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            command_label(&argv(&["/bin/sh", "-c", "echo secret"])),
+            "sh -c"
+        );
+        assert_eq!(command_label(&argv(&["sleep", "30"])), "sleep 30");
+        assert_eq!(command_label(&argv(&["true"])), "true");
+        assert_eq!(
+            command_label(&argv(&["cat", "{task_file}"])),
+            "cat {task_file}"
+        );
+        assert_eq!(
+            command_label(&argv(&["echo", "a\nb-0123456789abcdefghijklmnop"])),
+            r"echo a\nb-0123456789abcdefghij…"
+        );
+        assert_eq!(command_label(&argv(&["echo", "a\nb"])), r"echo a\nb");
+    }
+
+    #[test]
+    fn a_run_label_is_its_name_else_its_step_else_its_mode() {
+        let status = |text: &str| parse_status(Path::new("s"), text).unwrap();
+        let named = status(
+            r#"{"runId":"a","state":"running","name":"nightly","steps":[{"agent":"sh","commandLabel":"sh -c","status":"running"}]}"#,
+        );
+        assert_eq!(run_label(&named), "nightly");
+        let command = status(
+            r#"{"runId":"a","state":"running","steps":[{"agent":"sh","commandLabel":"sh -c","status":"running"}]}"#,
+        );
+        assert_eq!(run_label(&command), "sh -c");
+        let old = status(
+            r#"{"runId":"a","state":"running","steps":[{"agent":"sh","status":"running"}]}"#,
+        );
+        assert_eq!(run_label(&old), "sh");
+        let chain = status(
+            r#"{"runId":"a","state":"running","mode":"chain","steps":[{"agent":"a","name":"first","status":"running"},{"agent":"b","status":"pending"}]}"#,
+        );
+        assert_eq!(run_label(&chain), "chain ×2");
+        assert_eq!(step_label(&chain.steps()[0]), "first");
+        assert_eq!(step_label(&chain.steps()[1]), "b");
     }
 
     #[test]

@@ -406,9 +406,9 @@ impl Scan {
 /// The live fan-out snapshot of a run directory, or why there is none.
 pub type FanoutSource<'a> = &'a dyn Fn(&Path) -> std::result::Result<Option<Value>, String>;
 
-/// One run as listings and `status` show it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// One run as listings and `status` show it. In JSON: `id`, `asyncDir`,
+/// `label` ([`crate::format::run_label`]) and the status's keys.
+#[derive(Debug, Clone)]
 pub struct RunSummary {
     /// Run id.
     pub id: String,
@@ -416,8 +416,28 @@ pub struct RunSummary {
     pub async_dir: PathBuf,
     /// The status (with `processTerminal` and `runFanoutBudget` replaced by
     /// the sidecar proof and the live snapshot when those exist).
-    #[serde(flatten)]
     pub status: RunStatus,
+}
+
+impl Serialize for RunSummary {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            id: &'a str,
+            async_dir: &'a Path,
+            label: String,
+            #[serde(flatten)]
+            status: &'a RunStatus,
+        }
+        Wire {
+            id: &self.id,
+            async_dir: &self.async_dir,
+            label: crate::format::run_label(&self.status),
+            status: &self.status,
+        }
+        .serialize(serializer)
+    }
 }
 
 impl RunSummary {

@@ -215,6 +215,9 @@ pub struct RunArgs {
     /// Explicit run id (refused if it exists or is not a safe file name).
     #[arg(long)]
     pub id: Option<String>,
+    /// A label for the run in `list`, `status` and `top` (1 to 64 characters).
+    #[arg(long, value_name = "LABEL")]
+    pub name: Option<String>,
     /// Owner session (else $SUBAGENTS_SESSION_ID, else the terminal).
     #[arg(long, env = "SUBAGENTS_SESSION_ID")]
     pub session: Option<String>,
@@ -496,6 +499,7 @@ impl RunArgs {
             cwd: self.cwd.clone(),
             timeout: self.timeout.clone(),
             id: self.id.clone(),
+            name: self.name.clone(),
             spec: None,
             spec_file: self.spec.clone(),
             command: self.command.clone(),
@@ -683,6 +687,9 @@ fn usage_hint(kind: error::ErrorKind, command: &str) -> String {
         ErrorKind::UnknownAgent => "`subagents agents list` shows the agents".to_owned(),
         ErrorKind::UnsafeId => {
             "--id takes letters, digits, '-', '_' and '.', not starting with '.'".to_owned()
+        }
+        ErrorKind::BadName => {
+            "--name takes 1 to 64 characters, none a control character".to_owned()
         }
         ErrorKind::NoSuchStep => {
             "--step counts from 1; `subagents status RUN` shows the steps".to_owned()

@@ -121,6 +121,11 @@ pub fn describe(run: &RunSummary) -> String {
     let s = &run.status;
     let now = now_ms();
     let mut lines = launcher::format::run_lines(run, now, home.as_deref());
+    // The run's label after its id (`list`'s AGENT column).
+    if let Some(header) = lines.first_mut() {
+        let label = format!(" ({}) | ", launcher::format::run_label(s));
+        *header = header.replacen(" | ", &label, 1);
+    }
     // Our own step lines: numbered like `logs` headers, skipped steps named.
     let steps = s.steps();
     if lines.len() > steps.len() {
@@ -209,7 +214,8 @@ fn step_line(i: usize, step: &launcher::Step, over: bool, now: u64) -> String {
     } else {
         step.status.as_str()
     };
-    let mut parts = vec![format!("  {}. {}", i + 1, step.agent), state.to_owned()];
+    let label = launcher::format::step_label(step);
+    let mut parts = vec![format!("  {}. {label}", i + 1), state.to_owned()];
     match (step.duration_ms, step.started_at) {
         (Some(ms), _) => parts.push(launcher::format::format_duration(ms)),
         (None, Some(start)) if step.status == "running" => parts.push(format!(

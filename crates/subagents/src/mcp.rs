@@ -230,6 +230,9 @@ fn usage_hint(kind: ErrorKind) -> String {
         ErrorKind::UnsafeId => {
             "`id` takes letters, digits, '-', '_' and '.', not starting with '.'".to_owned()
         }
+        ErrorKind::BadName => {
+            "`name` takes 1 to 64 characters, none a control character".to_owned()
+        }
         ErrorKind::NoSuchStep => "`step` counts from 1".to_owned(),
         ErrorKind::NoRunNamed => "name at least one run in `runs`".to_owned(),
         kind => match kind.field() {

@@ -81,11 +81,7 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         .iter()
         .filter(|st| matches!(st.status.as_str(), "complete" | "completed"))
         .count();
-    let mode = s.mode.as_deref().unwrap_or("single");
-    let agent = match steps {
-        [only] => only.agent.clone(),
-        _ => format!("{mode} ×{}", steps.len()),
-    };
+    let agent = launcher::format::run_label(s);
     let started = s
         .started_at
         .map(|t| format!("{} ago", ago(now.saturating_sub(t))))

@@ -28,13 +28,23 @@ use launcher::service::Launcher;
 /// How much of each log file the output pane reads (its end).
 const TAIL_BYTES: u64 = 64 * 1024;
 
+/// How many lines of output the panes keep (the logs view scrolls in them).
+const TAIL_LINES: usize = 2000;
+
+/// The first characters of a step's header line in the output panes.
+const HEADER: &str = "── step ";
+
 /// The runs of one session and its capacity pool.
 #[derive(Debug, Clone)]
 pub struct SessionGroup {
     /// The session id (`(no session)` when the run recorded none).
     pub session: String,
-    /// Occupied slots and the limit (0 = unlimited) of the session's pool.
+    /// Slots held by the session's active runs and the limit (0 =
+    /// unlimited) of its pool.
     pub capacity: Option<(usize, u32)>,
+    /// Slots of the pool whose holder is no active run (a finished run's
+    /// slot not freed yet, an unreadable owner): occupied, but no run.
+    pub idle_slots: usize,
     /// Its active runs, newest first.
     pub runs: Vec<RunSummary>,
 }
@@ -67,6 +77,11 @@ pub struct App {
     pub message: Option<String>,
     /// The clock of this frame (ms).
     pub now: u64,
+    /// The logs view's distance from the end of the output, in lines
+    /// (0 follows the end).
+    pub scroll: usize,
+    /// The logs view's height in lines (a page).
+    pub page: usize,
 }
 
 impl App {
@@ -79,12 +94,37 @@ impl App {
         self.runs().find(|r| r.id == id)
     }
 
-    /// Keeps the selection on a run that still exists (else the first).
-    fn fix_selection(&mut self) {
-        if self.selected_run().is_none() {
-            let first = self.runs().next().map(|r| r.id.clone());
-            self.selected = first;
+    fn ids(&self) -> Vec<String> {
+        self.runs().map(|r| r.id.clone()).collect()
+    }
+
+    /// Keeps the selection on a run that still exists; a run that left
+    /// (`before` is the order it was listed in) hands it to the next run
+    /// after it that is still listed, else the one before it.
+    fn fix_selection(&mut self, before: &[String]) {
+        if self.selected_run().is_some() {
+            return;
         }
+        let now = self.ids();
+        let at = before
+            .iter()
+            .position(|id| Some(id.as_str()) == self.selected.as_deref());
+        let neighbour = at.and_then(|i| {
+            let after = before[i + 1..].iter();
+            let earlier = before[..i].iter().rev();
+            after.chain(earlier).find(|id| now.contains(id)).cloned()
+        });
+        self.selected = neighbour.or_else(|| now.first().cloned());
+    }
+
+    /// Moves the logs view `lines` up (towards the start) or down.
+    fn scroll_by(&mut self, lines: usize, up: bool) {
+        let most = self.tail.len().saturating_sub(self.page);
+        self.scroll = if up {
+            self.scroll.saturating_add(lines).min(most)
+        } else {
+            self.scroll.saturating_sub(lines)
+        };
     }
 
     fn move_selection(&mut self, down: bool) {
@@ -135,7 +175,7 @@ fn footer_text(app: &App) -> String {
         Mode::ConfirmStop(id) => {
             return format!("Stop run {id}? y to stop, any other key to keep it");
         }
-        Mode::Logs => "esc back  q quit",
+        Mode::Logs => "k/j PgUp/PgDn g/G scroll  esc back  q quit",
         Mode::Fleet => "↑/↓ select  s stop  l logs  q quit",
     };
     match &app.message {
@@ -176,7 +216,15 @@ fn session_line(group: &SessionGroup) -> String {
         Some((used, limit)) => format!("capacity {used}/{limit} used"),
         None => "capacity unavailable".to_owned(),
     };
-    format!("Session {} · {capacity}", launcher::escape(&group.session))
+    let idle = match group.idle_slots {
+        0 => String::new(),
+        1 => " · 1 slot held by no active run".to_owned(),
+        n => format!(" · {n} slots held by no active run"),
+    };
+    format!(
+        "Session {} · {capacity}{idle}",
+        launcher::escape(&group.session)
+    )
 }
 
 /// The run line, one line per step, and the fan-out line.
@@ -192,23 +240,29 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
         .map(|start| format_duration(now.saturating_sub(start)))
         .unwrap_or_else(|| "-".to_owned());
     let cwd = s.cwd.as_deref().unwrap_or("");
+    // A single step has no line of its own: its quiet time is the run's.
+    let quiet = match steps {
+        [only] => quiet_for(run, 0, only, now),
+        _ => String::new(),
+    };
     // Recorded strings are escaped: one run is its own rows, nothing more.
     let mut lines = vec![Line::from(launcher::escape(&format!(
-        "{}  {}  {}  {done}/{} done  {elapsed}  {}",
+        "{}  {}  {}  {done}/{} done  {elapsed}  {}{quiet}",
         run.id,
         launcher::format::state_label(s),
-        s.mode.as_deref().unwrap_or("single"),
+        launcher::format::run_label(s),
         steps.len(),
         shorten(Path::new(cwd), launcher::root::home().as_deref()),
     )))];
     if steps.len() > 1 {
         for (i, step) in steps.iter().enumerate() {
             lines.push(Line::from(launcher::escape(&format!(
-                "    {}. {}  {}  {}",
+                "    {}. {}  {}  {}{}",
                 i + 1,
-                step.agent,
+                launcher::format::step_label(step),
                 step.status,
-                step_time(step, now)
+                step_time(step, now),
+                quiet_for(run, i, step, now),
             ))));
         }
     }
@@ -228,16 +282,63 @@ fn step_time(step: &launcher::Step, now: u64) -> String {
     }
 }
 
+/// `  · last output 12.0s ago` for a running step that printed something:
+/// from its logs' modification time, else the step's `lastActivityAt`.
+fn quiet_for(run: &RunSummary, i: usize, step: &launcher::Step, now: u64) -> String {
+    if step.status != "running" {
+        return String::new();
+    }
+    let logged = ["stdout", "stderr"]
+        .iter()
+        .filter_map(|stream| {
+            let path = run.async_dir.join(format!("external-{i}.{stream}.log"));
+            let meta = std::fs::symlink_metadata(path).ok()?;
+            let at = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH);
+            (meta.len() > 0).then_some(at.ok()?.as_millis() as u64)
+        })
+        .max();
+    let recorded = step.extra.get("lastActivityAt").and_then(|v| v.as_u64());
+    match logged.or(recorded) {
+        Some(at) => format!(
+            "  · last output {} ago",
+            format_duration(now.saturating_sub(at))
+        ),
+        None => String::new(),
+    }
+}
+
+/// The lines the output pane shows: the end of the output, or in the logs
+/// view `app.scroll` lines before it; when the first line shown is inside a
+/// step's output, that step's header is shown above it.
+fn visible_lines(app: &App, height: usize, scrolled: bool) -> Vec<&str> {
+    let tail = &app.tail;
+    let scroll = if scrolled { app.scroll } else { 0 };
+    let end = tail
+        .len()
+        .saturating_sub(scroll)
+        .max(height.min(tail.len()));
+    let mut start = end.saturating_sub(height);
+    let is_header = |i: usize| tail[i].starts_with(HEADER);
+    let mut lines = Vec::new();
+    // The header takes the first row: the line under it must be output too.
+    let inside = start > 0 && start + 1 < end && !is_header(start) && !is_header(start + 1);
+    if let Some(at) = (0..start).rev().find(|i| inside && is_header(*i)) {
+        lines.push(tail[at].as_str());
+        start += 1;
+    }
+    lines.extend(tail[start..end].iter().map(String::as_str));
+    lines
+}
+
 fn render_output(frame: &mut Frame<'_>, app: &App, area: ratatui::layout::Rect, what: &str) {
     let title = match &app.selected {
         Some(id) => format!("{what} of {id}"),
         None => what.to_owned(),
     };
     let height = area.height.saturating_sub(2) as usize;
-    let start = app.tail.len().saturating_sub(height);
-    let text: Vec<Line<'_>> = app.tail[start..]
-        .iter()
-        .map(|l| Line::from(l.as_str()))
+    let text: Vec<Line<'_>> = visible_lines(app, height, what == "Logs")
+        .into_iter()
+        .map(Line::from)
         .collect();
     frame.render_widget(
         Paragraph::new(text).block(Block::bordered().title(title)),
@@ -259,9 +360,9 @@ pub fn tail_lines(run: &RunSummary, max: usize) -> Vec<String> {
             }
             let label = if stream == "stderr" { " (stderr)" } else { "" };
             lines.push(format!(
-                "── step {} {}{label} ──",
+                "{HEADER}{} {}{label} ──",
                 i + 1,
-                launcher::escape(&step.agent)
+                launcher::escape(&launcher::format::step_label(step))
             ));
             lines.extend(text.lines().map(launcher::escape));
         }
@@ -315,16 +416,21 @@ pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
             .unwrap_or_else(|| "(no session)".to_owned());
         groups.entry(session).or_default().push(run);
     }
+    let active: Vec<String> = groups.values().flatten().map(|r| r.id.clone()).collect();
     Ok(groups
         .into_iter()
         .map(|(session, runs)| {
-            let capacity = pools
-                .count(&session, limit)
-                .ok()
-                .map(|snap| (snap.used, snap.limit));
+            let snapshot = pools.count(&session, limit).ok();
+            // Only the slots of active runs count: a slot a finished run
+            // still holds is no run of the fleet.
+            let held = snapshot.as_ref().map_or(0, |snap| {
+                let holders = snap.slots.iter().filter_map(|s| s.run_id.as_ref());
+                holders.filter(|id| active.contains(id)).count()
+            });
             SessionGroup {
                 session,
-                capacity,
+                capacity: snapshot.as_ref().map(|snap| (held, snap.limit)),
+                idle_slots: snapshot.map_or(0, |snap| snap.used.saturating_sub(held)),
                 runs,
             }
         })
@@ -390,22 +496,28 @@ pub fn command(layout: &Layout) -> Result {
         mode: Mode::Fleet,
         message: None,
         now: now_ms(),
+        scroll: 0,
+        page: 10,
     };
     let mut watching: Vec<PathBuf> = Vec::new();
     let mut dirty = true;
     loop {
         if dirty {
+            let before = app.ids();
             app.sessions = load_fleet(layout)?;
-            app.fix_selection();
+            app.fix_selection(&before);
             rewatch(&mut watcher, layout, &app, &mut watching);
             dirty = false;
         }
         app.now = now_ms();
         let rows = terminal.size().map(|s| s.height as usize).unwrap_or(40);
+        // The logs view's pane: the screen less title, footer and borders.
+        app.page = rows.saturating_sub(4).max(1);
         app.tail = app
             .selected_run()
-            .map(|run| tail_lines(run, rows.max(10)))
+            .map(|run| tail_lines(run, TAIL_LINES))
             .unwrap_or_default();
+        app.scroll = app.scroll.min(app.tail.len().saturating_sub(app.page));
         terminal
             .draw(|frame| render(frame, &app))
             .map_err(|e| Error::failed(format!("failed to draw: {e}")))?;
@@ -453,7 +565,18 @@ fn handle_key(app: &mut App, key: KeyEvent, layout: &Layout, tx: &Sender<Msg>) -
         _ if ctrl_c => return true,
         KeyCode::Esc if app.mode == Mode::Logs => app.mode = Mode::Fleet,
         KeyCode::Char('l') | KeyCode::Enter if app.mode == Mode::Logs => app.mode = Mode::Fleet,
-        KeyCode::Char('l') | KeyCode::Enter if app.selected.is_some() => app.mode = Mode::Logs,
+        KeyCode::Char('l') | KeyCode::Enter if app.selected.is_some() => {
+            app.mode = Mode::Logs;
+            app.scroll = 0;
+        }
+        KeyCode::Up | KeyCode::Char('k') if app.mode == Mode::Logs => app.scroll_by(1, true),
+        KeyCode::Down | KeyCode::Char('j') if app.mode == Mode::Logs => app.scroll_by(1, false),
+        KeyCode::PageUp if app.mode == Mode::Logs => app.scroll_by(app.page, true),
+        KeyCode::PageDown if app.mode == Mode::Logs => app.scroll_by(app.page, false),
+        KeyCode::Char('g') | KeyCode::Home if app.mode == Mode::Logs => {
+            app.scroll_by(usize::MAX, true)
+        }
+        KeyCode::Char('G') | KeyCode::End if app.mode == Mode::Logs => app.scroll = 0,
         KeyCode::Up | KeyCode::Char('k') => app.move_selection(false),
         KeyCode::Down | KeyCode::Char('j') => app.move_selection(true),
         KeyCode::Char('s') => {
@@ -558,10 +681,16 @@ mod tests {
         chain.session_id = Some("review".into());
         chain.started_at = Some(NOW - 75_000);
         chain.cwd = Some("/srv/project".into());
+        let mut writer = step("writer", "running", Some(NOW - 63_000), None);
+        writer
+            .extra
+            .insert("lastActivityAt".into(), json!(NOW - 9_000));
+        let mut checker = step("checker", "pending", None, None);
+        checker.extra.insert("name".into(), json!("final check"));
         chain.steps = Some(vec![
             step("scout", "complete", Some(NOW - 75_000), Some(12_000)),
-            step("writer", "running", Some(NOW - 63_000), None),
-            step("checker", "pending", None, None),
+            writer,
+            checker,
         ]);
         chain.run_fanout_budget = Some(json!({"used": 3, "limit": 64, "remaining": 61}));
         let mut single = RunStatus::new("20261130-single", RunState::Running);
@@ -570,6 +699,9 @@ mod tests {
         single.started_at = Some(NOW - 4_000);
         single.cwd = Some("/srv/other".into());
         single.steps = Some(vec![step("claude", "running", Some(NOW - 4_000), None)]);
+        single
+            .extra
+            .insert("name".into(), json!("lint-bot nightly"));
         let mut queued = RunStatus::new("20261130-queued", RunState::Queued);
         queued.cwd = Some("/tmp".into());
         let summary = |status: RunStatus| RunSummary {
@@ -583,11 +715,13 @@ mod tests {
                 SessionGroup {
                     session: "(no session)".into(),
                     capacity: None,
+                    idle_slots: 0,
                     runs: vec![summary(queued)],
                 },
                 SessionGroup {
                     session: "review".into(),
                     capacity: Some((2, 4)),
+                    idle_slots: 1,
                     runs: vec![summary(chain), summary(single)],
                 },
             ],
@@ -601,6 +735,8 @@ mod tests {
             mode: Mode::Fleet,
             message: None,
             now: NOW,
+            scroll: 0,
+            page: 6,
         }
     }
 
@@ -627,6 +763,96 @@ mod tests {
         let mut app = fleet();
         app.mode = Mode::Logs;
         insta::assert_snapshot!(draw(&app).backend());
+    }
+
+    /// A long output: step 1's header and 20 lines, step 2's header and 20.
+    fn long_logs() -> App {
+        let mut app = fleet();
+        app.mode = Mode::Logs;
+        app.tail = (1..=2)
+            .flat_map(|step| {
+                let header = format!("{HEADER}{step} worker-{step} ──");
+                let lines = (1..=20).map(move |n| format!("step {step} line {n}"));
+                std::iter::once(header).chain(lines)
+            })
+            .collect();
+        app.page = 20;
+        app
+    }
+
+    #[test]
+    fn the_logs_view_scrolls_and_keeps_the_step_header() {
+        let layout = Layout::new("/nonexistent");
+        let (tx, _rx) = channel();
+        let mut app = long_logs();
+        let press = |app: &mut App, code: KeyCode| {
+            handle_key(app, KeyEvent::from(code), &layout, &tx);
+        };
+        press(&mut app, KeyCode::Char('k'));
+        press(&mut app, KeyCode::PageUp);
+        assert_eq!(app.scroll, 21);
+        insta::assert_snapshot!(draw(&app).backend());
+        let shown = visible_lines(&app, 20, true);
+        assert_eq!(shown[0], "── step 1 worker-1 ──");
+        assert_eq!(shown[1], "step 1 line 2");
+        press(&mut app, KeyCode::Char('j'));
+        assert_eq!(app.scroll, 20);
+        press(&mut app, KeyCode::Char('g'));
+        assert_eq!(app.scroll, 22);
+        assert_eq!(visible_lines(&app, 20, true)[1], "step 1 line 1");
+        press(&mut app, KeyCode::PageDown);
+        assert_eq!(app.scroll, 2);
+        let shown = visible_lines(&app, 20, true);
+        assert_eq!(shown[..2], ["step 1 line 20", "── step 2 worker-2 ──"]);
+        assert_eq!(shown[19], "step 2 line 18");
+        press(&mut app, KeyCode::Char('G'));
+        assert_eq!(app.scroll, 0);
+        let shown = visible_lines(&app, 20, true);
+        assert_eq!(shown[..2], ["── step 2 worker-2 ──", "step 2 line 2"]);
+        assert_eq!(shown[19], "step 2 line 20");
+        // The fleet view's pane always shows the end.
+        app.scroll = 5;
+        assert_eq!(visible_lines(&app, 20, false)[19], "step 2 line 20");
+    }
+
+    #[test]
+    fn a_run_that_left_hands_the_selection_to_its_neighbour() {
+        let mut app = fleet();
+        let before = app.ids();
+        assert_eq!(
+            before,
+            ["20261130-queued", "20261130-chain", "20261130-single"]
+        );
+        app.sessions[1].runs.remove(0);
+        app.fix_selection(&before);
+        assert_eq!(app.selected.as_deref(), Some("20261130-single"));
+        // The last run's neighbour is the one before it.
+        let before = app.ids();
+        app.sessions[1].runs.clear();
+        app.fix_selection(&before);
+        assert_eq!(app.selected.as_deref(), Some("20261130-queued"));
+    }
+
+    #[test]
+    fn rows_show_the_runs_label_as_list_does() {
+        let app = fleet();
+        let single = &app.sessions[1].runs[1];
+        let line = run_lines(single, NOW)[0].to_string();
+        assert_eq!(
+            line,
+            "20261130-single  running  lint-bot nightly  0/1 done  4.0s  /srv/other"
+        );
+        let chain = &app.sessions[1].runs[0];
+        let lines: Vec<String> = run_lines(chain, NOW)
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        assert!(lines[0].contains("  chain ×3  "), "{lines:?}");
+        assert_eq!(
+            lines[2],
+            "    2. writer  running  1m3s  · last output 9.0s ago"
+        );
+        assert_eq!(lines[3], "    3. final check  pending  ");
     }
 
     #[test]
@@ -661,6 +887,7 @@ mod tests {
         let group = SessionGroup {
             session: "s\nforged".into(),
             capacity: None,
+            idle_slots: 0,
             runs: Vec::new(),
         };
         let mut texts: Vec<String> = run_lines(&run, NOW)

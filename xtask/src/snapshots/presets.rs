@@ -70,6 +70,8 @@ fn recovery_files(
     let spec = StepSpec {
         agent: "reviewer".into(),
         command: config.steps[0].command.clone(),
+        name: None,
+        command_label: None,
         task: None,
         cwd: None,
         timeout: None,
@@ -88,6 +90,7 @@ fn recovery_files(
         env: config.env.clone(),
         session_root: None,
         preset: Some(preset.record()),
+        name: None,
     };
     launcher::revive::persist(config, &request, &descriptor)
         .map_err(|e| anyhow::anyhow!(e.message))?;

@@ -168,7 +168,18 @@ fn single(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
         config: &config,
         out: Vec::new(),
     };
-    let queued = transitions::queued(&config, Some(fanout()), Some(identity(PID - 1, 11)), T0);
+    let mut queued = transitions::queued(&config, Some(fanout()), Some(identity(PID - 1, 11)), T0);
+    // A plain `run -- COMMAND`: the step's short form.
+    let spec = StepSpec {
+        agent: "worker".into(),
+        command: config.steps[0].command.clone(),
+        name: None,
+        command_label: Some(launcher::format::command_label(&config.steps[0].command)),
+        task: None,
+        cwd: None,
+        timeout: None,
+    };
+    launcher::prepare::add_names(&mut queued, None, [&spec]);
     rec.record(
         "single-queued",
         &queued,
@@ -300,12 +311,24 @@ fn parallel(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
         config: &config,
         out: Vec::new(),
     };
-    let queued = transitions::queued(
+    let mut queued = transitions::queued(
         &config,
         Some(json!({"used": 3, "limit": 64, "remaining": 61})),
         None,
         T0,
     );
+    // `run --name review --spec ...` whose first task has a `name`.
+    let named = |name: Option<&str>| StepSpec {
+        agent: String::new(),
+        command: Vec::new(),
+        name: name.map(str::to_owned),
+        command_label: None,
+        task: None,
+        cwd: None,
+        timeout: None,
+    };
+    let specs = [named(Some("first pass")), named(None), named(None)];
+    launcher::prepare::add_names(&mut queued, Some("review"), &specs);
     let running = transitions::running(Some(queued), &config, &identity(PID, 22), None, T0 + 100);
     let one = transitions::step_started(running, &config, 0, PID + 1, None, T0 + 200);
     let both = transitions::step_started(one, &config, 1, PID + 2, None, T0 + 210);
@@ -429,6 +452,8 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
     let spec = StepSpec {
         agent: "worker".into(),
         command: config.steps[0].command.clone(),
+        name: None,
+        command_label: None,
         task: None,
         cwd: None,
         timeout: None,
@@ -447,6 +472,7 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         env: BTreeMap::from([("AGENT_MODE".to_owned(), "review".to_owned())]),
         session_root: None,
         preset: None,
+        name: None,
     };
     // A fixed root key pins the seal's MAC (a real root's key is random).
     let key = recovery::seal::RootKey::path(&config.root);

@@ -885,6 +885,21 @@ fn every_usage_mistake_exits_2_with_one_line_and_a_hint() {
             Some(1),
         ),
         m(
+            "empty --name",
+            &["run", "--name", "", "--", "true"],
+            Some(1),
+        ),
+        m(
+            "--name over 64 characters",
+            &["run", "--name", &"n".repeat(65), "--", "true"],
+            Some(1),
+        ),
+        m(
+            "--name with a newline",
+            &["run", "--name", "a\nb", "--", "true"],
+            Some(1),
+        ),
+        m(
             "validate of an unknown kind",
             &["validate", "--kind", "bogus", &task],
             None,

@@ -20,6 +20,7 @@ mod json;
 mod leftovers;
 mod list_index;
 mod mcp;
+mod names;
 mod nested;
 mod observer;
 mod processes;

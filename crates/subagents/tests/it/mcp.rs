@@ -301,6 +301,39 @@ async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
     assert_eq!(server.disconnect().await, Some(0));
 }
 
+#[tokio::test]
+async fn the_run_tool_takes_a_name_that_status_and_list_show() {
+    let env = Env::new();
+    let server = connect(&env, &[], &[]).await;
+    let tools = within(server.client.list_all_tools()).await.unwrap();
+    let run = tools.iter().find(|t| t.name == "run").unwrap();
+    assert!(run.input_schema["properties"].get("name").is_some());
+    let launched = server
+        .ok(
+            "run",
+            json!({"command": ["sleep", "30"], "name": "from mcp"}),
+        )
+        .await;
+    let id = launched["runId"].as_str().unwrap().to_owned();
+    let status = server.ok("status", json!({"run": id})).await;
+    assert_eq!(status["name"], "from mcp", "{status}");
+    assert_eq!(status["label"], "from mcp", "{status}");
+    let listed = server.ok("list", json!({})).await;
+    assert!(
+        listed.to_string().contains(r#""label":"from mcp""#),
+        "{listed}"
+    );
+    let error = server
+        .error("run", json!({"command": ["true"], "name": "a\u{7}b"}))
+        .await;
+    assert_eq!(error["error"]["exitCode"], 2, "{error}");
+    let hint = error["error"]["hint"].as_str().unwrap();
+    assert!(hint.starts_with("`name` takes"), "{error}");
+    assert_eq!(env.run_count(), 1);
+    server.ok("stop", json!({"run": id})).await;
+    assert_eq!(server.disconnect().await, Some(0));
+}
+
 /// The maintenance tools on a real root: reconcile, dismiss, prune,
 /// validate, agents, config and the budget's create and claim, each
 /// answering with the outcome `--json` prints.

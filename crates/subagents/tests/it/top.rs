@@ -147,6 +147,184 @@ fn top_shows_a_live_parallel_run_and_stops_it_after_confirmation() {
     });
 }
 
+impl Tmux {
+    /// Polls the screen until `holds` is true of it.
+    fn expect_that(&self, what: &str, holds: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let last = self.screen();
+            if holds(&last) {
+                return last;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the screen never showed {what}; last screen:\n{last}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn start_top(env: &Env, name: &str) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("subagents-top-{name}-{}", std::process::id()),
+        };
+        let started = tmux.cmd(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "120",
+            "-y",
+            "40",
+            "env",
+            "-u",
+            "SUBAGENTS_MAX_ACTIVE",
+            env!("CARGO_BIN_EXE_subagents"),
+            "--root",
+            env.root().to_str().unwrap(),
+            "top",
+        ]);
+        assert!(started.status.success(), "tmux failed: {started:?}");
+        tmux
+    }
+}
+
+/// The ids of the screen's run rows, top to bottom, and which is selected.
+fn rows(screen: &str, ids: &[String]) -> (Vec<String>, Option<String>) {
+    let mut order = Vec::new();
+    let mut selected = None;
+    for line in screen.lines() {
+        let cell = line.trim_start_matches('│');
+        for id in ids {
+            if cell.starts_with(&format!("> {id} ")) {
+                selected = Some(id.clone());
+            }
+            if cell.starts_with(&format!("> {id} ")) || cell.starts_with(&format!("  {id} ")) {
+                order.push(id.clone());
+            }
+        }
+    }
+    (order, selected)
+}
+
+#[test]
+fn top_labels_runs_counts_only_active_slots_scrolls_logs_and_keeps_the_selection() {
+    if !tmux_available() {
+        eprintln!("skipping: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    const SESSION: &str = "tmux-names";
+    let env = Env::new();
+    let launch = |name: &str| {
+        env.ok(&[
+            "run",
+            "--session",
+            SESSION,
+            "--name",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "seq 1 300; exec sleep 300",
+        ])
+        .trim()
+        .to_owned()
+    };
+    let ids: Vec<String> = ["alpha run", "beta run", "gamma run"]
+        .into_iter()
+        .map(launch)
+        .collect();
+    // A finished run whose slot was never freed: occupied, but no active run.
+    let done = env
+        .ok(&["run", "--wait", "--session", SESSION, "--", "true"])
+        .trim()
+        .to_owned();
+    let layout = status::Layout::new(env.root());
+    let slot = capacity::Capacity::new(layout.capacity_dir())
+        .acquire(&capacity::Acquire {
+            session_id: SESSION,
+            limit: Some(u32::MAX),
+            run_id: &done,
+            kind: capacity::Kind::Runner,
+            async_dir: &env.run_dir(&done),
+            live_workflows: &std::collections::HashSet::new(),
+        })
+        .unwrap();
+    assert!(slot.is_some());
+    for id in &ids {
+        poll(Duration::from_secs(30), || {
+            std::fs::read_to_string(env.run_dir(id).join("external-0.stdout.log"))
+                .is_ok_and(|t| t.contains("300\n"))
+        });
+    }
+
+    let tmux = Tmux::start_top(&env, "names");
+    tmux.expect("alpha run");
+    tmux.expect("beta run");
+    tmux.expect("gamma run");
+    tmux.expect(&format!(
+        "Session {SESSION} · capacity 3 used, no limit · 1 slot held by no active run"
+    ));
+    tmux.expect("last output");
+
+    // The logs view scrolls: g to the start, G back to the end, the step's
+    // header always on top.
+    tmux.keys("l");
+    tmux.expect("Logs of");
+    tmux.expect_that("the end of the output", |s| s.contains("│300 "));
+    tmux.keys("g");
+    let screen = tmux.expect_that("the start of the output", |s| {
+        s.contains("│1 ") && !s.contains("│300 ")
+    });
+    assert!(screen.contains("│── step 1 sh -c ──"), "{screen}");
+    tmux.keys("PageDown");
+    let screen = tmux.expect_that("the next page", |s| {
+        !s.contains("│1 ") && !s.contains("│300 ")
+    });
+    assert!(screen.contains("│── step 1 sh -c ──"), "{screen}");
+    tmux.keys("G");
+    let screen = tmux.expect_that("the end again", |s| s.contains("│300 "));
+    assert!(screen.contains("│── step 1 sh -c ──"), "{screen}");
+    tmux.keys("k");
+    tmux.expect_that("one line up", |s| {
+        s.contains("│299 ") && !s.contains("│300 ")
+    });
+    tmux.keys("Escape");
+    tmux.expect("Output of");
+
+    // Select the middle row, stop it: the selection goes to the next row.
+    let screen = tmux.expect_that("three rows", |s| rows(s, &ids).0.len() == 3);
+    let (order, selected) = rows(&screen, &ids);
+    assert_eq!(selected.as_deref(), Some(order[0].as_str()), "{screen}");
+    tmux.keys("Down");
+    tmux.expect_that("the second row selected", |s| {
+        rows(s, &ids).1.as_deref() == Some(order[1].as_str())
+    });
+    tmux.keys("s");
+    tmux.expect(&format!("Stop run {}?", order[1]));
+    tmux.keys("y");
+    let screen = tmux.expect_that("the stopped run gone", |s| rows(s, &ids).0.len() == 2);
+    assert_eq!(
+        rows(&screen, &ids).1.as_deref(),
+        Some(order[2].as_str()),
+        "{screen}"
+    );
+    tmux.expect(&format!(
+        "Session {SESSION} · capacity 2 used, no limit · 1 slot held by no active run"
+    ));
+
+    tmux.keys("q");
+    poll(Duration::from_secs(10), || {
+        !tmux.cmd(&["has-session", "-t", "top"]).status.success()
+    });
+    for id in [&order[0], &order[2]] {
+        env.ok(&["stop", id]);
+    }
+}
+
 #[test]
 fn top_refuses_without_a_terminal() {
     let env = Env::new();
