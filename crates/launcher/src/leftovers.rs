@@ -158,6 +158,10 @@ fn adopt_budget(layout: &Layout, dir: &Path, id: &str) {
             continue;
         }
         let Ok(manifest) = fanout_budget::read_manifest(&entry.path()) else {
+            // Killed between making the budget's directory and writing its
+            // manifest: an empty directory named after this run, which no
+            // one else creates (`remove_dir` leaves anything not empty).
+            let _ = std::fs::remove_dir(entry.path());
             continue;
         };
         if manifest.root_run_id != id {

@@ -211,6 +211,35 @@ fn an_abandoned_run_gets_its_not_started_proof_file_and_is_pruned_with_its_budge
     assert_eq!(names_in(&budgets_dir(&env)), Vec::<String>::new());
 }
 
+/// A launcher killed between making its budget's directory and writing the
+/// manifest leaves, beside a run directory without status, an empty
+/// directory named after the run: finishing the run removes it (seen once
+/// in 15 fault trials of `launcher-kill-during-creation`).
+#[test]
+fn an_empty_budget_directory_of_an_abandoned_run_is_removed() {
+    let env = Env::new();
+    let id = killed_launch(&env, "after-run-dir");
+    let dir = env.run_dir(&id);
+    let budgets = names_in(&budgets_dir(&env));
+    assert_eq!(budgets.len(), 1, "{budgets:?}");
+    // What the kill left at that instant: no file in either directory.
+    for parent in [dir.clone(), budgets_dir(&env).join(&budgets[0])] {
+        for entry in std::fs::read_dir(&parent).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+    }
+    age(&dir, 60);
+    env.ok(&["reconcile"]);
+    let proof = read_json(&dir.join("process-terminal.json"));
+    assert_eq!(proof["state"], "not-started", "{proof}");
+    assert_eq!(names_in(&budgets_dir(&env)), Vec::<String>::new());
+}
+
 #[test]
 fn a_slot_that_cannot_be_written_refuses_the_launch() {
     let env = Env::new();
