@@ -106,6 +106,11 @@ impl App {
             return;
         }
         let now = self.ids();
+        // A listing that came back empty (a refresh that failed under load)
+        // says nothing about the selected run: keep it for the next one.
+        if now.is_empty() {
+            return;
+        }
         let at = before
             .iter()
             .position(|id| Some(id.as_str()) == self.selected.as_deref());
