@@ -5,5 +5,6 @@
 
 mod contract;
 mod descriptor;
+mod known_answers;
 mod lease;
 mod roundtrip;
