@@ -491,6 +491,29 @@ fn a_step_past_its_limit_is_terminated_and_reported_timed_out_without_its_siblin
 }
 
 #[test]
+fn a_step_limit_counts_from_the_steps_own_start_not_the_runs() {
+    // The second step starts 2 s into the run with a 1.5 s limit and needs
+    // 0.2 s: counted from the run's start its limit would be spent before
+    // it began.
+    let mut run = Run::new(
+        &[("first", "sleep 2"), ("second", "sleep 0.2; echo done")],
+        vec![group(0, 1, 1, false), group(1, 1, 1, false)],
+    );
+    run.config.steps[1].timeout_ms = Some(1_500);
+    let (exit, stderr) = run_runner(&run);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    let s = run.status();
+    let second = step_field(&s, 1);
+    assert_eq!(
+        (second.status.as_str(), second.timed_out, s.state),
+        ("complete", None, RunState::Complete),
+        "{:?}",
+        second.error
+    );
+    assert_eq!(run.read("output-1.log"), "done\n");
+}
+
+#[test]
 fn a_step_that_ignores_sigterm_gets_sigkill_after_the_grace_and_one_that_exits_gets_its_grace() {
     let mut run = Run::new(
         &[
