@@ -390,7 +390,11 @@ fn every_later_chain_step_gets_only_the_output_of_the_group_just_before_it() {
     let (exit, stderr) = run_runner(&run);
     assert!(exit.success(), "{exit:?} {stderr}");
     assert_eq!(run.status().state, RunState::Complete, "{stderr}");
-    assert_eq!(run.read("saw-0"), "none\n", "the first step has no predecessor");
+    assert_eq!(
+        run.read("saw-0"),
+        "none\n",
+        "the first step has no predecessor"
+    );
     assert_eq!(run.read("saw-1"), "output-0.log\ns0\n");
     assert_eq!(run.read("saw-2"), "output-1.log\ns1\n");
     assert_eq!(run.read("saw-3"), "output-1.log\ns1\n");

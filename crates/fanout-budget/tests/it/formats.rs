@@ -75,7 +75,11 @@ fn parent_path_absent_null_wrong_type_and_empty() {
         ("absent", None, Ok(None)),
         ("empty", Some(json!("")), Ok(None)),
         ("a path", Some(json!("0/a")), Ok(Some("0/a"))),
-        ("blank is kept, trimmed only when qualifying", Some(json!(" ")), Ok(Some(" "))),
+        (
+            "blank is kept, trimmed only when qualifying",
+            Some(json!(" ")),
+            Ok(Some(" ")),
+        ),
         ("null", Some(Value::Null), Err(())),
         ("a number", Some(json!(3)), Err(())),
         ("false", Some(json!(false)), Err(())),
@@ -84,7 +88,11 @@ fn parent_path_absent_null_wrong_type_and_empty() {
     for (what, value, want) in cases {
         let got = parent_path_of(value);
         match want {
-            Ok(path) => assert_eq!(got.as_ref().ok().cloned().flatten().as_deref(), path, "{what}: {got:?}"),
+            Ok(path) => assert_eq!(
+                got.as_ref().ok().cloned().flatten().as_deref(),
+                path,
+                "{what}: {got:?}"
+            ),
             Err(()) => assert!(got.is_err(), "{what}: {got:?}"),
         }
     }

@@ -56,13 +56,15 @@ fn each_file_is_length_prefixed_on_its_own() {
 fn a_seal_file_written_by_an_earlier_build_still_verifies() {
     // The text of `recovery-seal.json` as this version writes it, kept
     // verbatim: its field names and the MAC are the on-disk contract.
-    let text = format!(
-        r#"{{"version":1,"algorithm":"hmac-sha256","keyId":"{KEY_ID}","mac":"{MAC}"}}"#
-    );
+    let text =
+        format!(r#"{{"version":1,"algorithm":"hmac-sha256","keyId":"{KEY_ID}","mac":"{MAC}"}}"#);
     let seal = parse_seal(text.as_bytes()).unwrap();
     let key = counting_key();
     assert!(key.verify(&seal, CONTRACT, DESCRIPTOR));
-    assert!(!key.verify(&seal, DESCRIPTOR, CONTRACT), "the order of the files counts");
+    assert!(
+        !key.verify(&seal, DESCRIPTOR, CONTRACT),
+        "the order of the files counts"
+    );
     let written = serde_json::to_string(&key.seal(CONTRACT, DESCRIPTOR)).unwrap();
     assert_eq!(written, text);
 }

@@ -7,4 +7,5 @@ mod contract;
 mod descriptor;
 mod known_answers;
 mod lease;
+mod optional_fields;
 mod roundtrip;

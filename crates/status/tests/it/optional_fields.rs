@@ -209,7 +209,11 @@ fn a_wrong_type_is_an_error_naming_the_file_and_the_field() {
             err.starts_with("failed to parse async status file '/r/status.json'"),
             "{err}"
         );
-        assert!(err.contains(&place.path(field)), "{}: {err}", place.path(field));
+        assert!(
+            err.contains(&place.path(field)),
+            "{}: {err}",
+            place.path(field)
+        );
     }
 }
 
