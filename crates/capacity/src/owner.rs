@@ -175,8 +175,15 @@ mod tests {
                 let back = serde_json::to_value(&owner).unwrap();
                 assert_eq!(back.get(key), None, "{key} {absent:?} written back");
             }
-            let wrong = if full_owner()[key].is_string() { json!(7) } else { json!("7") };
-            assert!(parse_with(key, Some(wrong)).is_none(), "{key} of the wrong type");
+            let wrong = if full_owner()[key].is_string() {
+                json!(7)
+            } else {
+                json!("7")
+            };
+            assert!(
+                parse_with(key, Some(wrong)).is_none(),
+                "{key} of the wrong type"
+            );
             let read = parse_with(key, Some(empty.clone()));
             assert_eq!(read.is_none(), empty_refused, "{key} empty");
             if let Some(owner) = read {
