@@ -1077,7 +1077,6 @@ const UNTESTED_FLAGS: &[(&str, &str)] = &[
     ("agents prompt", "--json"),
     ("budget doctor", "--fanout-limit"),
     ("budget doctor", "--json"),
-    ("list", "--limit"),
     ("mcp", "--fanout-limit"),
     ("mcp", "--max-active"),
     ("mcp", "--session"),
