@@ -69,9 +69,16 @@ fn parent_path_of(value: Option<Value>) -> Result<Option<String>, String> {
     from_text
 }
 
+/// (what, the value given, the parent path read or `Err` for refused).
+type Case = (
+    &'static str,
+    Option<Value>,
+    Result<Option<&'static str>, ()>,
+);
+
 #[test]
 fn parent_path_absent_null_wrong_type_and_empty() {
-    let cases: [(&str, Option<Value>, Result<Option<&str>, ()>); 8] = [
+    let cases: [Case; 8] = [
         ("absent", None, Ok(None)),
         ("empty", Some(json!("")), Ok(None)),
         ("a path", Some(json!("0/a")), Ok(Some("0/a"))),

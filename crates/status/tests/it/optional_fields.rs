@@ -116,7 +116,7 @@ enum Place {
 }
 
 impl Place {
-    fn object<'a>(self, doc: &'a mut Value) -> &'a mut serde_json::Map<String, Value> {
+    fn object(self, doc: &mut Value) -> &mut serde_json::Map<String, Value> {
         let value = match self {
             Place::Run => doc,
             Place::Step => &mut doc["steps"][0],
