@@ -248,7 +248,7 @@ fn a_recycled_pid_is_not_mistaken_for_the_runner() {
         std::fs::create_dir_all(&dir).unwrap();
         let status = serde_json::json!({
             "lifecycleArtifactVersion": 3, "runId": id, "mode": "single", "state": "running",
-            "startedAt": 1, "lastUpdate": 1, "pid": me,
+            "startedAt": 1, "lastUpdate": 2, "pid": me,
             "runnerIdentity": {"pid": me, "startTime": start_time},
             "steps": [{"agent": "a", "status": "running"}]
         });
