@@ -439,9 +439,11 @@ fn timeout(text: Option<&Value>, ms: Option<u64>) -> Result<Option<u64>, String>
         return Ok(ms.filter(|ms| *ms > 0));
     };
     match value {
+        // Bare seconds; 0 is "no limit", as `"0"`, `0s` and `timeoutMs: 0` are.
         Value::Number(n) => n
             .as_u64()
-            .map(|s| Some(s * 1000))
+            .and_then(|s| s.checked_mul(1000))
+            .map(|ms| (ms > 0).then_some(ms))
             .ok_or_else(|| "timeout must be a duration such as 90s, 20m or 1h".into()),
         Value::String(s) => parse_duration_ms(s)
             .map(|ms| (ms > 0).then_some(ms))
@@ -564,5 +566,153 @@ mod tests {
         );
         let e = parse("---\nrunner: command\n---\n").unwrap_err();
         assert!(e.to_string().contains(":2: runner 'command' needs"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod optional_fields {
+    //! Every optional front-matter key, one by one: absent, null (`~`), of
+    //! the wrong type (a nested list) and empty (`""`), starting from a
+    //! definition that sets all of them, so no other key can hide a case.
+
+    use super::*;
+
+    /// Every optional key with a value of its own (`timeout` wins over
+    /// `timeoutMs`, so each is checked without the other).
+    const FULL: [(&str, &str); 14] = [
+        ("name", "worker"),
+        ("description", "reviews"),
+        ("runner", "pi"),
+        ("model", "m1"),
+        ("thinking", "high"),
+        ("tools", "read, grep"),
+        ("permissionMode", "plan"),
+        ("sandbox", "read-only"),
+        ("cwd", "/w"),
+        ("timeout", "20m"),
+        ("timeoutMs", "5000"),
+        ("env", "{A: b}"),
+        ("systemPromptMode", "append"),
+        ("resumePrompt", "revival"),
+    ];
+
+    /// The field `key` fills, as text; the default `claude` runner of the
+    /// file's directory applies when `runner` is unset, the file stem when
+    /// `name` is.
+    fn field(d: &AgentDefinition, key: &str) -> String {
+        match key {
+            "name" => d.name.clone(),
+            "description" => format!("{:?}", d.description),
+            "runner" => d.runner.to_string(),
+            "model" => format!("{:?}", d.model),
+            "thinking" => format!("{:?}", d.thinking),
+            "tools" => format!("{:?}", d.tools),
+            "permissionMode" => format!("{:?}", d.permission_mode),
+            "sandbox" => format!("{:?}", d.sandbox),
+            "cwd" => format!("{:?}", d.cwd),
+            "timeout" | "timeoutMs" => format!("{:?}", d.timeout_ms),
+            "env" => format!("{:?}", d.env),
+            "systemPromptMode" => format!("{:?}", d.system_prompt_mode),
+            _ => format!("{:?}", d.resume_prompt),
+        }
+    }
+
+    fn parse_with(key: &str, value: Option<&str>) -> Result<AgentDefinition, DefinitionError> {
+        let yaml: String = FULL
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    (key, *k),
+                    ("timeoutMs", "timeout") | ("timeout", "timeoutMs")
+                )
+            })
+            .filter_map(|(k, v)| match (*k == key, value) {
+                (true, None) => None,
+                (true, Some(given)) => Some(format!("{k}: {given}\n")),
+                (false, _) => Some(format!("{k}: {v}\n")),
+            })
+            .collect();
+        parse_definition(
+            &format!("---\n{yaml}---\nbody\n"),
+            Path::new("/a/x.md"),
+            RunnerKind::Claude,
+        )
+    }
+
+    /// (key, what absent / null / empty read as; whether empty is refused).
+    const UNSET: [(&str, &str, bool); 14] = [
+        ("name", "x", false),
+        ("description", "None", false),
+        ("runner", "claude", false),
+        ("model", "None", false),
+        ("thinking", "None", false),
+        ("tools", "[]", false),
+        ("permissionMode", "None", false),
+        ("sandbox", "None", false),
+        ("cwd", "None", false),
+        ("timeout", "None", true),
+        ("timeoutMs", "None", true),
+        ("env", "{}", true),
+        ("systemPromptMode", "Replace", false),
+        ("resumePrompt", "Verbatim", false),
+    ];
+
+    #[test]
+    fn the_full_definition_sets_every_field() {
+        let full = parse_with("", None).unwrap();
+        for (key, unset, _) in UNSET {
+            assert_ne!(field(&full, key), unset, "{key} is set in the fixture");
+        }
+        assert_eq!(
+            parse_with("timeoutMs", Some("5000")).unwrap().timeout_ms,
+            Some(5000)
+        );
+    }
+
+    #[test]
+    fn absent_null_and_empty_read_as_unset_and_a_wrong_type_names_the_key() {
+        for (key, unset, empty_refused) in UNSET {
+            for (case, value) in [("absent", None), ("null", Some("~"))] {
+                let def = parse_with(key, value).unwrap_or_else(|e| panic!("{key} {case}: {e}"));
+                assert_eq!(field(&def, key), unset, "{key} {case}");
+            }
+            match parse_with(key, Some("\"\"")) {
+                Ok(def) => {
+                    assert!(!empty_refused, "{key} empty accepted");
+                    assert_eq!(field(&def, key), unset, "{key} empty");
+                }
+                Err(e) => assert!(empty_refused, "{key} empty: {e}"),
+            }
+            let err = parse_with(key, Some("[[1]]")).unwrap_err().to_string();
+            assert!(
+                err.starts_with("failed to parse agent definition /a/x.md:"),
+                "{err}"
+            );
+            assert!(err.contains(key), "{key}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_zero_timeout_is_no_limit_whichever_way_it_is_written() {
+        for (key, zero) in [
+            ("timeout", "0"),
+            ("timeout", "\"0\""),
+            ("timeout", "0s"),
+            ("timeout", "0m"),
+            ("timeoutMs", "0"),
+        ] {
+            let def = parse_with(key, Some(zero)).unwrap_or_else(|e| panic!("{key}: {zero}: {e}"));
+            assert_eq!(def.timeout_ms, None, "{key}: {zero}");
+        }
+        assert_eq!(
+            parse_with("timeout", Some("90")).unwrap().timeout_ms,
+            Some(90_000)
+        );
+        // Seconds that overflow in milliseconds are refused, not wrapped.
+        let err = parse_with("timeout", Some("18446744073709551615")).unwrap_err();
+        assert!(
+            err.to_string().contains("timeout must be a duration"),
+            "{err}"
+        );
     }
 }

@@ -131,6 +131,87 @@ mod tests {
         assert!(OwnerRecord::parse(empty_run).is_none());
     }
 
+    /// An owner record with every optional field set, distinct times.
+    fn full_owner() -> Value {
+        serde_json::json!({
+            "version": 1, "reservationToken": "t", "ownerSessionId": "s",
+            "ownerSessionKey": "k", "slot": 2, "runId": "r", "sourceRunId": "q",
+            "generation": 1, "kind": "runner", "asyncDir": "/d", "reservedAt": 5,
+            "runnerProcessInstanceId": "rid", "runnerStartedAt": 9,
+            "reservedByProcess": {"pid": 11, "startTime": 12}
+        })
+    }
+
+    fn parse_with(key: &str, value: Option<Value>) -> Option<OwnerRecord> {
+        let mut record = full_owner();
+        let map = record.as_object_mut().unwrap();
+        match value {
+            Some(v) => map.insert(key.into(), v),
+            None => map.remove(key),
+        };
+        OwnerRecord::parse(record.to_string().as_bytes())
+    }
+
+    /// Every optional field absent, null, of the wrong type and empty: absent
+    /// and null are "not set" (and not written back); a wrong type makes the
+    /// record unreadable, which reads as no owner; an empty instance id too.
+    #[test]
+    fn optional_fields_absent_null_wrong_type_and_empty() {
+        use serde_json::json;
+        let full = OwnerRecord::parse(full_owner().to_string().as_bytes()).unwrap();
+        assert!(full.extra.is_empty(), "{:?}", full.extra);
+        assert_eq!(serde_json::to_value(&full).unwrap(), full_owner());
+        // (field, its empty value, whether that empty value is refused)
+        let table = [
+            ("sourceRunId", json!(""), false),
+            ("runnerProcessInstanceId", json!(""), true),
+            ("runnerStartedAt", json!(0), false),
+            ("reservedByProcess", json!({}), true),
+        ];
+        for (key, empty, empty_refused) in table {
+            for absent in [None, Some(Value::Null)] {
+                let owner = parse_with(key, absent.clone())
+                    .unwrap_or_else(|| panic!("{key} {absent:?} refused"));
+                let back = serde_json::to_value(&owner).unwrap();
+                assert_eq!(back.get(key), None, "{key} {absent:?} written back");
+            }
+            let wrong = if full_owner()[key].is_string() {
+                json!(7)
+            } else {
+                json!("7")
+            };
+            assert!(
+                parse_with(key, Some(wrong)).is_none(),
+                "{key} of the wrong type"
+            );
+            let read = parse_with(key, Some(empty.clone()));
+            assert_eq!(read.is_none(), empty_refused, "{key} empty");
+            if let Some(owner) = read {
+                assert_eq!(serde_json::to_value(&owner).unwrap()[key], empty, "{key}");
+            }
+        }
+    }
+
+    /// `runnerStartedAt` absent and 0 both mean "not started"; the instance
+    /// id alone is enough.
+    #[test]
+    fn started_is_told_by_either_mark_and_a_zero_time_is_no_mark() {
+        let started = |key: &str, value: Option<Value>| {
+            let mut owner = parse_with(key, value).unwrap();
+            if key == "runnerStartedAt" {
+                owner.runner_process_instance_id = None;
+            } else {
+                owner.runner_started_at = None;
+            }
+            owner.is_started()
+        };
+        assert!(started("runnerStartedAt", Some(9.into())));
+        assert!(!started("runnerStartedAt", Some(0.into())));
+        assert!(!started("runnerStartedAt", None));
+        assert!(started("runnerProcessInstanceId", Some("rid".into())));
+        assert!(!started("runnerProcessInstanceId", None));
+    }
+
     #[test]
     fn session_key_is_sha256_hex() {
         assert_eq!(

@@ -217,6 +217,47 @@ mod record_tests {
         assert!(!binding_matches(&json!({"runId": "r"}), &b));
     }
 
+    /// The optional binding fields (`runId`, `runnerProcessInstanceId`) of
+    /// every record, and the optional `pid` of an error record: absent is
+    /// accepted by the validator and contradicts nothing; null, the wrong
+    /// type and empty are refused by the validator naming the field, and
+    /// contradict the run.
+    #[test]
+    fn optional_fields_absent_null_wrong_type_and_empty() {
+        let b = binding();
+        let records = [
+            ready("t", 7, &json!({}), &b),
+            acknowledged("t", 7, &b),
+            error(7, "boom", &b),
+            control("ack", "t", &b),
+            control("proceed", "t", &b),
+        ];
+        for record in &records {
+            for key in ["runId", "runnerProcessInstanceId"] {
+                let mut absent = record.clone();
+                absent.as_object_mut().unwrap().remove(key);
+                validate_record(&absent).unwrap();
+                assert!(!contradicts(&absent, &b, 7), "{key} absent: {absent}");
+                for bad in [Value::Null, json!(7), json!("")] {
+                    let mut broken = record.clone();
+                    broken[key] = bad.clone();
+                    let err = validate_record(&broken).unwrap_err();
+                    assert!(err.starts_with(key), "{key} = {bad}: {err}");
+                    assert!(contradicts(&broken, &b, 7), "{key} = {bad}");
+                    assert!(!binding_matches(&broken, &b), "{key} = {bad}");
+                }
+            }
+        }
+        let mut error_record = error(7, "boom", &b);
+        error_record.as_object_mut().unwrap().remove("pid");
+        validate_record(&error_record).unwrap();
+        assert!(!contradicts(&error_record, &b, 7), "pid absent");
+        for bad in [Value::Null, json!("7"), json!(0), json!(8)] {
+            error_record["pid"] = bad.clone();
+            assert!(contradicts(&error_record, &b, 7), "pid = {bad}");
+        }
+    }
+
     #[test]
     fn any_one_contradicting_field_contradicts() {
         let b = binding();

@@ -828,7 +828,7 @@ mod tests {
         let good = serde_json::json!({
             "version": 1, "token": "t", "canonicalSessionFile": "/s", "runId": "r",
             "sourceRunId": "s", "pid": 5, "hostname": "h", "writerState": "none",
-            "acquiredAt": "x", "acquiredAtMs": 1, "updatedAtMs": 1
+            "acquiredAt": "x", "acquiredAtMs": 1, "updatedAtMs": 2
         });
         assert!(valid_owner(&good));
         let mut bad = good.clone();

@@ -365,8 +365,10 @@ mod tests {
         status.lifecycle_artifact_version = Some(3);
         status.mode = Some("single".into());
         status.pid = pid;
+        // Three distinct times, so a rule that reads the run's start for its
+        // last update (or the run's start for its step's) fails a test.
         status.started_at = Some(1_000);
-        status.last_update = Some(1_000);
+        status.last_update = Some(2_000);
         status.steps = Some(vec![Step {
             agent: "worker".into(),
             status: if state == RunState::Queued {
@@ -375,7 +377,7 @@ mod tests {
                 "running"
             }
             .into(),
-            started_at: Some(1_000),
+            started_at: Some(1_500),
             ..Default::default()
         }]);
         write_status(&dir, &status).unwrap();
@@ -422,8 +424,9 @@ mod tests {
             RunState::Running,
             Some(std::process::id()),
         );
-        assert!(unchanged(&dir, 1_000 + DAY));
-        let now = 1_000 + DAY + 1;
+        // A day after the last update, not after the start.
+        assert!(unchanged(&dir, 2_000 + DAY));
+        let now = 2_000 + DAY + 1;
         let Outcome::Repaired { status, message } = reconcile_run(&dir, Options::at(now)).unwrap()
         else {
             panic!("not repaired")
@@ -517,7 +520,7 @@ mod tests {
             let step = &status.steps()[0];
             assert_eq!(step.status, step_state, "{id}");
             assert_eq!(step.ended_at, Some(5_000));
-            assert_eq!(step.duration_ms, Some(4_000));
+            assert_eq!(step.duration_ms, Some(3_500), "from the step's start");
             let proof = status.process_terminal.as_ref().unwrap();
             assert_eq!(proof["state"], "unknown");
             assert_eq!(proof["runnerProcessInstanceId"], "observer-unavailable");

@@ -357,6 +357,54 @@ fn a_chain_runs_its_steps_in_order_hands_each_its_predecessors_output_and_comple
     }
 }
 
+/// Each step of a chain records the output file it was handed and its
+/// contents, then prints its own name.
+const RECORD_PREVIOUS: &str = "p=\"${SUBAGENTS_PREVIOUS_OUTPUT:-none}\"; \
+     { printf '%s\\n' \"${p##*/}\"; cat \"${SUBAGENTS_PREVIOUS_OUTPUT:-/dev/null}\"; } \
+     > saw-$SUBAGENTS_STEP_INDEX; echo \"$0\"";
+
+#[test]
+fn every_later_chain_step_gets_only_the_output_of_the_group_just_before_it() {
+    // Five steps in four groups: one, one, a parallel pair, one. A runner
+    // that kept handing on the first step's output (or an older group's)
+    // passes a two-step chain; here every step sees a different file.
+    let names = ["s0", "s1", "s2a", "s2b", "s3"];
+    let scripts: Vec<String> = names
+        .iter()
+        .map(|n| format!("sh -c '{}' {n}", RECORD_PREVIOUS.replace('\'', "'\\''")))
+        .collect();
+    let steps: Vec<(&str, &str)> = names
+        .iter()
+        .zip(&scripts)
+        .map(|(n, s)| (*n, s.as_str()))
+        .collect();
+    let run = Run::new(
+        &steps,
+        vec![
+            group(0, 1, 1, false),
+            group(1, 1, 1, false),
+            group(2, 2, 2, false),
+            group(4, 1, 1, false),
+        ],
+    );
+    let (exit, stderr) = run_runner(&run);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    assert_eq!(run.status().state, RunState::Complete, "{stderr}");
+    assert_eq!(
+        run.read("saw-0"),
+        "none\n",
+        "the first step has no predecessor"
+    );
+    assert_eq!(run.read("saw-1"), "output-0.log\ns0\n");
+    assert_eq!(run.read("saw-2"), "output-1.log\ns1\n");
+    assert_eq!(run.read("saw-3"), "output-1.log\ns1\n");
+    assert_eq!(
+        run.read("saw-4"),
+        "output-group-2.log\n=== s2a (step 3) ===\ns2a\n=== s2b (step 4) ===\ns2b\n",
+        "the step after a parallel group gets the group's combined output"
+    );
+}
+
 #[test]
 fn a_failed_chain_step_ends_the_run_and_the_next_never_starts() {
     let run = Run::new(
@@ -444,6 +492,29 @@ fn a_step_past_its_limit_is_terminated_and_reported_timed_out_without_its_siblin
     // A step's limit is not the run's.
     assert_eq!(s.timed_out, None);
     assert_eq!(s.error.as_deref(), Some("Step failed: slow"));
+}
+
+#[test]
+fn a_step_limit_counts_from_the_steps_own_start_not_the_runs() {
+    // The second step starts 2 s into the run with a 1.5 s limit and needs
+    // 0.2 s: counted from the run's start its limit would be spent before
+    // it began.
+    let mut run = Run::new(
+        &[("first", "sleep 2"), ("second", "sleep 0.2; echo done")],
+        vec![group(0, 1, 1, false), group(1, 1, 1, false)],
+    );
+    run.config.steps[1].timeout_ms = Some(1_500);
+    let (exit, stderr) = run_runner(&run);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    let s = run.status();
+    let second = step_field(&s, 1);
+    assert_eq!(
+        (second.status.as_str(), second.timed_out, s.state),
+        ("complete", None, RunState::Complete),
+        "{:?}",
+        second.error
+    );
+    assert_eq!(run.read("output-1.log"), "done\n");
 }
 
 #[test]

@@ -575,7 +575,7 @@ fn reference_status(
         "steering": {"pending": 0, "delivered": []},
         "startedAt": 1_700_000_000_000u64,
         "endedAt": 1_700_000_000_500u64,
-        "lastUpdate": 1_700_000_000_500u64,
+        "lastUpdate": 1_700_000_000_520u64,
         "turnBudget": {"used": 4, "limit": 40},
         "pid": 31337,
         "cwd": "/home/u/project",

@@ -2,6 +2,7 @@
 //! module per area; `processes` re-executes it as claim workers.
 
 mod budget;
+mod formats;
 mod limit_env;
 mod processes;
 mod reference_lock;

@@ -5,5 +5,7 @@
 
 mod contract;
 mod descriptor;
+mod known_answers;
 mod lease;
+mod optional_fields;
 mod roundtrip;

@@ -4,6 +4,7 @@ extern crate subagents_status as status;
 
 mod files;
 mod model_rules;
+mod optional_fields;
 mod proof_rules;
 mod reconcile_rules;
 mod reference_rules;

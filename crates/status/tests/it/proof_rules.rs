@@ -728,3 +728,59 @@ fn resume_disposition_needs_a_session_file_that_exists() {
     }
     assert_eq!(resume_disposition(None, Some("/")), "unavailable");
 }
+
+/// The candidate's optional fields one by one: absent is "not set"; null
+/// and a wrong type are refused with the field's own message; an empty
+/// session file or lease token reads as not set; an empty expected-writers
+/// map is kept; the release acknowledgement keeps `false` apart from absent.
+#[test]
+fn candidate_optional_fields_absent_null_wrong_type_and_empty() {
+    let good = candidate_value();
+    let parse = |key: &str, value: Option<Value>| {
+        parse_candidate(&with(&good, key, value).to_string(), "top")
+    };
+    let table = [
+        (
+            "expectedWriters",
+            json!("1"),
+            "Invalid expected writer process records.",
+        ),
+        (
+            "sessionFile",
+            json!(5),
+            "Invalid process-terminal candidate sessionFile.",
+        ),
+        (
+            "revivalLeaseToken",
+            json!(5),
+            "Invalid process-terminal candidate lease token.",
+        ),
+        (
+            "revivalLeaseReleaseAcknowledged",
+            json!("true"),
+            "Invalid process-terminal lease release acknowledgement.",
+        ),
+    ];
+    for (key, wrong, message) in table {
+        let absent = parse(key, None).unwrap_or_else(|e| panic!("{key} absent: {e}"));
+        let back = serde_json::to_value(&absent).unwrap();
+        assert_eq!(back.get(key), None, "{key} absent");
+        for bad in [Value::Null, wrong] {
+            assert_eq!(
+                parse(key, Some(bad.clone())).unwrap_err(),
+                message,
+                "{key} = {bad}"
+            );
+        }
+    }
+    let empty = parse("sessionFile", Some(json!(""))).unwrap();
+    assert_eq!(empty.session_file, None);
+    let empty = parse("revivalLeaseToken", Some(json!(""))).unwrap();
+    assert_eq!(empty.revival_lease_token, None);
+    let empty = parse("expectedWriters", Some(json!({}))).unwrap();
+    assert_eq!(empty.expected_writers, Some(Default::default()));
+    let off = parse("revivalLeaseReleaseAcknowledged", Some(json!(false))).unwrap();
+    assert_eq!(off.revival_lease_release_acknowledged, Some(false));
+    let absent = parse("revivalLeaseReleaseAcknowledged", None).unwrap();
+    assert_eq!(absent.revival_lease_release_acknowledged, None);
+}

@@ -23,6 +23,8 @@ fn me() -> ProcessIdentity {
 
 fn status(state: RunState) -> RunStatus {
     let mut status = RunStatus::new("r1", state);
+    // Distinct from the last update: an age counted from the start fails.
+    status.started_at = Some(400);
     status.last_update = Some(1_000);
     status
 }
@@ -76,6 +78,10 @@ fn a_pid_without_a_runner_identity_is_trusted_for_a_day() {
         message.contains(&format!("has not updated for {}ms", DAY + 1)),
         "{message}"
     );
+    // Without a last update the age counts from the start.
+    s.last_update = None;
+    assert_eq!(stale_at(&s, 400 + DAY), None, "a day after the start");
+    assert!(stale_at(&s, 401 + DAY).is_some());
 }
 
 #[test]

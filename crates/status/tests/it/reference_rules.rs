@@ -195,6 +195,8 @@ fn the_listed_activity_of_a_running_run_falls_back_in_order() {
     let tmp = tempfile::tempdir().unwrap();
     let mut status = running(vec![step("a", "complete"), step("b", "running")]);
     status.started_at = Some(3);
+    // Each step starts at its own time: the current step's is the one read.
+    status.steps.as_mut().unwrap()[0].started_at = Some(900);
     // Recorded activity wins.
     status.last_activity_at = Some(7);
     assert_eq!(listed_last_activity(tmp.path(), &status), Some(7));

@@ -248,7 +248,7 @@ fn a_recycled_pid_is_not_mistaken_for_the_runner() {
         std::fs::create_dir_all(&dir).unwrap();
         let status = serde_json::json!({
             "lifecycleArtifactVersion": 3, "runId": id, "mode": "single", "state": "running",
-            "startedAt": 1, "lastUpdate": 1, "pid": me,
+            "startedAt": 1, "lastUpdate": 2, "pid": me,
             "runnerIdentity": {"pid": me, "startTime": start_time},
             "steps": [{"agent": "a", "status": "running"}]
         });
@@ -983,4 +983,29 @@ fn a_usage_hint_names_the_flags_of_the_command_line() {
         stderr.contains("  hint: see `subagents status --help`"),
         "{stderr}"
     );
+}
+
+#[test]
+fn list_limit_keeps_the_first_n_runs_of_the_listing() {
+    let env = Env::new();
+    for i in 0..3 {
+        env.ok(&["run", "--wait", "--", "sh", "-c", &format!("echo {i}")]);
+    }
+    let ids = |args: &[&str]| -> Vec<String> {
+        serde_json::from_str::<Value>(&env.ok(args))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = ids(&["list", "--all", "--json"]);
+    assert_eq!(all.len(), 3, "{all:?}");
+    for id in &all {
+        env.settled(id);
+    }
+    let all = ids(&["list", "--all", "--json"]);
+    assert_eq!(ids(&["list", "--all", "--limit", "2", "--json"]), all[..2]);
+    assert_eq!(ids(&["list", "--all", "--limit", "5", "--json"]), all);
 }

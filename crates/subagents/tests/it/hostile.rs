@@ -75,7 +75,7 @@ fn stale_run(root: &Path, id: &str) {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let status = serde_json::json!({
         "runId": id, "state": "running", "pid": 2_147_483_646u32,
-        "startedAt": 1, "lastUpdate": 1,
+        "startedAt": 1, "lastUpdate": 2,
         "steps": [{"agent": "a", "status": "running"}]
     });
     std::fs::write(dir.join("status.json"), status.to_string()).unwrap();

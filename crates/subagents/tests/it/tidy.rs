@@ -10,7 +10,11 @@
 //! * the modules of either crate import each other in a cycle: nothing
 //!   below a command calls back up into it;
 //! * the library prints: it returns warnings inside its outcomes and the
-//!   front-ends decide where they go (an MCP client never sees stderr).
+//!   front-ends decide where they go (an MCP client never sees stderr);
+//! * a CLI flag (read from the binary's `--help` pages) is named by no test
+//!   under `crates/subagents/tests`, unless it is in the list of the flags
+//!   untested when the check was written (`UNTESTED_FLAGS`), which may only
+//!   shrink.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -954,4 +958,162 @@ fn the_test_support_crate_is_a_dev_dependency_only() {
     let found = test_support_users(scratch.path());
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].ends_with("lib/Cargo.toml"), "{found:?}");
+}
+
+// Every CLI flag named by a test: the list is read from the binary's own
+// `--help` pages, the tests from the text of `crates/subagents/tests`.
+
+/// Every `--flag` of every command, read from the binary's own `--help`
+/// (clap renders the `Command` tree there), as `(command path, flag)`. A
+/// global flag (listed at the top level too) is counted once, at the top.
+fn cli_flags() -> BTreeSet<(String, String)> {
+    let mut flags = BTreeSet::new();
+    let mut global = BTreeSet::new();
+    let mut pending = vec![Vec::<String>::new()];
+    while let Some(path) = pending.pop() {
+        let help = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .args(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(help.status.success(), "{path:?} --help: {help:?}");
+        let text = String::from_utf8(help.stdout).unwrap();
+        let (subcommands, options) = help_sections(&text);
+        for flag in options {
+            if flag == "--help" || flag == "--version" || global.contains(&flag) {
+                continue;
+            }
+            if path.is_empty() {
+                global.insert(flag.clone());
+            }
+            flags.insert((path.join(" "), flag));
+        }
+        for sub in subcommands {
+            let mut next = path.clone();
+            next.push(sub);
+            pending.push(next);
+        }
+    }
+    flags
+}
+
+/// (subcommands, long flags) of one `--help` text.
+fn help_sections(text: &str) -> (Vec<String>, Vec<String>) {
+    let mut subcommands = Vec::new();
+    let mut flags = Vec::new();
+    let mut in_commands = false;
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            in_commands = line.trim_end() == "Commands:";
+            continue;
+        }
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if in_commands && indent == 2 {
+            let name = trimmed.split_whitespace().next().unwrap_or_default();
+            if name != "help" {
+                subcommands.push(name.to_owned());
+            }
+        } else if trimmed.starts_with('-') && indent <= 6 {
+            let long = trimmed
+                .split([',', ' ', '='])
+                .find(|t| t.starts_with("--") && t.len() > 2);
+            if let Some(long) = long {
+                flags.push(long.trim_end_matches(['.', ':']).to_owned());
+            }
+        }
+    }
+    (subcommands, flags)
+}
+
+/// Every line of every file under `crates/subagents/tests`.
+fn test_lines() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut lines = Vec::new();
+    let mut dirs = vec![root];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name() != Some("tidy.rs".as_ref())
+                && let Ok(text) = std::fs::read_to_string(&path)
+            {
+                lines.extend(text.lines().map(str::to_owned));
+            }
+        }
+    }
+    lines
+}
+
+/// Whether `line` names `flag` as a whole word (`--limit`, not `--limits`).
+fn mentions(line: &str, flag: &str) -> bool {
+    line.match_indices(flag).any(|(at, _)| {
+        line[at + flag.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'))
+    })
+}
+
+/// A flag of a command is tested when some test line names it within two
+/// lines of the command's name as a string literal (`&["list", "--limit",
+/// "2"]`); a flag of the top level counts wherever it is named.
+fn tested(lines: &[String], command: &str, flag: &str) -> bool {
+    let last = command.rsplit(' ').next().unwrap_or_default();
+    let quoted = format!("\"{last}\"");
+    lines.iter().enumerate().any(|(i, line)| {
+        mentions(line, flag)
+            && (command.is_empty()
+                || lines[i.saturating_sub(2)..(i + 3).min(lines.len())]
+                    .iter()
+                    .any(|l| l.contains(&quoted)))
+    })
+}
+
+/// The flags no test named when this check was written. A new flag must
+/// come with a test; a flag that gets one must leave this list.
+const UNTESTED_FLAGS: &[(&str, &str)] = &[
+    ("agents prompt", "--json"),
+    ("budget doctor", "--fanout-limit"),
+    ("budget doctor", "--json"),
+    ("mcp", "--fanout-limit"),
+    ("mcp", "--max-active"),
+    ("mcp", "--session"),
+    ("mcp", "--session-dir"),
+    ("resume", "--task-file"),
+];
+
+#[test]
+fn every_cli_flag_is_named_by_some_test() {
+    let lines = test_lines();
+    let flags = cli_flags();
+    assert!(flags.len() > 20, "too few flags read: {flags:?}");
+    let untested: Vec<(String, String)> = flags
+        .iter()
+        .filter(|(command, flag)| !tested(&lines, command, flag))
+        .cloned()
+        .collect();
+    let allowed: BTreeSet<(String, String)> = UNTESTED_FLAGS
+        .iter()
+        .map(|(c, f)| ((*c).to_owned(), (*f).to_owned()))
+        .collect();
+    let new: Vec<_> = untested.iter().filter(|f| !allowed.contains(*f)).collect();
+    let listing = |list: &[&(String, String)]| {
+        list.iter()
+            .map(|(c, f)| format!("    (\"{c}\", \"{f}\"),"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        new.is_empty(),
+        "flags no test names (add a test, or for today's list, UNTESTED_FLAGS):\n{}",
+        listing(&new)
+    );
+    let stale: Vec<_> = allowed.iter().filter(|f| !untested.contains(*f)).collect();
+    assert!(
+        stale.is_empty(),
+        "flags in UNTESTED_FLAGS that are tested now or gone (remove them):\n{}",
+        listing(&stale)
+    );
 }
