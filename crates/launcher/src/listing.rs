@@ -345,3 +345,71 @@ impl JsonArray {
         writeln!(out, "{close}").map_err(write_error)
     }
 }
+
+/// A run offered to a shell's completion of a run id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunChoice {
+    /// The run id.
+    pub id: String,
+    /// Its active marker exists.
+    pub active: bool,
+    /// `<state> · <label>`, when its status could be read.
+    pub help: Option<String>,
+}
+
+/// The runs a shell offers for a run id: the active ones first, then the
+/// newest finished ones (at most `finished`), each group newest start first.
+/// It only reads: no observation, no repair, nothing written, so a Tab
+/// press changes nothing on disk.
+pub fn choices(layout: &Layout, finished: usize) -> Vec<RunChoice> {
+    let Ok(names) = listing::list::run_names(layout) else {
+        return Vec::new();
+    };
+    let active_dir = layout.active_index_dir();
+    let (active, done): (Vec<String>, Vec<String>) = names
+        .into_iter()
+        .partition(|name| active_dir.join(name).symlink_metadata().is_ok());
+    let mut done: Vec<(std::time::SystemTime, String)> = done
+        .into_iter()
+        .map(|name| {
+            let modified = std::fs::symlink_metadata(layout.run_dir(&name))
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            (modified, name)
+        })
+        .collect();
+    // Reading every status of a long history for one Tab press is too slow:
+    // the directories touched last stand for the newest runs.
+    done.sort_by(|a, b| b.cmp(a));
+    done.truncate(finished);
+    let mut choices = read_choices(layout, active, true);
+    choices.extend(read_choices(
+        layout,
+        done.into_iter().map(|(_, name)| name).collect(),
+        false,
+    ));
+    choices
+}
+
+fn read_choices(layout: &Layout, names: Vec<String>, active: bool) -> Vec<RunChoice> {
+    let now = now_ms();
+    let mut runs: Vec<(u64, RunChoice)> = names
+        .into_iter()
+        .map(|id| {
+            let run = listing::list::load(layout, &id, false, now, &Hooks::default())
+                .ok()
+                .flatten();
+            let started = run.as_ref().and_then(|r| r.status.started_at).unwrap_or(0);
+            let help = run.map(|r| {
+                format!(
+                    "{} · {}",
+                    listing::format::state_label(&r.status),
+                    listing::format::run_label(&r.status)
+                )
+            });
+            (started, RunChoice { id, active, help })
+        })
+        .collect();
+    runs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+    runs.into_iter().map(|(_, choice)| choice).collect()
+}

@@ -7,6 +7,7 @@ mod common;
 mod agents;
 mod cli;
 mod compat;
+mod completions;
 mod compat_fixtures;
 mod composite;
 mod costs;
