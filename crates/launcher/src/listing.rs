@@ -21,8 +21,10 @@ use crate::runs::{note_skipped, observer_options};
 /// How [`stream`] writes a listing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListFormat {
-    /// The pretty JSON array of `list --json`.
+    /// The pretty JSON array of `list --json` on a terminal.
     Json,
+    /// The same array on one line (`list --json` on a pipe).
+    CompactJson,
     /// The detailed text of `list --long`.
     Text,
 }
@@ -125,9 +127,10 @@ enum JsonRow {
 pub fn stream(
     layout: &Layout,
     args: &ListQuery,
-    json: bool,
+    format: ListFormat,
     out: &mut dyn Write,
 ) -> Result<Vec<String>> {
+    let json = format != ListFormat::Text;
     if args.all {
         supervisor::observer::observe_active(layout, &crate::runs::observer_options(layout));
     }
@@ -183,7 +186,10 @@ pub fn stream(
             observe: None,
         };
         let mut unreadable = rows.unreadable;
-        let mut array = JsonArray::default();
+        let mut array = JsonArray {
+            started: false,
+            pretty: format == ListFormat::Json,
+        };
         for row in rows.rows {
             let summary = match row {
                 JsonRow::Whole(summary) => *summary,
@@ -318,15 +324,21 @@ fn write_unreadable(out: &mut impl Write, unreadable: &[UnreadableRun]) -> Resul
     Ok(())
 }
 
-/// A pretty-printed JSON array written element by element, byte for byte
-/// what `serde_json::to_string_pretty` makes of the whole array.
-#[derive(Default)]
+/// A JSON array written element by element, byte for byte what
+/// `serde_json::to_string_pretty` (or `to_string`) makes of the whole array.
 struct JsonArray {
     started: bool,
+    pretty: bool,
 }
 
 impl JsonArray {
     fn push(&mut self, out: &mut impl Write, value: &serde_json::Value) -> Result {
+        if !self.pretty {
+            let open: &[u8] = if self.started { b"," } else { b"[" };
+            self.started = true;
+            out.write_all(open).map_err(write_error)?;
+            return serde_json::to_writer(&mut *out, value).map_err(|e| write_error(e.into()));
+        }
         let text = serde_json::to_string_pretty(value).unwrap_or_default();
         let open: &[u8] = if self.started { b",\n" } else { b"[\n" };
         self.started = true;
@@ -341,7 +353,11 @@ impl JsonArray {
     }
 
     fn finish(self, out: &mut impl Write) -> Result {
-        let close = if self.started { "\n]" } else { "[]" };
+        let close = match (self.started, self.pretty) {
+            (true, true) => "\n]",
+            (true, false) => "]",
+            (false, _) => "[]",
+        };
         writeln!(out, "{close}").map_err(write_error)
     }
 }

@@ -636,7 +636,7 @@ pub fn main() -> i32 {
 fn report(e: error::Error, json: bool) -> i32 {
     if !e.quiet {
         if json {
-            println!("{}", e.to_json());
+            commands::print_json(&e.to_json());
         }
         // One line per message, whatever ids or paths it quotes.
         eprintln!("subagents: {}", launcher::escape(&e.message));
@@ -823,6 +823,7 @@ fn wants_json(command: &Command) -> bool {
 }
 
 fn dispatch(cli: Cli) -> Result {
+    let root_flag = cli.root.is_some();
     let layout = launcher::Layout::new(launcher::root::state_root(cli.root));
     if !matches!(
         cli.command,
@@ -949,7 +950,9 @@ fn dispatch(cli: Cli) -> Result {
             };
             commands::prune(&launcher(Settings::default()), &request, json)
         }
-        Command::Config { json } => commands::config(&launcher(Settings::default()), json),
+        Command::Config { json } => {
+            commands::config(&launcher(Settings::default()), json, root_flag)
+        }
         #[cfg(feature = "top")]
         Command::Top => crate::top::command(&layout),
         #[cfg(feature = "mcp")]

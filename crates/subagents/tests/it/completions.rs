@@ -160,10 +160,7 @@ fn bash_completes_run_ids_active_first_and_agent_names() {
     let prefix = &f.finished[..4];
     let offered = f.bash(&["subagents", "--root", f.root(), "logs", prefix]);
     assert!(offered.contains(&f.finished), "{offered:?}");
-    assert!(
-        offered.iter().all(|c| c.starts_with(prefix)),
-        "{offered:?}"
-    );
+    assert!(offered.iter().all(|c| c.starts_with(prefix)), "{offered:?}");
     let offered = f.bash(&["subagents", "--root", f.root(), "run", "--agent", ""]);
     assert_eq!(agents(&offered), AGENTS, "{offered:?}");
 }
