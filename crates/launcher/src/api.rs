@@ -700,9 +700,9 @@ pub struct ConfigKey {
     pub key: String,
     /// The environment variable it stands in for.
     pub variable: String,
-    /// Its value, if any.
+    /// Its effective value (`max_active` 0: no limit).
     pub value: Option<String>,
-    /// `config`, `environment` or `default`.
+    /// `flag` (`root` only), `environment`, `config` (the file) or `default`.
     pub source: String,
 }
 

@@ -3,5 +3,9 @@
 
 pub use listing::format::{
     COMMAND_LABEL_KEY, NAME_KEY, command_label, fanout_line, format_duration, format_run_list,
-    run_label, run_lines, shorten, state_label, step_label,
+    progress_label, run_label, run_lines, shorten, state_label, step_label, step_number,
+    step_state,
 };
+/// How our own views spell a duration (`format_duration` is the
+/// reference's, kept for the list text scripts parse).
+pub use status::spell_duration;

@@ -109,7 +109,7 @@ fn hand_over(
             };
             admission::settle(slot, &spawned)?;
             Err(Error::failed(format!(
-                "failed to start async run '{}': {}",
+                "failed to start run '{}': {}",
                 config.run_id, failure.error
             )))
         }

@@ -37,7 +37,7 @@ pub const TEMP_GRACE: Duration = Duration::from_secs(600);
 
 /// The error of a run that `reconcile` finished while its launcher waited
 /// for the creation lock.
-const GIVEN_UP: &str = "Async run was never created: its launcher exited before writing its status. Marked run failed by reconcile.";
+const GIVEN_UP: &str = "run was never created: its launcher exited before writing its status; marked failed by reconcile";
 
 /// An exclusive `flock` on a run directory, held by its launcher from the
 /// directory's creation until the queued status is written. It dies with

@@ -21,8 +21,10 @@ use crate::runs::{note_skipped, observer_options};
 /// How [`stream`] writes a listing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListFormat {
-    /// The pretty JSON array of `list --json`.
+    /// The pretty JSON array of `list --json` on a terminal.
     Json,
+    /// The same array on one line (`list --json` on a pipe).
+    CompactJson,
     /// The detailed text of `list --long`.
     Text,
 }
@@ -125,9 +127,10 @@ enum JsonRow {
 pub fn stream(
     layout: &Layout,
     args: &ListQuery,
-    json: bool,
+    format: ListFormat,
     out: &mut dyn Write,
 ) -> Result<Vec<String>> {
+    let json = format != ListFormat::Text;
     if args.all {
         supervisor::observer::observe_active(layout, &crate::runs::observer_options(layout));
     }
@@ -183,7 +186,10 @@ pub fn stream(
             observe: None,
         };
         let mut unreadable = rows.unreadable;
-        let mut array = JsonArray::default();
+        let mut array = JsonArray {
+            started: false,
+            pretty: format == ListFormat::Json,
+        };
         for row in rows.rows {
             let summary = match row {
                 JsonRow::Whole(summary) => *summary,
@@ -318,15 +324,21 @@ fn write_unreadable(out: &mut impl Write, unreadable: &[UnreadableRun]) -> Resul
     Ok(())
 }
 
-/// A pretty-printed JSON array written element by element, byte for byte
-/// what `serde_json::to_string_pretty` makes of the whole array.
-#[derive(Default)]
+/// A JSON array written element by element, byte for byte what
+/// `serde_json::to_string_pretty` (or `to_string`) makes of the whole array.
 struct JsonArray {
     started: bool,
+    pretty: bool,
 }
 
 impl JsonArray {
     fn push(&mut self, out: &mut impl Write, value: &serde_json::Value) -> Result {
+        if !self.pretty {
+            let open: &[u8] = if self.started { b"," } else { b"[" };
+            self.started = true;
+            out.write_all(open).map_err(write_error)?;
+            return serde_json::to_writer(&mut *out, value).map_err(|e| write_error(e.into()));
+        }
         let text = serde_json::to_string_pretty(value).unwrap_or_default();
         let open: &[u8] = if self.started { b",\n" } else { b"[\n" };
         self.started = true;
@@ -341,7 +353,79 @@ impl JsonArray {
     }
 
     fn finish(self, out: &mut impl Write) -> Result {
-        let close = if self.started { "\n]" } else { "[]" };
+        let close = match (self.started, self.pretty) {
+            (true, true) => "\n]",
+            (true, false) => "]",
+            (false, _) => "[]",
+        };
         writeln!(out, "{close}").map_err(write_error)
     }
+}
+
+/// A run offered to a shell's completion of a run id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunChoice {
+    /// The run id.
+    pub id: String,
+    /// Its active marker exists.
+    pub active: bool,
+    /// `<state> · <label>`, when its status could be read.
+    pub help: Option<String>,
+}
+
+/// The runs a shell offers for a run id: the active ones first, then the
+/// newest finished ones (at most `finished`), each group newest start first.
+/// It only reads: no observation, no repair, nothing written, so a Tab
+/// press changes nothing on disk.
+pub fn choices(layout: &Layout, finished: usize) -> Vec<RunChoice> {
+    let Ok(names) = listing::list::run_names(layout) else {
+        return Vec::new();
+    };
+    let active_dir = layout.active_index_dir();
+    let (active, done): (Vec<String>, Vec<String>) = names
+        .into_iter()
+        .partition(|name| active_dir.join(name).symlink_metadata().is_ok());
+    let mut done: Vec<(std::time::SystemTime, String)> = done
+        .into_iter()
+        .map(|name| {
+            let modified = std::fs::symlink_metadata(layout.run_dir(&name))
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            (modified, name)
+        })
+        .collect();
+    // Reading every status of a long history for one Tab press is too slow:
+    // the directories touched last stand for the newest runs.
+    done.sort_by(|a, b| b.cmp(a));
+    done.truncate(finished);
+    let mut choices = read_choices(layout, active, true);
+    choices.extend(read_choices(
+        layout,
+        done.into_iter().map(|(_, name)| name).collect(),
+        false,
+    ));
+    choices
+}
+
+fn read_choices(layout: &Layout, names: Vec<String>, active: bool) -> Vec<RunChoice> {
+    let now = now_ms();
+    let mut runs: Vec<(u64, RunChoice)> = names
+        .into_iter()
+        .map(|id| {
+            let run = listing::list::load(layout, &id, false, now, &Hooks::default())
+                .ok()
+                .flatten();
+            let started = run.as_ref().and_then(|r| r.status.started_at).unwrap_or(0);
+            let help = run.map(|r| {
+                format!(
+                    "{} · {}",
+                    listing::format::state_label(&r.status),
+                    listing::format::run_label(&r.status)
+                )
+            });
+            (started, RunChoice { id, active, help })
+        })
+        .collect();
+    runs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+    runs.into_iter().map(|(_, choice)| choice).collect()
 }

@@ -9,6 +9,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use listing::format::step_number;
 use listing::list::RunSummary;
 use status::Layout;
 use status::layout::files;
@@ -143,10 +144,14 @@ fn no_output_yet(run: &RunSummary, step: Option<usize>) -> String {
     let at = run
         .status
         .current_step
-        .map(|c| format!(" step {}/{total}", c + 1))
+        .map(|c| format!(" step {}", step_number(c, total)))
         .unwrap_or_default();
     let what = match step {
-        Some(n) => format!("run {} step {n}/{total}", run.id),
+        Some(n) => format!(
+            "run {} step {}",
+            run.id,
+            step_number(n.saturating_sub(1), total)
+        ),
         None => format!("run {}", run.id),
     };
     format!("{what} has no output yet ({}{at})", run.status.state)

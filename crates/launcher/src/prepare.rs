@@ -260,7 +260,7 @@ fn write_run(
     )
     .map_err(|e| {
         Error::failed(format!(
-            "failed to create async run directory '{}': {e}",
+            "failed to create run directory '{}': {e}",
             run_dir.display()
         ))
     })?;

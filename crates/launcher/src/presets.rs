@@ -260,7 +260,7 @@ pub fn continue_session(
         .get("agentSessionId")
         .and_then(Value::as_str)
         .ok_or_else(|| {
-            format!("Async child '{source}' recorded no {kind} session id to resume (the agent ended before it started a session).")
+            format!("run '{source}' recorded no {kind} session id to resume (the agent ended before it started a session)")
         })?;
     let session_file = status
         .session_file
@@ -268,9 +268,7 @@ pub fn continue_session(
         .map(PathBuf::from)
         .filter(|f| f.is_file())
         .ok_or_else(|| {
-            format!(
-                "Async child '{source}' has no {kind} session file for session '{id}' to resume."
-            )
+            format!("run '{source}' has no {kind} session file for session '{id}' to resume")
         })?;
     let command = agents::preset::resume_argv(kind, &contract.command, id, Some(&session_file))
         .map_err(|e| e.to_string())?;

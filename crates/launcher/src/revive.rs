@@ -37,7 +37,7 @@ pub fn resume(layout: &Layout, args: &ResumeRequest, settings: &Settings) -> Res
         status::model::read_status(&source_dir)?.ok_or_else(|| crate::runs::no_status(&source))?;
     if status.state.is_active() {
         return Err(refuse(format!(
-            "Async child '{source}' is still {}. Only complete, failed or stopped runs can be resumed.",
+            "it is still {}; only a complete, failed or stopped run can be resumed",
             status.state
         )));
     }
@@ -99,7 +99,9 @@ pub fn load(layout: &Layout, run_dir: &Path) -> Result<recovery::Recovery, Strin
     let recovery = recovery::load_recovery(run_dir, Some(&check), &key)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
-            format!("Async child '{id}' is missing its required run fan-out recovery identity. Start a new run instead.")
+            format!(
+                "run '{id}' is missing its run fan-out recovery identity; start a new run instead"
+            )
         })?;
     // A preset run's session file is its agent CLI's own (outside the root);
     // the seal vouches for it.
@@ -222,9 +224,7 @@ fn revival_request(
                 .as_deref()
                 .map(PathBuf::from)
                 .filter(|p| p.exists())
-                .ok_or_else(|| {
-                    format!("Async child '{source}' has no persisted session file to resume.")
-                })?;
+                .ok_or_else(|| format!("run '{source}' has no recorded session file to resume"))?;
             let task = if crate::presets::wants_revival_prompt(&contract) {
                 revived_task(source, &contract.agent, &session_file, follow_up)
             } else {

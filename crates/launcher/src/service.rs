@@ -117,7 +117,7 @@ impl Launcher {
     }
 
     /// The listing of `query` written to `out` as it is read, in bounded
-    /// memory: the pretty JSON array of `list --json`, or the detailed text
+    /// memory: the JSON array of `list --json` (pretty or on one line), or the detailed text
     /// of `list --long`. Not for `sort` or `dismissed` (they need every row
     /// first: use [`Launcher::list`]). Returns the repairs that could not be
     /// written, one line each.
@@ -127,8 +127,7 @@ impl Launcher {
         format: crate::listing::ListFormat,
         out: &mut dyn std::io::Write,
     ) -> Result<Vec<String>> {
-        let json = format == crate::listing::ListFormat::Json;
-        crate::listing::stream(&self.layout, query, json, out)
+        crate::listing::stream(&self.layout, query, format, out)
     }
 
     /// Blocks until every run is over or the timeout passes (exit 124);
@@ -289,7 +288,8 @@ impl Launcher {
     /// The config file and each setting's value and source. Reads no run
     /// state; a method so that both front-ends reach it the same way.
     pub fn config(&self, _request: &ConfigRequest) -> Result<ConfigOutcome> {
-        crate::settings::config()
+        // A front-end that took the root from its own flag says so.
+        crate::settings::config(&self.layout, false)
     }
 
     /// Creates a fan-out budget; returns its descriptor.

@@ -151,8 +151,10 @@ fn variable(key: &str) -> &'static str {
         .unwrap_or("")
 }
 
-/// The file, and each key's value and where it comes from.
-pub fn config() -> Result<ConfigOutcome> {
+/// The file, and each key's effective value and where it comes from; the
+/// root is `layout`'s (the one commands use), and `root_flag` says that it
+/// came from a flag (the caller's, e.g. the command line's `--root`).
+pub fn config(layout: &status::Layout, root_flag: bool) -> Result<ConfigOutcome> {
     let path = path();
     let file = match &path {
         Some(p) => read(p)?,
@@ -164,9 +166,15 @@ pub fn config() -> Result<ConfigOutcome> {
         // `apply` already copied the file's values into unset variables.
         let env = std::env::var(var).ok().filter(|v| !v.is_empty());
         let (value, source) = match (env, from_file) {
+            _ if key == "root" && root_flag => (None, "flag"),
             (Some(v), Some(f)) if &v == f => (Some(v), "config"),
             (Some(v), _) => (Some(v), "environment"),
             (None, _) => (None, "default"),
+        };
+        let value = match key {
+            // The root commands really use: absolute, symbolic links resolved.
+            "root" => Some(real_root(layout)),
+            _ => value.or_else(|| Some(default_value(key))),
         };
         keys.push(ConfigKey {
             key: key.to_owned(),
@@ -180,6 +188,26 @@ pub fn config() -> Result<ConfigOutcome> {
         path: path.as_ref().map(|p| p.display().to_string()),
         keys,
     })
+}
+
+/// A key's built-in default, as commands apply it.
+fn default_value(key: &str) -> String {
+    match key {
+        "session" => crate::admission::session_id(None),
+        "max_active" => "0".to_owned(),
+        "fanout_limit" => fanout_budget::DEFAULT_LIMIT.to_string(),
+        "timeout" => status::spell_duration(crate::prepare::DEFAULT_TIMEOUT_MS),
+        "color" => "auto".to_owned(),
+        _ => String::new(),
+    }
+}
+
+fn real_root(layout: &status::Layout) -> String {
+    let root = layout.root();
+    std::fs::canonicalize(root)
+        .unwrap_or_else(|_| root.to_path_buf())
+        .display()
+        .to_string()
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
+use listing::format::step_number;
 use listing::list::RunSummary;
 use notify::{RecursiveMode, Watcher};
 use status::{Layout, RunState, now_ms};
@@ -317,7 +318,7 @@ pub fn progress_line(runs: &[RunSummary], elapsed: Duration) -> String {
             let step = r
                 .status
                 .current_step
-                .map(|c| format!(" step {}/{}", c + 1, r.status.steps().len().max(1)));
+                .map(|c| format!(" step {}", step_number(c, r.status.steps().len())));
             let state = if r.status.state.is_active() || is_settled(r) {
                 r.status.state.to_string()
             } else {

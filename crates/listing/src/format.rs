@@ -89,7 +89,7 @@ fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
     header.push(shorten(place, home));
     let mut lines = vec![header.join(" | ")];
     for (i, step) in status.steps().iter().enumerate() {
-        lines.push(step_line(i, step, now, home));
+        lines.push(step_line(i, step, status.state, now, home));
     }
     if let Some(host) = status.foreign_host() {
         lines.push(format!(
@@ -151,7 +151,13 @@ pub fn fanout_line(snapshot: Option<&Value>) -> Option<String> {
     ))
 }
 
-fn step_line(i: usize, step: &Step, now: &Now, home: Option<&Path>) -> String {
+fn step_line(
+    i: usize,
+    step: &Step,
+    run: status::RunState,
+    now: &Now,
+    home: Option<&Path>,
+) -> String {
     let extra = &step.extra;
     let mut name = String::new();
     if let Some(phase) = extra.get("phase").and_then(Value::as_str) {
@@ -164,9 +170,10 @@ fn step_line(i: usize, step: &Step, now: &Now, home: Option<&Path>) -> String {
     if let Some(context) = extra.get("context").and_then(Value::as_str) {
         name.push_str(&format!(" [{context}]"));
     }
-    let mut parts = vec![format!("  {}. {name}", i + 1), step.status.clone()];
+    let state = step_state(step, run);
+    let mut parts = vec![format!("  {}. {name}", i + 1), state.to_owned()];
     let last_activity = extra.get("lastActivityAt").and_then(Value::as_u64);
-    if let Some(activity) = activity(&step.status, last_activity, extra, now, home) {
+    if let Some(activity) = activity(state, last_activity, extra, now, home) {
         parts.push(activity);
     }
     if let Some(model) = model_label(extra) {
@@ -285,7 +292,18 @@ fn model_label(extra: &serde_json::Map<String, Value>) -> Option<String> {
     }
 }
 
-fn progress_label(run: &RunSummary) -> String {
+/// `N/M`: step `index` (flat, from 0) among all `total` steps of a run,
+/// counted from 1 — how `status` numbers its step lines, `logs --step`
+/// takes them, and every message names a step (the reference's list text
+/// alone counts a parallel group as one step).
+pub fn step_number(index: usize, total: usize) -> String {
+    format!("{}/{}", index + 1, total.max(1))
+}
+
+/// The reference's progress part of a run's list header: `step 2/3` (a
+/// chain's parallel group counted as one step), `steps 3`, or a parallel
+/// run's outcome.
+pub fn progress_label(run: &RunSummary) -> String {
     let status = &run.status;
     let steps = status.steps();
     let count = steps.len().max(1);
@@ -410,6 +428,37 @@ fn format_tokens(n: u64) -> String {
         1000..10_000 => format!("{:.1}k", n as f64 / 1000.0),
         _ => format!("{}k", (n as f64 / 1000.0).round() as u64),
     }
+}
+
+/// The state a step is shown with (our extension of the recorded one):
+/// `skipped` for a step that never started in a run that is over, whatever
+/// its record says (a stop, a fail-fast trip, a timeout or an earlier
+/// failed chain step leaves it `stopped`, `failed` or `pending` with exit
+/// code 1); `stopped` for a fail-fast sibling ended while it ran; else the
+/// recorded state.
+pub fn step_state<'a>(step: &'a Step, run: status::RunState) -> &'a str {
+    if never_ran(step, run) {
+        "skipped"
+    } else if step
+        .error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("stopped: a sibling"))
+    {
+        "stopped"
+    } else {
+        step.status.as_str()
+    }
+}
+
+/// A step of a finished run that never started: no start time, no
+/// duration (a command that could not be started has one), no process, not
+/// complete. A paused run's pending steps may still run.
+pub fn never_ran(step: &Step, run: status::RunState) -> bool {
+    !run.holds_capacity()
+        && step.started_at.is_none()
+        && step.duration_ms.is_none()
+        && step.external_process.is_none()
+        && !matches!(step.status.as_str(), "complete" | "completed" | "running")
 }
 
 /// The status key of a run's or a step's `--name` (our extension; the

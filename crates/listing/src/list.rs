@@ -434,10 +434,25 @@ impl Serialize for RunSummary {
             id: &self.id,
             async_dir: &self.async_dir,
             label: crate::format::run_label(&self.status),
-            status: &self.status,
+            status: &shown_steps(&self.status),
         }
         .serialize(serializer)
     }
+}
+
+/// The status with each step's state as every view shows it
+/// ([`crate::format::step_state`]: `skipped` for a step that never ran).
+fn shown_steps(status: &RunStatus) -> std::borrow::Cow<'_, RunStatus> {
+    let differs =
+        |st: &status::model::Step| crate::format::step_state(st, status.state) != st.status;
+    if !status.steps().iter().any(differs) {
+        return std::borrow::Cow::Borrowed(status);
+    }
+    let mut shown = status.clone();
+    for step in shown.steps.iter_mut().flatten() {
+        step.status = crate::format::step_state(step, status.state).to_owned();
+    }
+    std::borrow::Cow::Owned(shown)
 }
 
 impl RunSummary {

@@ -40,6 +40,40 @@ pub mod reference;
 pub use layout::Layout;
 pub use model::{RunState, RunStatus, Step};
 
+/// A duration as every message and view of ours spells it (the reference's
+/// list text keeps its own): `250ms`, `2.5s`, `45s`, then the two largest
+/// units that are not zero, largest first (`1m30s`, `30m`, `1h30m`,
+/// `2d3h`), the form duration flags accept.
+pub fn spell_duration(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        // Tenths, truncated: `9.99s` must not become `10.0s`.
+        1_000..10_000 if ms % 1_000 >= 100 => format!("{}.{}s", ms / 1_000, ms % 1_000 / 100),
+        1_000..60_000 => format!("{}s", ms / 1_000),
+        _ => {
+            let units = [
+                (86_400_000, "d"),
+                (3_600_000, "h"),
+                (60_000, "m"),
+                (1_000, "s"),
+            ];
+            let parts: Vec<String> = units
+                .iter()
+                .scan(ms, |rest, (size, unit)| {
+                    let n = *rest / size;
+                    *rest %= size;
+                    Some((n, unit))
+                })
+                .skip_while(|(n, _)| *n == 0)
+                .take(2)
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, unit)| format!("{n}{unit}"))
+                .collect();
+            parts.concat()
+        }
+    }
+}
+
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -106,4 +140,30 @@ pub(crate) fn io_err(op: &'static str, path: &std::path::Path, source: std::io::
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod spell_tests {
+    use super::spell_duration;
+
+    #[test]
+    fn durations_are_spelled_in_one_parseable_form() {
+        for (ms, text) in [
+            (0, "0ms"),
+            (250, "250ms"),
+            (1_000, "1s"),
+            (2_500, "2.5s"),
+            (9_999, "9.9s"),
+            (45_000, "45s"),
+            (60_000, "1m"),
+            (90_000, "1m30s"),
+            (1_800_000, "30m"),
+            (5_400_000, "1h30m"),
+            (5_430_000, "1h30m"),
+            (86_400_000, "1d"),
+            (97_200_000, "1d3h"),
+        ] {
+            assert_eq!(spell_duration(ms), text, "{ms} ms");
+        }
+    }
 }

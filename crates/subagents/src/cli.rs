@@ -41,6 +41,7 @@ pub enum Command {
     /// Show one run.
     Status {
         /// Run id, unique prefix or `last` (the newest run of this session).
+        #[arg(add = run_ids())]
         run: String,
         /// Print the run summary as JSON.
         #[arg(long)]
@@ -52,6 +53,7 @@ pub enum Command {
     /// of this session). Exit 0 when every run completed, else the worst.
     Wait {
         /// Run ids, unique prefixes or `last` (none: the session's active runs).
+        #[arg(add = run_ids())]
         runs: Vec<String>,
         /// Give up after this long (e.g. 90s, 30m, 1h30m; 0 for never); exit 124.
         #[arg(long, value_name = "DURATION")]
@@ -63,7 +65,7 @@ pub enum Command {
     /// Stop runs: each one's runner and every child process group.
     Stop {
         /// Run ids, unique prefixes or `last`.
-        #[arg(required = true)]
+        #[arg(required = true, add = run_ids())]
         runs: Vec<String>,
         /// Why (kept in status.json).
         #[arg(long, default_value = "Subagent stopped by user.")]
@@ -75,6 +77,7 @@ pub enum Command {
     /// Show a run's output and logs.
     Logs {
         /// Run id, unique prefix or `last`.
+        #[arg(add = run_ids())]
         run: String,
         /// Keep printing new output until the run is over, then exit as `wait`.
         #[arg(long, short)]
@@ -101,7 +104,7 @@ pub enum Command {
     /// Hide finished runs from `list` without touching their processes.
     Dismiss {
         /// Run ids, unique prefixes or `last`.
-        #[arg(required = true)]
+        #[arg(required = true, add = run_ids())]
         runs: Vec<String>,
         /// Hide it even while it is still active.
         #[arg(long)]
@@ -180,7 +183,9 @@ pub enum Command {
     /// capacity per session, the selected run's output; `s` stops a run.
     #[cfg(feature = "top")]
     Top,
-    /// Print a shell completion script.
+    /// Print a shell's completion script: flags, subcommands, run ids
+    /// (active first) and agent names, asked of this binary at each Tab
+    /// (bash: `source <(subagents completions bash)`).
     Completions {
         /// bash, zsh or fish (also elvish, powershell).
         shell: clap_complete::Shell,
@@ -197,7 +202,7 @@ pub enum Command {
 pub struct RunArgs {
     /// Without COMMAND: the named agent to run (see `subagents agents list`).
     /// With COMMAND: the label shown in status (default: COMMAND's file name).
-    #[arg(long)]
+    #[arg(long, add = agent_names())]
     pub agent: Option<String>,
     /// The task prompt (written to task.md, stdin and $SUBAGENTS_TASK_FILE).
     #[arg(long, conflicts_with = "task_file")]
@@ -326,7 +331,7 @@ pub enum BudgetAction {
     /// Show {used, limit, remaining} of a run's budget or of a descriptor file.
     Show {
         /// Run id or unique prefix.
-        #[arg(required_unless_present = "descriptor", conflicts_with = "descriptor")]
+        #[arg(required_unless_present = "descriptor", conflicts_with = "descriptor", add = run_ids())]
         run: Option<String>,
         /// A descriptor JSON file.
         #[arg(long, value_name = "FILE")]
@@ -357,6 +362,7 @@ pub enum AgentsAction {
     /// One agent: its file and the command a run renders from it.
     Show {
         /// The agent's name.
+        #[arg(add = agent_names())]
         name: String,
     },
     /// A snippet for CLAUDE.md / AGENTS.md that lets an agent delegate through `subagents`.
@@ -367,6 +373,7 @@ pub enum AgentsAction {
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// The run to revive (id, unique prefix or `last`).
+    #[arg(add = run_ids())]
     pub run: String,
     /// The follow-up task, handed to the agent as given.
     #[arg(long, conflicts_with = "task_file")]
@@ -585,6 +592,11 @@ pub fn main() -> i32 {
             return e.exit().code();
         }
     };
+    // A shell asking for candidates (the script of `completions` sets
+    // the variable): answer and exit before anything else reads the root.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .var(COMPLETE_VAR)
+        .complete();
     let parsed = Cli::try_parse();
     // `config` needs the file and reports its error itself.
     if let Some(warning) = config_warning
@@ -624,7 +636,7 @@ pub fn main() -> i32 {
 fn report(e: error::Error, json: bool) -> i32 {
     if !e.quiet {
         if json {
-            println!("{}", e.to_json());
+            commands::print_json(&e.to_json());
         }
         // One line per message, whatever ids or paths it quotes.
         eprintln!("subagents: {}", launcher::escape(&e.message));
@@ -811,6 +823,7 @@ fn wants_json(command: &Command) -> bool {
 }
 
 fn dispatch(cli: Cli) -> Result {
+    let root_flag = cli.root.is_some();
     let layout = launcher::Layout::new(launcher::root::state_root(cli.root));
     if !matches!(
         cli.command,
@@ -937,16 +950,14 @@ fn dispatch(cli: Cli) -> Result {
             };
             commands::prune(&launcher(Settings::default()), &request, json)
         }
-        Command::Config { json } => commands::config(&launcher(Settings::default()), json),
+        Command::Config { json } => {
+            commands::config(&launcher(Settings::default()), json, root_flag)
+        }
         #[cfg(feature = "top")]
         Command::Top => crate::top::command(&layout),
         #[cfg(feature = "mcp")]
         Command::Mcp(args) => crate::mcp::serve(launcher(args.settings())),
-        Command::Completions { shell } => {
-            let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut command, "subagents", &mut std::io::stdout());
-            Ok(())
-        }
+        Command::Completions { shell } => completions(shell),
     }
 }
 
@@ -982,4 +993,103 @@ fn budget(layout: &launcher::Layout, doctor: &DoctorArgs, action: Option<BudgetA
             commands::budget_claim(&launcher(None), &request)
         }
     }
+}
+
+/// The variable under which a shell's completion script asks this binary
+/// for candidates (see `completions`).
+const COMPLETE_VAR: &str = "SUBAGENTS_COMPLETE";
+
+/// `subagents completions SHELL`: the script that registers this binary,
+/// by its full path, as the shell's completer of `subagents`.
+fn completions(shell: clap_complete::Shell) -> Result {
+    use clap_complete::env::{Bash, Elvish, EnvCompleter, Fish, Powershell, Zsh};
+    let completer: &dyn EnvCompleter = match shell {
+        clap_complete::Shell::Bash => &Bash,
+        clap_complete::Shell::Zsh => &Zsh,
+        clap_complete::Shell::Fish => &Fish,
+        clap_complete::Shell::Elvish => &Elvish,
+        _ => &Powershell,
+    };
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.into_os_string().into_string().ok())
+        .unwrap_or_else(|| "subagents".to_owned());
+    let mut script = Vec::new();
+    completer
+        .write_registration(COMPLETE_VAR, "subagents", "subagents", &exe, &mut script)
+        .and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &script))
+        .map_err(|e| error::Error::failed(format!("failed to print the completion script: {e}")))
+}
+
+/// Candidates of a run-id argument: [`launcher::listing::choices`] of the
+/// root the command line being completed names.
+fn run_ids() -> clap_complete::ArgValueCandidates {
+    clap_complete::ArgValueCandidates::new(|| {
+        let layout = launcher::Layout::new(launcher::root::state_root(root_being_completed()));
+        let mut candidates: Vec<clap_complete::CompletionCandidate> =
+            launcher::listing::choices(&layout, FINISHED_CHOICES)
+                .into_iter()
+                .enumerate()
+                .map(|(i, run)| {
+                    let tag = if run.active { "active" } else { "finished" };
+                    clap_complete::CompletionCandidate::new(run.id)
+                        .help(run.help.map(|h| launcher::escape(&h).into()))
+                        .tag(Some(tag.into()))
+                        .display_order(Some(i))
+                })
+                .collect();
+        candidates.push(
+            clap_complete::CompletionCandidate::new("last")
+                .help(Some("the newest run of this session".into()))
+                .tag(Some("handle".into())),
+        );
+        candidates
+    })
+}
+
+/// How many finished runs a run id's completion offers (after every active one).
+const FINISHED_CHOICES: usize = 100;
+
+/// The `--root` of the command line a shell is completing (its words
+/// follow `--` in this process's arguments), if it has one.
+fn root_being_completed() -> Option<PathBuf> {
+    let words: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip_while(|a| a != "--")
+        .skip(1)
+        .collect();
+    words.iter().enumerate().find_map(|(i, word)| {
+        let word = word.to_str()?;
+        match word.strip_prefix("--root") {
+            Some("") => words.get(i + 1).map(PathBuf::from),
+            Some(rest) => rest.strip_prefix('=').map(PathBuf::from),
+            None => None,
+        }
+    })
+}
+
+/// Candidates of an agent name: every agent `agents list` shows.
+fn agent_names() -> clap_complete::ArgValueCandidates {
+    clap_complete::ArgValueCandidates::new(|| {
+        let request = AgentsRequest {
+            action: launcher::api::AgentsAction::List,
+            name: None,
+        };
+        let layout = launcher::Layout::new(launcher::root::state_root(None));
+        let Ok(launcher::api::AgentsOutcome::List(list)) =
+            Launcher::new(layout, Settings::default()).agents(&request)
+        else {
+            return Vec::new();
+        };
+        list.agents
+            .iter()
+            .filter_map(|agent| {
+                let name = agent.get("name")?.as_str()?;
+                let help = agent.get("description").and_then(|d| d.as_str());
+                Some(
+                    clap_complete::CompletionCandidate::new(name)
+                        .help(help.map(|h| launcher::escape(h).into())),
+                )
+            })
+            .collect()
+    })
 }

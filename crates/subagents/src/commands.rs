@@ -22,13 +22,20 @@ use launcher::root::home;
 use launcher::service::Launcher;
 use launcher::wait::{Keep, WaitEvent, outcome_line, progress_line, wait_for_runs};
 
-fn print_json(value: &impl Serialize, pretty: bool) {
-    let text = if pretty {
+/// `--json`, one rule for every command: pretty on a terminal, one line
+/// on a pipe or in a file (one value per line for `jq` and `read`).
+pub fn print_json(value: &impl Serialize) {
+    println!("{}", json_text(value));
+}
+
+/// The text [`print_json`] prints.
+pub fn json_text(value: &impl Serialize) -> String {
+    let text = if std::io::stdout().is_terminal() {
         serde_json::to_string_pretty(value)
     } else {
         serde_json::to_string(value)
     };
-    println!("{}", text.unwrap_or_default());
+    text.unwrap_or_default()
 }
 
 /// Exit code of `run --wait` / `wait` for final runs: 1 unless all completed.
@@ -50,7 +57,7 @@ pub fn run(launcher: &Launcher, request: &RunRequest, json: bool, wait: bool) ->
     if !json {
         println!("{}", launched.run_id);
     } else if !wait {
-        print_json(&launched, false);
+        print_json(&launched);
     }
     if !wait {
         return Ok(());
@@ -65,7 +72,7 @@ fn wait_and_exit(launcher: &Launcher, id: &str, json: bool) -> Result {
     let run = &runs[0];
     if json {
         // The outcome, on one line: the final run summary.
-        print_json(run, false);
+        print_json(run);
     } else if run.status.state != RunState::Complete {
         eprintln!("{}", outcome_line(run));
     }
@@ -105,7 +112,7 @@ pub fn status(launcher: &Launcher, id: &str, json: bool) -> Result {
     let view = launcher.status(id)?;
     print_warnings(&view.warnings);
     if json {
-        print_json(&view, true);
+        print_json(&view);
         return Ok(());
     }
     println!("{}", describe(&view.run));
@@ -121,8 +128,20 @@ pub fn describe(run: &RunSummary) -> String {
     let s = &run.status;
     let now = now_ms();
     let mut lines = launcher::format::run_lines(run, now, home.as_deref());
-    // The run's label after its id (`list`'s AGENT column).
+    // The run's label after its id (`list`'s AGENT column), and its
+    // current step numbered as every message numbers steps.
     if let Some(header) = lines.first_mut() {
+        if let Some(current) = s
+            .current_step
+            .filter(|_| s.mode.as_deref() != Some("parallel"))
+        {
+            let theirs = format!(" | {} | ", launcher::format::progress_label(run));
+            let ours = format!(
+                " | step {} | ",
+                launcher::format::step_number(current, s.steps().len())
+            );
+            *header = header.replacen(&theirs, &ours, 1);
+        }
         let label = format!(" ({}) | ", launcher::format::run_label(s));
         *header = header.replacen(" | ", &label, 1);
     }
@@ -130,14 +149,14 @@ pub fn describe(run: &RunSummary) -> String {
     let steps = s.steps();
     if lines.len() > steps.len() {
         for (i, step) in steps.iter().enumerate() {
-            lines[i + 1] = step_line(i, step, !s.state.is_active(), now);
+            lines[i + 1] = step_line(i, step, s.state, now);
         }
     }
     lines.push(format!("  State: {}", s.state));
     if s.timed_out == Some(true) {
         let after = s
             .timeout_ms
-            .map(|ms| format!(" after {}", launcher::format::format_duration(ms)))
+            .map(|ms| format!(" after {}", launcher::format::spell_duration(ms)))
             .unwrap_or_default();
         lines.push(format!("  Timed out{after}"));
     }
@@ -151,16 +170,15 @@ pub fn describe(run: &RunSummary) -> String {
         let elapsed = end.unwrap_or(now).saturating_sub(start);
         lines.push(format!(
             "  Elapsed: {}",
-            launcher::format::format_duration(elapsed)
+            launcher::format::spell_duration(elapsed)
         ));
     }
-    let failing = failing_step(s.steps());
+    let failing = failing_step(s.steps(), s.state);
     if let Some((i, step)) = failing {
         let error = step.error.as_deref().unwrap_or("exited non-zero");
         lines.push(format!(
-            "  Failed step: {}/{} {}: {error}",
-            i + 1,
-            steps.len(),
+            "  Failed step: {} {}: {error}",
+            launcher::format::step_number(i, steps.len()),
             step.agent
         ));
     }
@@ -196,31 +214,26 @@ pub fn describe(run: &RunSummary) -> String {
 
 /// The first step that failed on its own (not one skipped or stopped
 /// because of it).
-fn failing_step(steps: &[launcher::Step]) -> Option<(usize, &launcher::Step)> {
+fn failing_step(steps: &[launcher::Step], run: RunState) -> Option<(usize, &launcher::Step)> {
     steps.iter().enumerate().find(|(_, st)| {
-        !is_skipped(st) && (st.status == "failed" || st.exit_code.is_some_and(|c| c != 0))
+        let own = launcher::format::step_state(st, run) != "skipped"
+            && !st
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("stopped: a sibling"));
+        own && (st.status == "failed" || st.exit_code.is_some_and(|c| c != 0))
     })
 }
 
-fn is_skipped(step: &launcher::Step) -> bool {
-    step.error
-        .as_deref()
-        .is_some_and(|e| e.starts_with("skipped:") || e.starts_with("stopped: a sibling"))
-}
-
-fn step_line(i: usize, step: &launcher::Step, over: bool, now: u64) -> String {
-    let state = if is_skipped(step) || (over && step.status == "pending") {
-        "skipped"
-    } else {
-        step.status.as_str()
-    };
+fn step_line(i: usize, step: &launcher::Step, run: RunState, now: u64) -> String {
+    let state = launcher::format::step_state(step, run);
     let label = launcher::format::step_label(step);
     let mut parts = vec![format!("  {}. {label}", i + 1), state.to_owned()];
     match (step.duration_ms, step.started_at) {
-        (Some(ms), _) => parts.push(launcher::format::format_duration(ms)),
+        (Some(ms), _) => parts.push(launcher::format::spell_duration(ms)),
         (None, Some(start)) if step.status == "running" => parts.push(format!(
             "{} so far",
-            launcher::format::format_duration(now.saturating_sub(start))
+            launcher::format::spell_duration(now.saturating_sub(start))
         )),
         _ => {}
     }
@@ -232,8 +245,14 @@ fn step_line(i: usize, step: &launcher::Step, over: bool, now: u64) -> String {
     {
         parts.push(format!("exit {code}"));
     }
-    if let Some(error) = &step.error {
-        parts.push(error.clone());
+    // A skipped step's record repeats the run's error (a stop's reason);
+    // only a fail-fast skip says why on its own.
+    match (&step.error, state) {
+        (Some(error), "skipped") => {
+            parts.extend(error.strip_prefix("skipped: ").map(str::to_owned))
+        }
+        (Some(error), _) => parts.push(error.clone()),
+        (None, _) => {}
     }
     parts.join(" | ")
 }
@@ -260,8 +279,10 @@ pub fn list(launcher: &Launcher, query: &ListQuery, display: ListDisplay) -> Res
     // sorting by start, the dismissed runs and the one-line table need every
     // row first.
     if !query.dismissed && !by_start && (display.json || !table) {
-        let format = if display.json {
+        let format = if display.json && terminal {
             ListFormat::Json
+        } else if display.json {
+            ListFormat::CompactJson
         } else {
             ListFormat::Text
         };
@@ -272,7 +293,7 @@ pub fn list(launcher: &Launcher, query: &ListQuery, display: ListDisplay) -> Res
     let listing = launcher.list(query)?;
     print_warnings(&listing.warnings);
     if display.json {
-        print_json(&listing, true);
+        print_json(&listing);
         return Ok(());
     }
     let heading = match (query.dismissed, query.all) {
@@ -281,7 +302,10 @@ pub fn list(launcher: &Launcher, query: &ListQuery, display: ListDisplay) -> Res
         (false, false) => "Active async runs",
     };
     let runs = &listing.runs;
-    if !runs.is_empty() && table && !query.dismissed {
+    if runs.is_empty() && table && listing.unreadable.is_empty() {
+        // Our words on a terminal; a pipe keeps the reference's line.
+        println!("{}", nothing_listed(query));
+    } else if !runs.is_empty() && table && !query.dismissed {
         let no_color = std::env::var("NO_COLOR").ok();
         let color = crate::table::use_color(display.color, terminal, no_color.as_deref());
         println!(
@@ -296,6 +320,19 @@ pub fn list(launcher: &Launcher, query: &ListQuery, display: ListDisplay) -> Res
     }
     print_unreadable(&listing.unreadable);
     Ok(())
+}
+
+/// What an empty table says.
+fn nothing_listed(query: &ListQuery) -> String {
+    let what = match (query.dismissed, query.all) {
+        (true, _) => "No dismissed runs",
+        (false, true) => "No runs",
+        (false, false) => "No active runs (`subagents list --all` shows finished ones)",
+    };
+    match &query.session {
+        Some(session) => format!("{what} in session {}", launcher::escape(session)),
+        None => what.to_owned(),
+    }
 }
 
 fn print_unreadable(unreadable: &[launcher::UnreadableRun]) {
@@ -346,7 +383,7 @@ pub fn wait(launcher: &Launcher, request: &WaitRequest, json: bool) -> Result {
         eprintln!("subagents: no active run in this session; nothing to wait for");
     }
     if json {
-        print_json(&outcome, true);
+        print_json(&outcome);
     }
     exit_for(outcome.all_complete())
 }
@@ -409,8 +446,8 @@ fn each<T>(requests: &[T], mut one: impl FnMut(&T) -> Result) -> Option<Error> {
 /// take several runs).
 fn print_one_or_many<T: serde::Serialize>(items: &[T], asked: usize) {
     match items {
-        [one] if asked == 1 => print_json(one, true),
-        many => print_json(&many, true),
+        [one] if asked == 1 => print_json(one),
+        many => print_json(&many),
     }
 }
 
@@ -425,7 +462,7 @@ pub fn resume(launcher: &Launcher, request: &ResumeRequest, json: bool, wait: bo
     if !json {
         println!("{id}");
     } else if !wait {
-        print_json(&resumed, false);
+        print_json(&resumed);
     }
     if !wait {
         return Ok(());
@@ -438,7 +475,7 @@ pub fn logs(launcher: &Launcher, request: &LogsRequest, json: bool, follow: bool
     if json {
         let outcome = launcher.logs(request)?;
         print_warnings(&outcome.warnings);
-        print_json(&outcome, false);
+        print_json(&outcome);
         return Ok(());
     }
     let mut write = |chunk: LogChunk<'_>| match chunk.stream {
@@ -477,7 +514,7 @@ pub fn capacity(launcher: &Launcher, json: bool) -> Result {
     let outcome = launcher.capacity(&Default::default())?;
     print_warnings(&outcome.warnings);
     if json {
-        print_json(&outcome, true);
+        print_json(&outcome);
     } else {
         println!("{}", capacity_text(&outcome));
     }
@@ -485,14 +522,13 @@ pub fn capacity(launcher: &Launcher, json: bool) -> Result {
 }
 
 fn capacity_text(outcome: &CapacityOutcome) -> String {
-    let limit = if outcome.limit == 0 {
-        "unlimited".to_owned()
-    } else {
-        outcome.limit.to_string()
+    let used = match outcome.limit {
+        0 => format!("{} active-run slots used, no limit", outcome.used),
+        limit => format!("{}/{limit} active-run slots used", outcome.used),
     };
     let mut lines = vec![format!(
-        "Active async capacity: {}/{limit} used (session {})",
-        outcome.used, outcome.session
+        "Session {}: {used}",
+        launcher::escape(&outcome.session)
     )];
     for entry in &outcome.slots {
         let run = entry.slot.run_id.as_deref().unwrap_or("<unreadable owner>");
@@ -526,7 +562,7 @@ pub fn budget_doctor(launcher: &Launcher, json: bool) -> Result {
         return Err(Error::failed("failed to report the budget: no report"));
     };
     if json {
-        print_json(&outcome, true);
+        print_json(&outcome);
     } else {
         println!("{}", report.text);
     }
@@ -541,19 +577,24 @@ pub fn budget_doctor(launcher: &Launcher, json: bool) -> Result {
 
 /// `subagents budget create`.
 pub fn budget_create(launcher: &Launcher, request: &BudgetCreateRequest) -> Result {
-    println!("{}", launcher.budget_create(request)?.to_json());
+    // On a pipe, the descriptor's own bytes (what a nested run inherits).
+    let text = launcher.budget_create(request)?.to_json();
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value) if std::io::stdout().is_terminal() => print_json(&value),
+        _ => println!("{text}"),
+    }
     Ok(())
 }
 
 /// `subagents budget show`.
 pub fn budget_show(launcher: &Launcher, query: &BudgetQuery) -> Result {
-    print_json(&launcher.budget(query)?, false);
+    print_json(&launcher.budget(query)?);
     Ok(())
 }
 
 /// `subagents budget claim`.
 pub fn budget_claim(launcher: &Launcher, request: &BudgetClaimRequest) -> Result {
-    print_json(&launcher.budget_claim(request)?, false);
+    print_json(&launcher.budget_claim(request)?);
     Ok(())
 }
 
@@ -561,7 +602,7 @@ pub fn budget_claim(launcher: &Launcher, request: &BudgetClaimRequest) -> Result
 pub fn prune(launcher: &Launcher, request: &PruneRequest, json: bool) -> Result {
     let outcome = launcher.prune(request)?;
     if json {
-        print_json(&outcome, true);
+        print_json(&outcome);
         return Ok(());
     }
     let verb = if outcome.dry_run {
@@ -571,7 +612,7 @@ pub fn prune(launcher: &Launcher, request: &PruneRequest, json: bool) -> Result 
     };
     let now = now_ms();
     for p in &outcome.pruned {
-        let ago = launcher::format::format_duration(now.saturating_sub(p.ended_at));
+        let ago = launcher::format::spell_duration(now.saturating_sub(p.ended_at));
         println!("{verb} {} ({}, ended {ago} ago)", p.run_id, p.state);
     }
     for k in &outcome.kept {
@@ -597,7 +638,7 @@ pub fn prune(launcher: &Launcher, request: &PruneRequest, json: bool) -> Result 
 pub fn validate(launcher: &Launcher, request: &ValidateRequest, json: bool) -> Result {
     let outcome = launcher.validate(request)?;
     if json {
-        print_json(&outcome, false);
+        print_json(&outcome);
     }
     match outcome.error {
         None => {
@@ -622,7 +663,7 @@ pub fn agents(launcher: &Launcher, request: &AgentsRequest, json: bool) -> Resul
     }
     match &outcome {
         AgentsOutcome::Prompt(prompt) => print!("{}", prompt.snippet),
-        _ if json => print_json(&outcome, false),
+        _ if json => print_json(&outcome),
         AgentsOutcome::List(list) => {
             if list.agents.is_empty() {
                 println!(
@@ -661,25 +702,42 @@ pub fn agents(launcher: &Launcher, request: &AgentsRequest, json: bool) -> Resul
     Ok(())
 }
 
-/// `subagents config`.
-pub fn config(launcher: &Launcher, json: bool) -> Result {
-    let outcome = launcher.config(&ConfigRequest::default())?;
+/// `subagents config`: each key's effective value and its source;
+/// `root_flag`: the root came from `--root`.
+pub fn config(launcher: &Launcher, json: bool, root_flag: bool) -> Result {
+    let mut outcome = launcher.config(&ConfigRequest::default())?;
+    if root_flag && let Some(root) = outcome.keys.iter_mut().find(|k| k.key == "root") {
+        root.source = "flag".to_owned();
+    }
     if json {
-        print_json(&outcome, true);
+        print_json(&outcome);
         return Ok(());
     }
+    let file = outcome
+        .path
+        .as_deref()
+        .unwrap_or("none (no home directory)");
     println!(
-        "Config file: {} ({})",
-        outcome.path.as_deref().unwrap_or("none (no $HOME)"),
+        "Config file: {file} ({})",
         if outcome.exists { "read" } else { "absent" }
     );
     for k in &outcome.keys {
+        let source = match k.source.as_str() {
+            "environment" => format!("env {}", k.variable),
+            "config" => format!("config file {file}"),
+            "flag" => format!("flag --{}", k.key.replace('_', "-")),
+            other => other.to_owned(),
+        };
+        let value = k.value.as_deref().unwrap_or("");
+        let note = if k.key == "max_active" && value == "0" {
+            " (no limit)"
+        } else {
+            ""
+        };
         println!(
-            "  {} = {} ({}, ${})",
+            "  {} = {}{note}  [{source}]",
             k.key,
-            k.value.as_deref().unwrap_or("-"),
-            k.source,
-            k.variable
+            launcher::escape(value)
         );
     }
     Ok(())
@@ -697,7 +755,7 @@ pub fn reconcile(launcher: &Launcher, json: bool) -> Result {
     let outcome = launcher.reconcile(&ReconcileRequest::default())?;
     print_warnings(&outcome.warnings);
     if json {
-        print_json(&outcome, false);
+        print_json(&outcome);
         return Ok(());
     }
     if outcome.repaired.is_empty() && outcome.observed.is_empty() {
@@ -734,9 +792,9 @@ pub fn dismiss(launcher: &Launcher, requests: &[DismissRequest], json: bool) -> 
                 if let [one] = &dismissed[..]
                     && requests.len() == 1
                 {
-                    print_json(one, false);
+                    print_json(one);
                 } else {
-                    print_json(&dismissed, false);
+                    print_json(&dismissed);
                 }
             }
             Ok(())

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use launcher::format::{format_duration, shorten};
+use launcher::format::{shorten, spell_duration};
 use launcher::{RunState, RunSummary};
 
 /// `--color`.
@@ -87,9 +87,9 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         .map(|t| format!("{} ago", ago(now.saturating_sub(t))))
         .unwrap_or_else(|| "-".to_owned());
     let time = match (s.started_at, s.ended_at) {
-        (Some(start), Some(end)) => format_duration(end.saturating_sub(start)),
+        (Some(start), Some(end)) => spell_duration(end.saturating_sub(start)),
         (Some(start), None) if s.state.is_active() => {
-            format!("{}…", format_duration(now.saturating_sub(start)))
+            format!("{}…", spell_duration(now.saturating_sub(start)))
         }
         _ => "-".to_owned(),
     };

@@ -12,7 +12,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use launcher::format::{fanout_line, format_duration, shorten};
+use launcher::format::{fanout_line, shorten, spell_duration};
 use launcher::{Layout, RunSummary, now_ms};
 use notify::{RecursiveMode, Watcher};
 use ratatui::Frame;
@@ -242,7 +242,7 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
         .count();
     let elapsed = s
         .started_at
-        .map(|start| format_duration(now.saturating_sub(start)))
+        .map(|start| spell_duration(now.saturating_sub(start)))
         .unwrap_or_else(|| "-".to_owned());
     let cwd = s.cwd.as_deref().unwrap_or("");
     // A single step has no line of its own: its quiet time is the run's.
@@ -265,7 +265,7 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
                 "    {}. {}  {}  {}{}",
                 i + 1,
                 launcher::format::step_label(step),
-                step.status,
+                launcher::format::step_state(step, s.state),
                 step_time(step, now),
                 quiet_for(run, i, step, now),
             ))));
@@ -279,9 +279,9 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
 
 fn step_time(step: &launcher::Step, now: u64) -> String {
     match (step.duration_ms, step.started_at) {
-        (Some(ms), _) => format_duration(ms),
+        (Some(ms), _) => spell_duration(ms),
         (None, Some(start)) if step.status == "running" => {
-            format_duration(now.saturating_sub(start))
+            spell_duration(now.saturating_sub(start))
         }
         _ => String::new(),
     }
@@ -306,7 +306,7 @@ fn quiet_for(run: &RunSummary, i: usize, step: &launcher::Step, now: u64) -> Str
     match logged.or(recorded) {
         Some(at) => format!(
             "  · last output {} ago",
-            format_duration(now.saturating_sub(at))
+            spell_duration(now.saturating_sub(at))
         ),
         None => String::new(),
     }

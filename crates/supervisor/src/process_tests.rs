@@ -480,10 +480,7 @@ fn a_step_past_its_limit_is_terminated_and_reported_timed_out_without_its_siblin
     let slow = step_field(&s, 0);
     assert_eq!(slow.status, "failed");
     assert_eq!(slow.timed_out, Some(true));
-    assert_eq!(
-        slow.error.as_deref(),
-        Some("Subagent timed out after 300ms.")
-    );
+    assert_eq!(slow.error.as_deref(), Some("timed out after 300ms"));
     let steady = step_field(&s, 1);
     assert_eq!(
         (steady.status.as_str(), steady.timed_out),
@@ -559,7 +556,7 @@ fn a_run_past_its_limit_ends_the_running_step_and_the_unstarted_ones_and_keeps_t
     let s = run.status();
     assert_eq!(s.state, RunState::Failed);
     assert_eq!(s.timed_out, Some(true));
-    assert_eq!(s.error.as_deref(), Some("Subagent timed out after 700ms."));
+    assert_eq!(s.error.as_deref(), Some("timed out after 700ms"));
     assert_eq!(step_field(&s, 0).status, "complete");
     assert_eq!(step_field(&s, 0).timed_out, None);
     for i in [1, 2] {

@@ -830,10 +830,7 @@ impl<'a> Execution<'a> {
                 );
             }
             Some(Interruption::TimedOut) => {
-                let message = format!(
-                    "Subagent timed out after {}ms.",
-                    self.config.timeout_ms.unwrap_or(0)
-                );
+                let message = timed_out(self.config.timeout_ms.unwrap_or(0));
                 return (RunState::Failed, Some(message));
             }
             _ => {}
@@ -968,6 +965,12 @@ struct Verdict {
     now: u64,
 }
 
+/// The error of a run or step that hit its deadline, spelled as every
+/// view spells durations.
+fn timed_out(ms: u64) -> String {
+    format!("timed out after {}", status::spell_duration(ms))
+}
+
 fn stop_message(reason: Option<&str>) -> String {
     reason.unwrap_or("Subagent stopped by user.").to_owned()
 }
@@ -990,11 +993,7 @@ fn step_verdict(
                 .timeout_ms
                 .or(config.timeout_ms)
                 .unwrap_or(0);
-            (
-                "failed",
-                Some(format!("Subagent timed out after {ms}ms.")),
-                1,
-            )
+            ("failed", Some(timed_out(ms)), 1)
         }
         (Some(Interruption::FailFast), None) => (
             "failed",
@@ -1193,7 +1192,7 @@ mod tests {
         );
         assert_eq!(
             verdict(&ended(sigterm, Some(Interruption::TimedOut))),
-            ("failed", "Subagent timed out after 5000ms.".into(), 1)
+            ("failed", "timed out after 5s".into(), 1)
         );
         assert_eq!(
             verdict(&ended(sigterm, Some(Interruption::FailFast))),
@@ -1227,7 +1226,7 @@ mod tests {
             Some(Interruption::TimedOut),
         );
         let (_, error, _) = step_verdict(&c, 1, &run);
-        assert_eq!(error.as_deref(), Some("Subagent timed out after 1000ms."));
+        assert_eq!(error.as_deref(), Some("timed out after 1s"));
     }
 
     #[test]
@@ -1310,10 +1309,7 @@ mod tests {
         );
         assert_eq!(
             verdict_of(&c, vec![ok(), ok()], Some(Interruption::TimedOut)),
-            (
-                RunState::Failed,
-                Some("Subagent timed out after 7000ms.".into())
-            )
+            (RunState::Failed, Some("timed out after 7s".into()))
         );
     }
 

@@ -167,7 +167,7 @@ fn a_running_chain_has_no_exit_code_and_a_timed_out_run_says_so() {
     let id = first_line(&out);
     env.settled(&id);
     let shown = env.ok(&["status", &id]);
-    assert!(shown.contains("Timed out after 1.0s"), "{shown}");
+    assert!(shown.contains("Timed out after 1s"), "{shown}");
     assert!(shown.contains("Signal: SIGTERM"), "{shown}");
 }
 
@@ -186,8 +186,75 @@ fn a_chain_stopped_in_its_first_step_ends_the_steps_it_never_started() {
     env.ok(&["stop", &id]);
     let status = env.settled(&id);
     assert_eq!(status["state"], "stopped", "{status}");
-    assert_eq!(status["steps"][1]["status"], "stopped", "{status}");
+    assert_eq!(status["steps"][1]["status"], "skipped", "{status}");
     assert!(status["steps"][1]["externalProcess"].is_null(), "{status}");
+    // The record keeps the reference's state; every view says `skipped`.
+    assert_eq!(recorded_step_state(&env, &id, 1), "stopped");
+}
+
+/// A step's state as `status.json` records it.
+fn recorded_step_state(env: &Env, id: &str, step: usize) -> String {
+    let file = env.run_dir(id).join("status.json");
+    let status: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    status["steps"][step]["status"].as_str().unwrap().to_owned()
+}
+
+/// Steps that never ran are `skipped` in `status`, `list` and `--json`
+/// alike; steps are numbered one way (1-based of all steps) and durations
+/// spelled one way.
+#[test]
+fn a_stopped_chain_with_a_group_is_shown_one_way_everywhere() {
+    let env = Env::new();
+    let spec = json!({"mode": "chain", "steps": [
+        {"agent": "first", "command": ["sh", "-c", "echo ok"]},
+        {"parallel": [
+            {"agent": "left", "command": ["sh", "-c", "exit 3"]},
+            {"agent": "right", "command": ["sleep", "300"]}
+        ]},
+        {"agent": "never", "command": ["sh", "-c", "echo ran"]}
+    ]});
+    let file = write_spec(&env, "g.json", &spec);
+    let id = env
+        .ok(&["run", "--spec", &file, "--timeout", "90m"])
+        .trim()
+        .to_owned();
+    poll(std::time::Duration::from_secs(20), || {
+        env.status_json(&id)["steps"][1]["status"] == "failed"
+    });
+    env.ok(&["stop", &id]);
+    let status = env.settled(&id);
+    let states: Vec<&str> = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(states[3], "skipped", "{status}");
+    assert_ne!(recorded_step_state(&env, &id, 3), "skipped");
+    let shown = env.ok(&["status", &id]);
+    assert!(shown.contains("  4. never | skipped"), "{shown}");
+    assert!(!shown.contains("never | skipped | exit"), "{shown}");
+    // The header's step and the failed step count the same four steps.
+    let header = shown.lines().next().unwrap();
+    assert!(
+        header.contains(" | step ") && header.contains("/4 | "),
+        "{shown}"
+    );
+    assert!(shown.contains("Failed step: 2/4 left"), "{shown}");
+    let listed = env.ok(&["list", "--all", "--long"]);
+    assert!(listed.contains("  4. never | skipped"), "{listed}");
+    let json: Value = serde_json::from_str(&env.ok(&["list", "--all", "--json"])).unwrap();
+    assert_eq!(json[0]["steps"][3]["status"], "skipped", "{json}");
+    // One spelling of a timeout: the run's error, its step's and the
+    // `Timed out` line.
+    let out = env.run(&["run", "--wait", "--timeout", "1s", "--", "sleep", "300"]);
+    let timed = first_line(&out);
+    env.settled(&timed);
+    let shown = env.ok(&["status", &timed]);
+    assert!(shown.contains("  Error: timed out after 1s"), "{shown}");
+    assert!(shown.contains("  Timed out after 1s"), "{shown}");
+    assert!(shown.contains("| timed out after 1s"), "{shown}");
+    assert!(!shown.contains("ms."), "{shown}");
 }
 
 #[test]
@@ -201,8 +268,10 @@ fn fail_fast_siblings_show_as_skipped() {
     let out = env.run(&["run", "--spec", &file, "--wait"]);
     let id = first_line(&out);
     let status = env.settled(&id);
-    // Recorded as such, not left pending for the display to interpret.
-    assert_eq!(status["steps"][1]["status"], "failed", "{status}");
+    // Recorded as the reference records it, not left pending; shown as
+    // what it was.
+    assert_eq!(recorded_step_state(&env, &id, 1), "failed");
+    assert_eq!(status["steps"][1]["status"], "skipped", "{status}");
     assert_eq!(
         status["steps"][1]["error"],
         "skipped: a sibling failed (failFast)"
@@ -567,7 +636,7 @@ fn the_config_file_sets_the_default_timeout_and_colour() {
     let id = first_line(&out);
     env.settled(&id);
     assert_eq!(env.status_json(&id)["timeoutMs"], 1000);
-    assert!(env.ok(&["status", &id]).contains("Timed out after 1.0s"));
+    assert!(env.ok(&["status", &id]).contains("Timed out after 1s"));
     // `color = "always"` colours the table even through a pipe.
     let table = run(&["list", "--all", "--short"]);
     assert!(text(&table.stdout).contains("\u{1b}["), "{table:?}");
@@ -614,4 +683,59 @@ fn max_active_counts_the_session_runs_launched_without_a_limit() {
         "--",
         "true",
     ]);
+}
+
+#[test]
+fn config_prints_each_effective_value_and_its_source() {
+    let env = Env::new();
+    let (config, file) = config_file("max_active = 2\n");
+    let run = |args: &[&str], extra: &[(&str, &str)]| {
+        let mut command = env.command(args);
+        command
+            .env("XDG_CONFIG_HOME", config.path())
+            .env_remove("SUBAGENTS_MAX_ACTIVE")
+            .env_remove("SUBAGENTS_MAX_SPAWNS_PER_RUN")
+            .env_remove("PI_SUBAGENT_MAX_SPAWNS_PER_RUN");
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout)
+    };
+    let shown = run(&["config"], &[("SUBAGENTS_TIMEOUT", "45m")]);
+    let root = env.root().canonicalize().unwrap();
+    let line = |key: &str| {
+        shown
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in {shown}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        line("root"),
+        format!("root = {}  [flag --root]", root.display())
+    );
+    assert_eq!(line("timeout"), "timeout = 45m  [env SUBAGENTS_TIMEOUT]");
+    assert_eq!(line("fanout_limit"), "fanout_limit = 64  [default]");
+    assert_eq!(
+        line("max_active"),
+        format!("max_active = 2  [config file {}]", file.display())
+    );
+    assert_eq!(line("color"), "color = auto  [default]");
+    let json: Value = serde_json::from_str(&run(&["config", "--json"], &[])).unwrap();
+    let key = |name: &str| {
+        json["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(key("timeout")["value"], "30m", "{json}");
+    assert_eq!(key("timeout")["source"], "default", "{json}");
+    assert_eq!(key("root")["source"], "flag", "{json}");
+    assert_eq!(key("fanout_limit")["value"], "64", "{json}");
 }

@@ -140,3 +140,73 @@ fn usage_errors_are_json_when_json_is_on_the_command_line() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// One rule for every command's `--json`: one line on a pipe (one value
+/// per line for `jq` and `read`), indented on a terminal.
+#[test]
+fn json_is_one_line_on_a_pipe_and_pretty_on_a_terminal() {
+    let env = Env::new();
+    let id = env.ok(&["run", "--", "true"]).trim().to_owned();
+    env.settled(&id);
+    let descriptor = env.root().join("descriptor.json");
+    std::fs::write(
+        &descriptor,
+        env.ok(&["budget", "create", "--root-run-id", "r"]),
+    )
+    .unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["status", &id, "--json"],
+        vec!["list", "--all", "--json"],
+        vec!["list", "--all", "--sort", "started", "--json"],
+        vec!["wait", &id, "--json"],
+        vec!["stop", &id, "--json"],
+        vec!["logs", &id, "--json"],
+        vec!["reconcile", "--json"],
+        vec!["capacity", "--json"],
+        vec!["prune", "--dry-run", "--json"],
+        vec!["config", "--json"],
+        vec!["agents", "--json"],
+        vec!["budget", "--json"],
+        vec![
+            "budget",
+            "show",
+            "--descriptor",
+            descriptor.to_str().unwrap(),
+            "--json",
+        ],
+        vec!["status", "no-such-run", "--json"],
+    ];
+    for args in &commands {
+        let out = env.run(args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.lines().count(), 1, "{args:?} on a pipe: {text}");
+        serde_json::from_str::<Value>(&text).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    }
+    // On a terminal (script(1) gives the command one), the same values indented.
+    let script = std::process::Command::new("script")
+        .arg("--version")
+        .output();
+    if !script.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped the terminal half: script(1) is not installed");
+        return;
+    }
+    for args in &commands[..3] {
+        let mut line = format!(
+            "'{}' --root '{}'",
+            env!("CARGO_BIN_EXE_subagents"),
+            env.root().display()
+        );
+        for arg in args {
+            line.push_str(&format!(" '{arg}'"));
+        }
+        let mut command = std::process::Command::new("script");
+        command
+            .args(["-qec", &line, "/dev/null"])
+            .env("XDG_CONFIG_HOME", env.root().join("no-config"))
+            .stdin(std::process::Stdio::null());
+        let out = common::output_within(command, std::time::Duration::from_secs(60));
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        assert!(text.lines().count() > 3, "{args:?} on a terminal: {text}");
+        assert!(text.contains("\n  "), "{args:?} on a terminal: {text}");
+    }
+}

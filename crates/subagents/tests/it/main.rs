@@ -8,6 +8,7 @@ mod agents;
 mod cli;
 mod compat;
 mod compat_fixtures;
+mod completions;
 mod composite;
 mod costs;
 mod crash_matrix;

@@ -185,7 +185,7 @@ fn what_is_not_resumable_is_refused_clearly() {
     let out = env.run(&["resume", &composite, "--task", "x"]);
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("is missing its required run fan-out recovery identity"),
+            .contains("is missing its run fan-out recovery identity"),
         "{out:?}"
     );
     assert_eq!(
@@ -485,8 +485,7 @@ fn a_task_equal_to_a_contract_value_still_runs_but_is_not_resumable() {
     assert!(!run_dir(&env, &id).join("recovery-descriptor.json").exists());
     let out = env.run(&["resume", &id, "--task", "more"]);
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("missing its required run fan-out recovery identity"),
+        String::from_utf8_lossy(&out.stderr).contains("missing its run fan-out recovery identity"),
         "{out:?}"
     );
 }
