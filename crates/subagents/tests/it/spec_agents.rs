@@ -400,3 +400,26 @@ async fn the_mcp_run_tool_takes_a_spec_of_named_agents() {
     assert_eq!(steps[1]["agentRunner"], "codex");
     assert_ne!(steps[0]["agentSessionId"], steps[1]["agentSessionId"]);
 }
+
+#[test]
+fn the_new_step_keys_survive_a_reader_and_writer_that_does_not_know_them() {
+    // The status crate keeps the keys of a step it has no field for; a
+    // writer that knows nothing of `lastOutputAt`, `idleTimeoutMs` or a
+    // step's `agentRunner` (the reference, or this crate's older reader)
+    // reads such a status and writes it back with them.
+    let tmp = tempfile::tempdir().unwrap();
+    let text = json!({"runId": "r1", "state": "running", "mode": "parallel", "steps": [
+        {"agent": "reviewer", "status": "running", "agentRunner": "claude",
+         "agentSessionId": "s-1", "idleTimeoutMs": 120000, "lastOutputAt": 1767225603000u64}
+    ]})
+    .to_string();
+    std::fs::write(tmp.path().join("status.json"), &text).unwrap();
+    let status = status::model::read_status(tmp.path()).unwrap().unwrap();
+    status::model::write_status(tmp.path(), &status).unwrap();
+    let back: Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("status.json")).unwrap()).unwrap();
+    let step = &back["steps"][0];
+    assert_eq!(step["agentRunner"], "claude");
+    assert_eq!(step["idleTimeoutMs"], 120000);
+    assert_eq!(step["lastOutputAt"], 1767225603000u64);
+}
