@@ -160,7 +160,7 @@ pub fn idle_reason(ms: u64) -> String {
 /// `ms` in the units a duration is written with, largest first (`90000` is
 /// `1m30s`); not a whole second: in ms.
 pub fn spell_duration(ms: u64) -> String {
-    if ms % 1000 != 0 || ms == 0 {
+    if !ms.is_multiple_of(1000) || ms == 0 {
         return format!("{ms}ms");
     }
     let mut left = ms / 1000;
