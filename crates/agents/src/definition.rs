@@ -115,6 +115,10 @@ pub struct AgentDefinition {
     pub cwd: Option<PathBuf>,
     /// Wall-clock limit in milliseconds (`timeout: 20m` or `timeoutMs`).
     pub timeout_ms: Option<u64>,
+    /// `idleTimeout` as written (`2m`, `0` for off): how long the agent may
+    /// print nothing before its step is ended. Kept as text: the launcher
+    /// parses it with the one duration syntax of `--idle-timeout`.
+    pub idle_timeout: Option<String>,
     /// Extra environment of the agent's process.
     pub env: BTreeMap<String, String>,
     /// The body: the system prompt (trimmed; empty for none).
@@ -178,6 +182,7 @@ struct FrontMatter {
     cwd: Option<String>,
     timeout: Option<Value>,
     timeout_ms: Option<u64>,
+    idle_timeout: Option<String>,
     env: Option<BTreeMap<String, Value>>,
     system_prompt_mode: Option<String>,
     resume_prompt: Option<String>,
@@ -395,6 +400,7 @@ fn build(
         sandbox: non_empty(front.sandbox),
         cwd: non_empty(front.cwd).map(PathBuf::from),
         timeout_ms,
+        idle_timeout: non_empty(front.idle_timeout),
         env,
         system_prompt: body.trim().to_owned(),
         system_prompt_mode,

@@ -57,6 +57,11 @@ pub struct RunRequest {
     /// Wall-clock deadline, e.g. `90s`, `30m`, `1h30m`, `1d`; `0` for none. Default 30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// End a step that prints nothing (no stdout, stderr or output-file
+    /// growth) for this long, e.g. `2m`; `0` for none. Default: the agent's
+    /// `idleTimeout`, else `$SUBAGENTS_IDLE_TIMEOUT` (config `idle_timeout`), else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
     /// Explicit run id (refused if it exists or is not a safe file name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
@@ -67,7 +72,10 @@ pub struct RunRequest {
     /// A composite run, the JSON of a spec file: `{"mode": "parallel",
     /// "tasks": [step, ...], "concurrency"?, "failFast"?}` or `{"mode":
     /// "chain", "steps": [step or {"parallel": [step, ...]}, ...]}`; a step is
-    /// `{"agent", "command": [argv...], "name"?, "task"?, "cwd"?, "timeout"?}`.
+    /// `{"agent", "command"?: [argv...], "name"?, "task"? | "taskFile"?, "cwd"?,
+    /// "timeout"?, "idleTimeout"?}`; without `command` the step runs the named
+    /// agent `agent`; in a chain step's task `{previous}` is the output of
+    /// the step before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<Value>,
     /// A composite run's spec file (the command line's `--spec FILE`).

@@ -184,6 +184,8 @@ pub enum DurationField {
     Timeout,
     /// `olderThan` (`--older-than`) of `prune`.
     OlderThan,
+    /// `idleTimeout` (`--idle-timeout`) of `run`.
+    IdleTimeout,
 }
 
 impl DurationField {
@@ -192,6 +194,7 @@ impl DurationField {
         match self {
             Self::Timeout => "timeout",
             Self::OlderThan => "olderThan",
+            Self::IdleTimeout => "idleTimeout",
         }
     }
 
@@ -200,6 +203,7 @@ impl DurationField {
         match self {
             Self::Timeout => "--timeout",
             Self::OlderThan => "--older-than",
+            Self::IdleTimeout => "--idle-timeout",
         }
     }
 }

@@ -3,7 +3,8 @@
 //! A single run shows its output file once it is over (else COMMAND's
 //! stdout), with COMMAND's stderr on stderr. A composite run shows every
 //! step's stdout under `=== <agent> (step N) ===` (numbered as `status`
-//! numbers steps), each step's stderr on stderr under the same header.
+//! numbers steps; a named agent's ended step: its output file, the answer),
+//! each step's stderr on stderr under the same header.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -193,15 +194,27 @@ fn step_sources(run: &RunSummary, only: Option<usize>) -> Vec<Source> {
             i + 1
         );
         for (stream, kind) in [("stdout", Stream::Out), ("stderr", Stream::Err)] {
+            let mut path = dir.join(format!("external-{i}.{stream}.log"));
+            // A named agent's stdout is its CLI's event stream; once the
+            // step is over its output file holds the answer read from it.
+            let answer = dir.join(format!("output-{i}.log"));
+            if stream == "stdout" && is_agent_step_over(step) && has_bytes(&answer) {
+                path = answer;
+            }
             out.push(Source {
                 name: format!("step {} {stream}", i + 1),
-                path: dir.join(format!("external-{i}.{stream}.log")),
+                path,
                 stream: kind,
                 header: Some(header.clone()),
             });
         }
     }
     out
+}
+
+/// A step of a named agent (its runner recorded with its session) that ended.
+fn is_agent_step_over(step: &status::model::Step) -> bool {
+    step.extra.contains_key("agentRunner") && !matches!(step.status.as_str(), "running" | "pending")
 }
 
 /// A finished run's output file and COMMAND's stderr; otherwise COMMAND's

@@ -104,11 +104,23 @@ impl Request {
             (Some(name), true) => Some(crate::presets::resolve(name, &resolve_cwd(None)?)?),
             _ => None,
         };
-        let plan = match &preset {
+        let mut plan = match &preset {
             Some(preset) => preset_plan(preset),
             None => plan(run)?,
         };
+        let requested_idle = idle_request(run)?;
+        let definitions = match composite {
+            true => resolve_named_agents(run, &mut plan)?,
+            false => vec![preset.as_ref().map(|p| p.definition.clone())],
+        };
         let tasks = read_tasks(run, &plan)?;
+        if composite {
+            check_spec_tasks(run, &mut plan, &tasks, &definitions)?;
+        }
+        for (planned, definition) in plan.steps.iter_mut().zip(&definitions) {
+            planned.idle_timeout_ms =
+                settle_idle(planned.idle_timeout_ms, requested_idle, definition.as_ref())?;
+        }
         let definition = preset.as_ref().map(|p| &p.definition);
         if definition.is_some_and(|d| d.runner.is_agent_cli()) && tasks[0].is_none() {
             return Err(Error::of(
@@ -148,6 +160,143 @@ impl Request {
             name: run.name.clone(),
         })
     }
+}
+
+/// The request's `idleTimeout` in ms (`Some(0)`: off); malformed is a usage error.
+fn idle_request(run: &RunRequest) -> Result<Option<u64>> {
+    run.idle_timeout
+        .as_deref()
+        .map(|text| {
+            crate::spec::duration_ms(text)
+                .map_err(|e| Error::bad_duration(crate::error::DurationField::IdleTimeout, e))
+        })
+        .transpose()
+}
+
+/// A step's idle limit: the spec's, else the request's, else its agent
+/// definition's, else `$SUBAGENTS_IDLE_TIMEOUT` (config `idle_timeout`);
+/// `0` anywhere turns it off.
+fn settle_idle(
+    spec: Option<u64>,
+    request: Option<u64>,
+    definition: Option<&agents::AgentDefinition>,
+) -> Result<Option<u64>> {
+    let mut ms = spec.or(request);
+    if ms.is_none()
+        && let Some(def) = definition
+    {
+        ms = crate::presets::idle_timeout_ms(def)?;
+    }
+    if ms.is_none() {
+        let var = crate::settings::IDLE_TIMEOUT_ENV;
+        if let Some(text) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
+            let parsed = crate::spec::duration_ms(&text).map_err(|e| {
+                Error::bad_duration(
+                    crate::error::DurationField::IdleTimeout,
+                    format!("${var}: {e}"),
+                )
+            })?;
+            ms = Some(parsed);
+        }
+    }
+    Ok(ms.filter(|ms| *ms > 0))
+}
+
+/// An error about a spec's content, named after the spec as `read_plan`
+/// names it: the file when there is one.
+fn spec_error(run: &RunRequest, kind: ErrorKind, message: String) -> Error {
+    let text = match &run.spec_file {
+        Some(path) => format!(
+            "invalid spec file '{}': {message}",
+            atomic_file::escape_path(path)
+        ),
+        None => format!("failed to read the spec: {message}"),
+    };
+    Error::of(kind, text)
+}
+
+/// Renders each spec step that names an agent without a command, as `run
+/// --agent NAME` does (looked up from the launcher's directory): its argv,
+/// environment, and the definition's cwd and timeout where the step sets
+/// none. Returns each step's definition (`None` for a command step).
+fn resolve_named_agents(
+    run: &RunRequest,
+    plan: &mut Plan,
+) -> Result<Vec<Option<agents::AgentDefinition>>> {
+    let mut definitions = Vec::new();
+    let mut catalog = None;
+    for planned in &mut plan.steps {
+        if !planned.spec.is_named_agent() {
+            definitions.push(None);
+            continue;
+        }
+        let catalog = match &catalog {
+            Some(catalog) => catalog,
+            None => catalog.insert(crate::presets::catalog(&resolve_cwd(None)?)),
+        };
+        let context = format!("{}.agent", planned.at);
+        let context = spec_error(run, ErrorKind::UnknownAgent, context).message;
+        let preset = crate::presets::resolve_in(catalog, &planned.spec.agent, &context)?;
+        let def = preset.definition;
+        planned.spec.command = preset.invocation.argv;
+        planned.env = preset.invocation.env;
+        if planned.spec.cwd.is_none() {
+            planned.spec.cwd = def.cwd.clone();
+        }
+        if planned.spec.timeout.is_none() {
+            planned.timeout_ms = def.timeout_ms;
+        }
+        definitions.push(Some(def));
+    }
+    Ok(definitions)
+}
+
+/// What only the tasks show: an agent CLI's step needs one, and
+/// `{previous}` only stands for something in a chain step after the first
+/// (the runner replaces it there).
+fn check_spec_tasks(
+    run: &RunRequest,
+    plan: &mut Plan,
+    tasks: &[Option<String>],
+    definitions: &[Option<agents::AgentDefinition>],
+) -> Result {
+    let has_previous: Vec<bool> = (0..plan.steps.len())
+        .map(|i| plan.has_previous(i))
+        .collect();
+    for (i, planned) in plan.steps.iter_mut().enumerate() {
+        let field = |name: &str| format!("{}.{name}", planned.at);
+        let agent_cli = definitions[i]
+            .as_ref()
+            .is_some_and(|d| d.runner.is_agent_cli());
+        let Some(task) = &tasks[i] else {
+            if agent_cli {
+                let why = format!(
+                    "{}: agent '{}' needs a task (give task or taskFile)",
+                    field("task"),
+                    planned.spec.agent
+                );
+                return Err(spec_error(run, ErrorKind::BadSpec, why));
+            }
+            continue;
+        };
+        if !task.contains(crate::spec::PREVIOUS_PLACEHOLDER) {
+            continue;
+        }
+        if !has_previous[i] {
+            let which = if planned.spec.task_file.is_some() {
+                "taskFile"
+            } else {
+                "task"
+            };
+            let why = format!(
+                "{}: {{previous}} stands for the output of the step before, which only a chain step after the first has",
+                field(which)
+            );
+            return Err(spec_error(run, ErrorKind::BadSpec, why));
+        }
+        planned.previous_in_task = true;
+    }
+    Ok(())
 }
 
 /// The combinations the command line's parser refuses, refused here too
@@ -365,8 +514,10 @@ fn plan(run: &RunRequest) -> Result<Plan> {
         name: None,
         command_label,
         task: None,
+        task_file: None,
         cwd: None,
         timeout: None,
+        idle_timeout: None,
     };
     Ok(Plan::single(spec))
 }
@@ -379,8 +530,10 @@ fn preset_plan(preset: &crate::presets::Preset) -> Plan {
         name: None,
         command_label: None,
         task: None,
+        task_file: None,
         cwd: None,
         timeout: None,
+        idle_timeout: None,
     })
 }
 
@@ -428,17 +581,37 @@ fn run_timeout(text: Option<&str>) -> Result<Option<u64>> {
 /// reads a piped task itself, and the MCP server's stdin is its protocol.
 fn read_tasks(run: &RunRequest, plan: &Plan) -> Result<Vec<Option<String>>> {
     if run.spec.is_some() || run.spec_file.is_some() {
-        return Ok(plan
-            .steps
-            .iter()
-            .map(|s| non_blank(s.spec.task.clone()))
-            .collect());
+        let mut tasks = Vec::new();
+        for planned in &plan.steps {
+            let text = match &planned.spec.task_file {
+                Some(path) => Some(read_spec_task_file(run, &planned.at, path)?),
+                None => planned.spec.task.clone(),
+            };
+            tasks.push(non_blank(text));
+        }
+        return Ok(tasks);
     }
     if let Some(path) = &run.task_file {
         let text = std::fs::read_to_string(path).map_err(|e| Error::bad_task_file(path, e))?;
         return Ok(vec![non_blank(Some(text))]);
     }
     Ok(vec![non_blank(run.task.clone())])
+}
+
+/// A spec step's `taskFile` (relative to the launcher's directory, as
+/// `--task-file`): a regular file of UTF-8 text, read without following a FIFO.
+fn read_spec_task_file(run: &RunRequest, at: &str, path: &Path) -> Result<String> {
+    let fail = |why: String| {
+        let why = format!("{at}.taskFile: {why}");
+        spec_error(run, ErrorKind::BadSpec, why)
+    };
+    let bytes = atomic_file::read::read_input_file(path).map_err(|e| fail(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        fail(format!(
+            "'{}' is not UTF-8 text: {e}",
+            atomic_file::escape_path(path)
+        ))
+    })
 }
 
 /// A task file's bytes: the task ending with a newline (one added when it
@@ -586,6 +759,7 @@ fn step_configs(
             }
             None => None,
         };
+        let previous_in_task = planned.previous_in_task && task_file.is_some();
         let step_cwd = match &planned.spec.cwd {
             Some(dir) => resolve_cwd(Some(&cwd.join(dir)))?,
             None => cwd.to_path_buf(),
@@ -597,6 +771,9 @@ fn step_configs(
             task_file,
             timeout_ms: planned.timeout_ms,
             fanout_label: (!single).then(|| planned.claim_path.clone()),
+            env: planned.env.clone(),
+            idle_timeout_ms: planned.idle_timeout_ms,
+            previous_in_task,
         });
     }
     Ok(steps)

@@ -75,11 +75,16 @@ pub fn catalog(cwd: &Path) -> Catalog {
 
 /// Finds `name` from `cwd` and renders its invocation.
 pub fn resolve(name: &str, cwd: &Path) -> Result<Preset> {
-    let catalog = catalog(cwd);
+    resolve_in(&catalog(cwd), name, "failed to launch run")
+}
+
+/// Finds `name` in `catalog` and renders its invocation; an unknown name's
+/// error starts with `context` (the spec step's field, for a spec).
+pub fn resolve_in(catalog: &Catalog, name: &str, context: &str) -> Result<Preset> {
     let Some(found) = catalog.find(name) else {
         let mut error = Error::of(
             ErrorKind::UnknownAgent,
-            format!("failed to launch run: no agent named '{name}'"),
+            format!("{context}: no agent named '{name}'"),
         );
         error.notes = catalog.errors.iter().map(ToString::to_string).collect();
         return Err(error);
@@ -90,6 +95,20 @@ pub fn resolve(name: &str, cwd: &Path) -> Result<Preset> {
     Ok(Preset {
         definition: found.definition.clone(),
         invocation,
+    })
+}
+
+/// A definition's `idleTimeout` in ms (`Some(0)`: off), parsed with the
+/// one duration syntax; an error names the file and the field.
+pub fn idle_timeout_ms(def: &AgentDefinition) -> Result<Option<u64>> {
+    let Some(text) = &def.idle_timeout else {
+        return Ok(None);
+    };
+    crate::spec::duration_ms(text).map(Some).map_err(|e| {
+        Error::failed(format!(
+            "failed to launch run: agent definition {}: idleTimeout: {e}",
+            atomic_file::escape_path(&def.path)
+        ))
     })
 }
 
@@ -156,6 +175,7 @@ fn summary(found: &Found) -> Map<String, Value> {
         "tools": def.tools,
         "cwd": def.cwd,
         "timeoutMs": def.timeout_ms,
+        "idleTimeout": def.idle_timeout,
         "systemPromptMode": def.system_prompt_mode.as_str(),
         "scope": found.scope.as_str(),
         "path": def.path,

@@ -41,6 +41,11 @@ pub fn resume(layout: &Layout, args: &ResumeRequest, settings: &Settings) -> Res
             status.state
         )));
     }
+    if let Some(mode) = composite_mode(&status) {
+        return Err(refuse(format!(
+            "it is a {mode} run, and resume continues single runs only (one step of a {mode} run cannot be resumed); start a new run for the follow-up"
+        )));
+    }
     let follow_up = follow_up(args, &source)?;
     let recovery = load(layout, &source_dir).map_err(&refuse)?;
     let request =
@@ -62,6 +67,14 @@ pub fn resume(layout: &Layout, args: &ResumeRequest, settings: &Settings) -> Res
         launched,
         source_run_id: source,
     })
+}
+
+/// `parallel` or `chain` for a composite run (out of resume's scope).
+fn composite_mode(status: &status::RunStatus) -> Option<&str> {
+    status
+        .mode
+        .as_deref()
+        .filter(|m| matches!(*m, "parallel" | "chain"))
 }
 
 fn follow_up(args: &ResumeRequest, source: &str) -> Result<String> {
@@ -239,8 +252,10 @@ fn revival_request(
         name: None,
         command_label: None,
         task: None,
+        task_file: None,
         cwd: None,
         timeout: None,
+        idle_timeout: None,
     };
     Ok(Request {
         plan: Plan::single(spec),

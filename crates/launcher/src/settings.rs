@@ -12,14 +12,19 @@ use crate::api::{ConfigKey, ConfigOutcome};
 use crate::error::{Error, Result};
 
 /// The keys, the variable each one stands in for, and whether it is a number.
-pub const KEYS: [(&str, &str, bool); 6] = [
+pub const KEYS: [(&str, &str, bool); 7] = [
     ("root", "SUBAGENTS_ROOT", false),
     ("session", "SUBAGENTS_SESSION_ID", false),
     ("max_active", "SUBAGENTS_MAX_ACTIVE", true),
     ("fanout_limit", fanout_budget::LIMIT_ENV, true),
     ("timeout", "SUBAGENTS_TIMEOUT", false),
     ("color", "SUBAGENTS_COLOR", false),
+    ("idle_timeout", IDLE_TIMEOUT_ENV, false),
 ];
+
+/// The variable of the default idle limit (config `idle_timeout`), read by
+/// the launcher itself: an agent's own `idleTimeout` wins over it.
+pub const IDLE_TIMEOUT_ENV: &str = "SUBAGENTS_IDLE_TIMEOUT";
 
 /// Where the file is looked for.
 pub fn path() -> Option<PathBuf> {
@@ -45,7 +50,7 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
         let key = key.trim();
         let &(name, _, number) = KEYS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
             fail(format!(
-                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color)"
+                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color, idle_timeout)"
             ))
         })?;
         let value = strip_comment(value.trim());
@@ -72,9 +77,9 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
 /// the user never typed.
 fn check_value(key: &str, value: &str) -> Result<(), String> {
     match key {
-        "timeout" => crate::root::parse_duration(value)
+        "timeout" | "idle_timeout" => crate::root::parse_duration(value)
             .map(|_| ())
-            .map_err(|e| format!("timeout: {e}")),
+            .map_err(|e| format!("{key}: {e}")),
         "color" if !["auto", "always", "never"].contains(&value) => Err(format!(
             "color must be \"auto\", \"always\" or \"never\", not '{value}'"
         )),

@@ -3,8 +3,16 @@
 //! ```json
 //! {"mode": "parallel", "tasks": [STEP, ...], "concurrency": 2, "failFast": true}
 //! {"mode": "chain", "steps": [STEP | {"parallel": [STEP, ...], "concurrency": 2, "failFast": false}, ...]}
-//! STEP = {"agent": "name", "command": ["argv", ...], "name": "label", "task": "text", "cwd": "dir", "timeout": "10m"}
+//! STEP = {"agent": "name", "command": ["argv", ...], "name": "label", "task": "text" | "taskFile": "path",
+//!         "cwd": "dir", "timeout": "10m", "idleTimeout": "2m"}
 //! ```
+//!
+//! A step without `command` runs the named agent `agent` (its definition
+//! renders the command, as `run --agent NAME` does); the launcher resolves
+//! it, this module only parses. Both forms also take `idleTimeout` at the
+//! top (the default of every step). In a chain step's task, `{previous}`
+//! stands for the output of the step (or parallel group) before it; the
+//! runner puts it in when the step starts.
 //!
 //! Parsing is strict: unknown fields, wrong types and empty lists are
 //! refused with the file and the JSON path of the offending field.
@@ -24,9 +32,10 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StepSpec {
-    /// Agent label.
+    /// Agent label; without `command`, the named agent to run.
     pub agent: String,
-    /// argv.
+    /// argv; empty for a named agent's step (the launcher renders it).
+    #[serde(default)]
     pub command: Vec<String>,
     /// The step's label in listings (see [`check_name`]).
     #[serde(default)]
@@ -38,13 +47,30 @@ pub struct StepSpec {
     /// Task text.
     #[serde(default)]
     pub task: Option<String>,
+    /// A file holding the task text (relative to the launcher's directory,
+    /// as `--task-file`); read by the launcher.
+    #[serde(default)]
+    pub task_file: Option<PathBuf>,
     /// Working directory (relative to `--cwd`, default the current directory).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// Step timeout (`30m`, `90s`).
     #[serde(default)]
     pub timeout: Option<String>,
+    /// How long the step may print nothing before it is ended (`0`: off).
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
 }
+
+impl StepSpec {
+    /// Whether the step runs a named agent (no `command` of its own).
+    pub fn is_named_agent(&self) -> bool {
+        self.command.is_empty()
+    }
+}
+
+/// The placeholder a chain step's task may hold for the previous step's output.
+pub const PREVIOUS_PLACEHOLDER: &str = supervisor::runner::STEP_PREVIOUS;
 
 /// A step ready to launch.
 #[derive(Debug, Clone)]
@@ -55,6 +81,17 @@ pub struct PlannedStep {
     pub timeout_ms: Option<u64>,
     /// Fan-out claim path (`tasks[j]`, `chain[i]`, `chain[i].parallel[j]`).
     pub claim_path: String,
+    /// The JSON path of the step in the spec (`tasks[0]`,
+    /// `steps[1].parallel[0]`), for errors found after parsing.
+    pub at: String,
+    /// The step's idle limit in ms as the spec sets it (its own, else the
+    /// spec's top-level one); `Some(0)` turns it off. The launcher then
+    /// settles it (request, definition, default): `None` or the limit.
+    pub idle_timeout_ms: Option<u64>,
+    /// A named agent's rendered environment (set by the launcher).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The task holds [`PREVIOUS_PLACEHOLDER`] for the runner to replace.
+    pub previous_in_task: bool,
 }
 
 /// A parsed spec: mode, flat steps, groups.
@@ -69,6 +106,14 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether flat step `i` runs after another group (a chain step after
+    /// the first), so that `{previous}` has something to stand for.
+    pub fn has_previous(&self, i: usize) -> bool {
+        self.mode == "chain" && self.groups.first().is_some_and(|g| i >= g.start + g.count)
+    }
+}
+
+impl Plan {
     /// A single run of one step (claim path `single`).
     pub fn single(spec: StepSpec) -> Self {
         Self {
@@ -77,6 +122,10 @@ impl Plan {
                 spec,
                 timeout_ms: None,
                 claim_path: "single".into(),
+                at: String::new(),
+                idle_timeout_ms: None,
+                env: Default::default(),
+                previous_in_task: false,
             }],
             groups: vec![GroupConfig {
                 start: 0,
@@ -136,7 +185,12 @@ pub fn parse_plan(value: &Value) -> Result<Plan, String> {
 }
 
 fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
-    only_keys(obj, &["mode", "tasks", "concurrency", "failFast"], "")?;
+    only_keys(
+        obj,
+        &["mode", "tasks", "concurrency", "failFast", "idleTimeout"],
+        "",
+    )?;
+    let idle = top_idle_timeout(obj)?;
     let tasks = non_empty_array(obj.get("tasks"), "tasks")?;
     let mut plan = Plan {
         mode: "parallel".into(),
@@ -144,14 +198,15 @@ fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
         groups: Vec::new(),
     };
     for (j, task) in tasks.iter().enumerate() {
-        plan.steps.push(step(task, &format!("tasks[{j}]"))?);
+        plan.steps.push(step(task, &format!("tasks[{j}]"), idle)?);
     }
     plan.groups.push(group(obj, 0, tasks.len(), "")?);
     Ok(plan)
 }
 
 fn parse_chain(obj: &Map<String, Value>) -> Result<Plan, String> {
-    only_keys(obj, &["mode", "steps"], "")?;
+    only_keys(obj, &["mode", "steps", "idleTimeout"], "")?;
+    let idle = top_idle_timeout(obj)?;
     let items = non_empty_array(obj.get("steps"), "steps")?;
     let mut plan = Plan {
         mode: "chain".into(),
@@ -166,14 +221,14 @@ fn parse_chain(obj: &Map<String, Value>) -> Result<Plan, String> {
                 only_keys(inner, &["parallel", "concurrency", "failFast"], &at)?;
                 let tasks = non_empty_array(inner.get("parallel"), &format!("{at}.parallel"))?;
                 for (j, task) in tasks.iter().enumerate() {
-                    let mut planned = step(task, &format!("{at}.parallel[{j}]"))?;
+                    let mut planned = step(task, &format!("{at}.parallel[{j}]"), idle)?;
                     planned.claim_path = format!("chain[{i}].parallel[{j}]");
                     plan.steps.push(planned);
                 }
                 plan.groups.push(group(inner, start, tasks.len(), &at)?);
             }
             None => {
-                let mut planned = step(item, &at)?;
+                let mut planned = step(item, &at, idle)?;
                 planned.claim_path = format!("chain[{i}]");
                 plan.steps.push(planned);
                 plan.groups.push(GroupConfig {
@@ -189,7 +244,7 @@ fn parse_chain(obj: &Map<String, Value>) -> Result<Plan, String> {
     Ok(plan)
 }
 
-fn step(value: &Value, at: &str) -> Result<PlannedStep, String> {
+fn step(value: &Value, at: &str, idle: Option<u64>) -> Result<PlannedStep, String> {
     let spec: StepSpec = serde_json::from_value(value.clone()).map_err(|e| format!("{at}: {e}"))?;
     if let Some(name) = &spec.name {
         check_name(name).map_err(|why| format!("{at}.name: {why}"))?;
@@ -197,10 +252,22 @@ fn step(value: &Value, at: &str) -> Result<PlannedStep, String> {
     if spec.agent.trim().is_empty() {
         return Err(format!("{at}.agent: must not be empty"));
     }
-    if spec.command.first().is_none_or(|c| c.is_empty()) {
+    // Absent, the step is the named agent's; present, it must be a command.
+    let has_command = value.get("command").is_some();
+    if has_command && spec.command.first().is_none_or(|c| c.is_empty()) {
         return Err(format!(
             "{at}.command: expected a non-empty array of strings"
         ));
+    }
+    if spec.task.is_some() && spec.task_file.is_some() {
+        return Err(format!("{at}.taskFile: give task or taskFile, not both"));
+    }
+    if spec
+        .task_file
+        .as_ref()
+        .is_some_and(|p| p.as_os_str().is_empty())
+    {
+        return Err(format!("{at}.taskFile: must not be empty"));
     }
     let timeout_ms = match &spec.timeout {
         Some(t) => {
@@ -209,11 +276,35 @@ fn step(value: &Value, at: &str) -> Result<PlannedStep, String> {
         }
         None => None,
     };
+    let idle_timeout_ms = match &spec.idle_timeout {
+        Some(t) => Some(duration_ms(t).map_err(|e| format!("{at}.idleTimeout: {e}"))?),
+        None => idle,
+    };
     Ok(PlannedStep {
         spec,
         timeout_ms,
         claim_path: at.to_owned(),
+        at: at.to_owned(),
+        idle_timeout_ms,
+        env: Default::default(),
+        previous_in_task: false,
     })
+}
+
+/// A duration in ms (`0` for off), with the one duration syntax.
+pub fn duration_ms(text: &str) -> Result<u64, String> {
+    parse_duration(text).map(|d| d.as_millis() as u64)
+}
+
+/// The spec's top-level `idleTimeout`, the default of its steps.
+fn top_idle_timeout(obj: &Map<String, Value>) -> Result<Option<u64>, String> {
+    match obj.get("idleTimeout") {
+        None => Ok(None),
+        Some(Value::String(text)) => duration_ms(text)
+            .map(Some)
+            .map_err(|e| format!("idleTimeout: {e}")),
+        Some(_) => Err("idleTimeout: expected a duration string such as \"2m\"".into()),
+    }
 }
 
 fn group(
@@ -317,6 +408,38 @@ mod tests {
     }
 
     #[test]
+    fn a_step_without_command_is_a_named_agent_and_idle_limits_cascade() {
+        let spec = json!({"mode": "chain", "idleTimeout": "1m", "steps": [
+            {"agent": "reviewer", "task": "look"},
+            {"parallel": [
+                {"agent": "scout", "taskFile": "t.md", "idleTimeout": "0"},
+                {"agent": "fixer", "task": "{previous}", "idleTimeout": "90s"}
+            ]},
+            s("cmd")
+        ]});
+        let plan = parse_plan(&spec).unwrap();
+        let named: Vec<_> = plan.steps.iter().map(|p| p.spec.is_named_agent()).collect();
+        assert_eq!(named, [true, true, true, false]);
+        let idle: Vec<_> = plan.steps.iter().map(|p| p.idle_timeout_ms).collect();
+        assert_eq!(idle, [Some(60_000), Some(0), Some(90_000), Some(60_000)]);
+        let at: Vec<_> = plan.steps.iter().map(|p| p.at.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "steps[0]",
+                "steps[1].parallel[0]",
+                "steps[1].parallel[1]",
+                "steps[2]"
+            ]
+        );
+        let previous: Vec<_> = (0..4).map(|i| plan.has_previous(i)).collect();
+        assert_eq!(previous, [false, true, true, true]);
+        let parallel = parse_plan(&json!({"mode": "parallel", "tasks": [s("a"), s("b")]})).unwrap();
+        assert!(!parallel.has_previous(1));
+        assert_eq!(parallel.steps[0].idle_timeout_ms, None);
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let cases = [
             (json!({"mode": "serial"}), "mode: expected"),
@@ -326,7 +449,7 @@ mod tests {
             ),
             (
                 json!({"mode": "chain", "tasks": [s("a")]}),
-                "tasks: unknown field (expected mode, steps)",
+                "tasks: unknown field (expected mode, steps, idleTimeout)",
             ),
             (
                 json!({"mode": "parallel", "tasks": [s("a")], "extra": 1}),
@@ -339,6 +462,22 @@ mod tests {
             (
                 json!({"mode": "parallel", "tasks": [{"agent": "a", "command": []}]}),
                 "tasks[0].command",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [{"agent": "a", "task": "x", "taskFile": "t"}]}),
+                "tasks[0].taskFile: give task or taskFile, not both",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [{"agent": "a", "taskFile": ""}]}),
+                "tasks[0].taskFile: must not be empty",
+            ),
+            (
+                json!({"mode": "chain", "steps": [{"agent": "a", "idleTimeout": "2"}]}),
+                "steps[0].idleTimeout: invalid duration '2'",
+            ),
+            (
+                json!({"mode": "chain", "idleTimeout": true, "steps": [s("a")]}),
+                "idleTimeout: expected a duration string",
             ),
             (
                 json!({"mode": "parallel", "tasks": [{"agent": "a", "command": ["x"], "bogus": 1}]}),

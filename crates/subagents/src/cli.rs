@@ -34,6 +34,8 @@ pub struct Cli {
 }
 
 /// Every command.
+// Parsed once per process: the size of `run`'s arguments costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Launch a detached background run of COMMAND.
@@ -217,6 +219,10 @@ pub struct RunArgs {
     /// Wall-clock deadline (e.g. 90s, 30m, 1h30m, 1d; 0 for none). Default 30m.
     #[arg(long, env = "SUBAGENTS_TIMEOUT", value_name = "DURATION")]
     pub timeout: Option<String>,
+    /// End a step that prints nothing for this long (e.g. 2m; 0 for none).
+    /// Default: the agent's idleTimeout, else $SUBAGENTS_IDLE_TIMEOUT.
+    #[arg(long, value_name = "DURATION")]
+    pub idle_timeout: Option<String>,
     /// Explicit run id (refused if it exists or is not a safe file name).
     #[arg(long)]
     pub id: Option<String>,
@@ -505,6 +511,7 @@ impl RunArgs {
             task_file,
             cwd: self.cwd.clone(),
             timeout: self.timeout.clone(),
+            idle_timeout: self.idle_timeout.clone(),
             id: self.id.clone(),
             name: self.name.clone(),
             spec: None,

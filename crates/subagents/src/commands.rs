@@ -231,10 +231,13 @@ fn step_line(i: usize, step: &launcher::Step, run: RunState, now: u64) -> String
     let mut parts = vec![format!("  {}. {label}", i + 1), state.to_owned()];
     match (step.duration_ms, step.started_at) {
         (Some(ms), _) => parts.push(launcher::format::spell_duration(ms)),
-        (None, Some(start)) if step.status == "running" => parts.push(format!(
-            "{} so far",
-            launcher::format::spell_duration(now.saturating_sub(start))
-        )),
+        (None, Some(start)) if step.status == "running" => {
+            parts.push(format!(
+                "{} so far",
+                launcher::format::spell_duration(now.saturating_sub(start))
+            ));
+            parts.push(last_output(step, now));
+        }
         _ => {}
     }
     // A skipped step never ran: the exit code its record carries (the
@@ -255,6 +258,18 @@ fn step_line(i: usize, step: &launcher::Step, run: RunState, now: u64) -> String
         (None, _) => {}
     }
     parts.join(" | ")
+}
+
+/// A running step's time since its COMMAND last wrote output, as its
+/// runner recorded it (`lastOutputAt`, refreshed every few seconds).
+fn last_output(step: &launcher::Step, now: u64) -> String {
+    match step.extra.get("lastOutputAt").and_then(|v| v.as_u64()) {
+        Some(at) => format!(
+            "last output {} ago",
+            launcher::format::spell_duration(now.saturating_sub(at))
+        ),
+        None => "no output yet".to_owned(),
+    }
 }
 
 /// How `list` prints (the command line's display flags).

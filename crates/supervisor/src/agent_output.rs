@@ -5,6 +5,8 @@
 //! agent's session id and session file are recorded in `status.json`
 //! (`agentSessionId`, `sessionFile`, also on the step) and in a
 //! `subagent.session.captured` event, so `resume` can continue that session.
+//! A named agent's step in a composite run carries its preset in its own
+//! step environment; its session is recorded on its step only.
 
 use std::path::PathBuf;
 
@@ -26,10 +28,38 @@ pub fn preset_kind(config: &LaunchConfig) -> Option<RunnerKind> {
     (kind.is_agent_cli() && config.steps.len() == 1).then_some(kind)
 }
 
+/// The preset of step `i`: its own (a named agent in a composite run's
+/// spec), else the run's (a single run).
+pub fn step_kind(config: &LaunchConfig, i: usize) -> Option<RunnerKind> {
+    let own = config.steps.get(i)?.env.get(agents::RUNNER_ENV);
+    match own {
+        Some(name) => RunnerKind::parse(name).filter(|k| k.is_agent_cli()),
+        None => preset_kind(config),
+    }
+}
+
+/// Variable `name` of step `i`'s environment: the step's, then the run's.
+fn step_env<'a>(config: &'a LaunchConfig, i: usize, name: &str) -> Option<&'a String> {
+    let own = config.steps.get(i).and_then(|s| s.env.get(name));
+    own.or_else(|| config.env.get(name))
+}
+
 /// The session id chosen before the CLI started (a new Claude session, or
 /// the one a revival continues).
-fn known_session_id(config: &LaunchConfig) -> Option<&String> {
-    config.env.get(agents::SESSION_ID_ENV)
+fn known_session_id(config: &LaunchConfig, i: usize) -> Option<&String> {
+    step_env(config, i, agents::SESSION_ID_ENV)
+}
+
+/// Adds what is known of step `i`'s agent before it starts to its
+/// `subagent.step.started` fields (a composite run's named agents).
+pub fn step_started_fields(config: &LaunchConfig, i: usize, fields: &mut Value) {
+    let Some(kind) = step_kind(config, i) else {
+        return;
+    };
+    fields["agentRunner"] = json!(kind.as_str());
+    if let Some(id) = known_session_id(config, i) {
+        fields["agentSessionId"] = json!(id);
+    }
 }
 
 /// Adds what is known before the CLI starts to the `subagent.run.started`
@@ -39,7 +69,7 @@ pub fn started_fields(config: &LaunchConfig, fields: &mut Value) {
         return;
     };
     fields["agentRunner"] = json!(kind.as_str());
-    if let Some(id) = known_session_id(config) {
+    if let Some(id) = known_session_id(config, 0) {
         fields["agentSessionId"] = json!(id);
     }
     if let Some(revival) = &config.revival {
@@ -49,7 +79,7 @@ pub fn started_fields(config: &LaunchConfig, fields: &mut Value) {
 
 /// Runs after step `i` ended: extracts the answer and the session.
 pub fn after_step(config: &LaunchConfig, i: usize) {
-    let Some(kind) = preset_kind(config) else {
+    let Some(kind) = step_kind(config, i) else {
         return;
     };
     let stdout = read_capped(&log_path(config, i, "stdout"));
@@ -69,10 +99,10 @@ pub fn after_step(config: &LaunchConfig, i: usize) {
     }
     let id = captured
         .session_id
-        .or_else(|| known_session_id(config).cloned())
+        .or_else(|| known_session_id(config, i).cloned())
         .filter(|id| agents::preset::is_plain_session_id(id));
     let Some(id) = id else { return };
-    let file = session_file(config, kind, &id);
+    let file = session_file(config, i, kind, &id);
     record(config, i, kind, &id, file.as_ref());
 }
 
@@ -94,11 +124,9 @@ fn read_capped(path: &std::path::Path) -> String {
 
 /// The CLI's own session file; for a revival whose CLI wrote it elsewhere,
 /// the lineage's leased file.
-fn session_file(config: &LaunchConfig, kind: RunnerKind, id: &str) -> Option<PathBuf> {
+fn session_file(config: &LaunchConfig, i: usize, kind: RunnerKind, id: &str) -> Option<PathBuf> {
     let env = |name: &str| {
-        config
-            .env
-            .get(name)
+        step_env(config, i, name)
             .cloned()
             .or_else(|| std::env::var(name).ok())
     };
@@ -109,14 +137,21 @@ fn session_file(config: &LaunchConfig, kind: RunnerKind, id: &str) -> Option<Pat
 
 fn record(config: &LaunchConfig, i: usize, kind: RunnerKind, id: &str, file: Option<&PathBuf>) {
     let file_text = file.map(|f| f.display().to_string());
+    // A composite run's steps each have their own session: only a single
+    // run's is the run's (the one `resume` continues).
+    let single = config.steps.len() == 1;
     let _ = update_status(&config.run_dir, |s| {
         let mut s = s?;
-        s.extra.insert("agentRunner".into(), json!(kind.as_str()));
-        s.extra.insert("agentSessionId".into(), json!(id));
-        if let Some(file) = &file_text {
-            s.session_file = Some(file.clone());
+        if single {
+            s.extra.insert("agentRunner".into(), json!(kind.as_str()));
+            s.extra.insert("agentSessionId".into(), json!(id));
+            if let Some(file) = &file_text {
+                s.session_file = Some(file.clone());
+            }
         }
         if let Some(step) = s.steps.as_mut().and_then(|steps| steps.get_mut(i)) {
+            step.extra
+                .insert("agentRunner".into(), json!(kind.as_str()));
             step.extra.insert("agentSessionId".into(), json!(id));
             if let Some(file) = &file_text {
                 step.extra.insert("sessionFile".into(), json!(file));

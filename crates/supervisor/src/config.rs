@@ -25,6 +25,18 @@ pub struct StepConfig {
     pub timeout_ms: Option<u64>,
     /// Fan-out claim label handed to the child (`tasks[j]`, `chain[i]`, ...).
     pub fanout_label: Option<String>,
+    /// Environment of this step's COMMAND alone, over the run's `env`: a
+    /// named agent's preset inside a composite run.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Ends the step after this long without output (stdout, stderr or the
+    /// output file growing), as a timeout does; `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// The task file holds `{previous}`: the runner replaces it with the
+    /// previous group's output when the step starts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub previous_in_task: bool,
 }
 
 /// A run of consecutive flat steps executed together: one sequential chain
@@ -164,6 +176,9 @@ pub(crate) mod tests {
             task_file: None,
             timeout_ms: None,
             fanout_label: None,
+            env: BTreeMap::new(),
+            idle_timeout_ms: None,
+            previous_in_task: false,
         };
         let group = |start, count, parallel| GroupConfig {
             start,

@@ -109,6 +109,9 @@ fn sh(agent: &str, script: &str, run_dir: &Path) -> StepConfig {
         task_file: None,
         timeout_ms: None,
         fanout_label: None,
+        env: Default::default(),
+        idle_timeout_ms: None,
+        previous_in_task: false,
     }
 }
 

@@ -42,6 +42,13 @@ use crate::transitions::{self, log_path};
 /// How long a COMMAND's group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
 
+/// How often the runner looks at its running steps' output (for
+/// `lastOutputAt`), and the least time between two records of it.
+const OUTPUT_CHECK: Duration = Duration::from_secs(5);
+
+/// The most of the previous output put into a task for `{previous}`.
+const MAX_PREVIOUS_BYTES: usize = 1024 * 1024;
+
 /// Why a step or the run ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Interruption {
@@ -49,6 +56,8 @@ enum Interruption {
     TimedOut,
     /// A sibling failed in a fail-fast group.
     FailFast,
+    /// The step printed nothing for its idle limit.
+    Idle,
 }
 
 /// The runner's entry point; returns the process exit code.
@@ -274,6 +283,10 @@ struct StepRun {
     spawn_exit: i64,
     deadline: Option<Instant>,
     kill_at: Option<Instant>,
+    /// The last output seen (ms since the epoch; the start before any).
+    output_at: u64,
+    /// The `lastOutputAt` last written to the status.
+    recorded_output_at: Option<u64>,
 }
 
 impl StepRun {
@@ -303,6 +316,8 @@ struct Execution<'a> {
     /// Each ended step's end as recorded (or meant to be, on a root that
     /// refused the write): the final write applies them all again.
     ends: BTreeMap<usize, (transitions::StepEnd, u64)>,
+    /// When the running steps' output is looked at next.
+    next_output_check: Instant,
 }
 
 impl<'a> Execution<'a> {
@@ -330,6 +345,7 @@ impl<'a> Execution<'a> {
             lease,
             own,
             ends: BTreeMap::new(),
+            next_output_check: Instant::now() + OUTPUT_CHECK,
         }
         .stopped_before_start()
     }
@@ -451,6 +467,7 @@ impl<'a> Execution<'a> {
             Wake::Deadline => self.handle_deadlines(active),
             Wake::Child => {}
         }
+        self.watch_output(active);
         self.exits.extend(reap_all());
         let ended: Vec<usize> = active
             .iter()
@@ -479,7 +496,77 @@ impl<'a> Execution<'a> {
         } else {
             None
         };
-        step_times.chain([run]).flatten().min()
+        let output = (!active.is_empty()).then_some(self.next_output_check);
+        let idle = active.iter().map(|i| self.idle_due(*i));
+        step_times.chain([run, output]).chain(idle).flatten().min()
+    }
+
+    /// When running step `i` has been silent for its idle limit (ms since the epoch).
+    fn idle_due_ms(&self, i: usize) -> Option<u64> {
+        let run = &self.steps[i];
+        let limit = self.config.steps[i].idle_timeout_ms?;
+        if run.interruption.is_some() || run.pid.is_none() {
+            return None;
+        }
+        Some(run.output_at + limit)
+    }
+
+    /// [`Self::idle_due_ms`] as a deadline of the wait.
+    fn idle_due(&self, i: usize) -> Option<Instant> {
+        let left = self.idle_due_ms(i)?.saturating_sub(now_ms());
+        Some(Instant::now() + Duration::from_millis(left))
+    }
+
+    fn idle_expired(&self, i: usize) -> bool {
+        self.idle_due_ms(i).is_some_and(|due| due <= now_ms())
+    }
+
+    /// Looks at the active steps' output when it is time: records when
+    /// each last wrote (`lastOutputAt`, at most every [`OUTPUT_CHECK`]) and
+    /// ends a step silent for its idle limit, as a timeout ends one.
+    fn watch_output(&mut self, active: &[usize]) {
+        let now = Instant::now();
+        let idle_due = active.iter().any(|i| self.idle_expired(*i));
+        if now < self.next_output_check && !idle_due {
+            return;
+        }
+        let mut seen = Vec::new();
+        for i in active {
+            let run = &mut self.steps[*i];
+            if run.pid.is_none() || run.ended.is_some() {
+                continue;
+            }
+            if let Some(at) = last_output_ms(self.config, *i) {
+                run.output_at = run.output_at.max(at);
+                let fresh = run
+                    .recorded_output_at
+                    .is_none_or(|r| run.output_at >= r + OUTPUT_CHECK.as_millis() as u64);
+                if fresh && now >= self.next_output_check {
+                    run.recorded_output_at = Some(run.output_at);
+                    seen.push((*i, run.output_at));
+                }
+            }
+        }
+        if now >= self.next_output_check {
+            self.next_output_check = now + OUTPUT_CHECK;
+        }
+        if !seen.is_empty() {
+            let at = now_ms();
+            let _ = self.own.update(&self.config.run_dir, false, |s| {
+                Some(transitions::output_seen(s?, &seen, at))
+            });
+        }
+        let stalled: Vec<usize> = active
+            .iter()
+            .copied()
+            .filter(|i| self.idle_expired(*i))
+            .collect();
+        for i in stalled {
+            let fields = json!({"stepIndex": i, "agent": self.config.steps[i].agent,
+                "idleTimeoutMs": self.config.steps[i].idle_timeout_ms, "lastOutputAt": self.steps[i].output_at});
+            self.event("subagent.step.stalled", fields);
+            self.interrupt(&[i], Interruption::Idle);
+        }
     }
 
     fn handle_deadlines(&mut self, active: &[usize]) {
@@ -526,7 +613,13 @@ impl<'a> Execution<'a> {
             .previous_output
             .clone()
             .or_else(|| self.config.revival.as_ref().map(|r| r.session_file.clone()));
-        match spawn_command(self.config, i, previous.as_deref(), lease_env) {
+        let placed = match self.config.steps[i].previous_in_task {
+            true => put_previous(self.config, i, self.previous_output.as_deref()),
+            false => Ok(()),
+        };
+        let spawned =
+            placed.and_then(|()| spawn_command(self.config, i, previous.as_deref(), lease_env));
+        match spawned {
             Ok(pid) => {
                 // An old orphan's exit under a now reused pid is not this step's.
                 self.exits.remove(&pid);
@@ -535,14 +628,14 @@ impl<'a> Execution<'a> {
                 }
                 let timeout = self.config.steps[i].timeout_ms;
                 self.steps[i].pid = Some(pid);
+                self.steps[i].output_at = now;
                 self.steps[i].deadline = timeout.map(|t| Instant::now() + Duration::from_millis(t));
                 self.write_step_started(i, pid, now);
                 let agent = &self.config.steps[i].agent;
                 let _ = group_index;
-                self.event(
-                    "subagent.step.started",
-                    json!({"stepIndex": i, "agent": agent}),
-                );
+                let mut fields = json!({"stepIndex": i, "agent": agent});
+                crate::agent_output::step_started_fields(self.config, i, &mut fields);
+                self.event("subagent.step.started", fields);
                 true
             }
             Err(e) => {
@@ -866,6 +959,11 @@ impl<'a> Execution<'a> {
                 Some(error) if self.config.steps.len() == 1 => {
                     (RunState::Failed, Some(error.clone()))
                 }
+                None if self.config.steps.len() == 1
+                    && run.interruption == Some(Interruption::Idle) =>
+                {
+                    (RunState::Failed, step_verdict(self.config, 0, run).1)
+                }
                 _ => (
                     RunState::Failed,
                     Some(format!("Step failed: {}", step.agent)),
@@ -995,6 +1093,13 @@ fn step_verdict(
                 .unwrap_or(0);
             ("failed", Some(timed_out(ms)), 1)
         }
+        (Some(Interruption::Idle), _) => (
+            "failed",
+            Some(transitions::idle_reason(
+                config.steps[i].idle_timeout_ms.unwrap_or(0),
+            )),
+            1,
+        ),
         (Some(Interruption::FailFast), None) => (
             "failed",
             Some("skipped: a sibling failed (failFast)".into()),
@@ -1030,6 +1135,55 @@ fn fill_output(config: &LaunchConfig, i: usize) -> Result<(), atomic_file::Error
     let stdout = std::fs::read(log_path(config, i, "stdout")).unwrap_or_default();
     atomic_file::replace_private_with(&output, &stdout, || {})
 }
+
+/// The latest write to step `i`'s stdout, stderr or output file that holds
+/// anything (ms since the epoch); `None` while all three are empty.
+fn last_output_ms(config: &LaunchConfig, i: usize) -> Option<u64> {
+    let files = [
+        log_path(config, i, "stdout"),
+        log_path(config, i, "stderr"),
+        output_path(config, i),
+    ];
+    files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .filter(|m| m.len() > 0)
+        .filter_map(|m| m.modified().ok())
+        .filter_map(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64)
+        .max()
+}
+
+/// Replaces `{previous}` in step `i`'s task file with the previous group's
+/// output (its end trimmed, at most [`MAX_PREVIOUS_BYTES`]), before the
+/// step starts: the task file stays the only file that holds task text.
+fn put_previous(
+    config: &LaunchConfig,
+    i: usize,
+    previous: Option<&std::path::Path>,
+) -> std::io::Result<()> {
+    let Some(task_file) = &config.steps[i].task_file else {
+        return Ok(());
+    };
+    let task = std::fs::read_to_string(task_file)?;
+    let output = previous
+        .and_then(|p| std::fs::read(p).ok())
+        .unwrap_or_default();
+    let mut text = String::from_utf8_lossy(&output[..output.len().min(MAX_PREVIOUS_BYTES)])
+        .trim_end()
+        .to_owned();
+    if output.len() > MAX_PREVIOUS_BYTES {
+        let path = previous
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        text.push_str(&format!("\n[output cut at 1 MiB; all of it is in {path}]"));
+    }
+    let filled = task.replace(STEP_PREVIOUS, &text);
+    atomic_file::write_private(task_file, filled.as_bytes()).map_err(std::io::Error::other)
+}
+
+/// The placeholder of the previous output in a chain step's task.
+pub const STEP_PREVIOUS: &str = "{previous}";
 
 /// The task as COMMAND's stdin: `task.md` itself, byte for byte (the
 /// launcher writes it ending with a newline, so an agent that reads a line
@@ -1087,6 +1241,7 @@ fn spawn_command(
         .env("SUBAGENTS_STEP_INDEX", i.to_string())
         .env("SUBAGENTS_OUTPUT_FILE", output_path(config, i))
         .envs(&config.env)
+        .envs(&step.env)
         .process_group(0);
     if step.task_file.is_some() {
         command.env("SUBAGENTS_TASK_FILE", &task);
@@ -1131,6 +1286,9 @@ mod tests {
             task_file: None,
             timeout_ms: step_timeout,
             fanout_label: None,
+            env: Default::default(),
+            idle_timeout_ms: None,
+            previous_in_task: false,
         };
         LaunchConfig {
             run_id: "r".into(),

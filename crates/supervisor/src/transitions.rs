@@ -125,8 +125,53 @@ pub fn step_started(
             stderr_path: log_path(config, i, "stderr").display().to_string(),
             ..ExternalProcess::default()
         });
+        if let Some(ms) = config.steps.get(i).and_then(|c| c.idle_timeout_ms) {
+            step.extra.insert(IDLE_TIMEOUT_KEY.into(), json!(ms));
+        }
     }
     s
+}
+
+/// The step key of the last time the runner saw the step's COMMAND write
+/// output (ms since the epoch; our extension, the reference ignores it).
+pub const LAST_OUTPUT_KEY: &str = "lastOutputAt";
+
+/// The step key of the step's idle limit in ms (our extension).
+pub const IDLE_TIMEOUT_KEY: &str = "idleTimeoutMs";
+
+/// `s` with the output times the runner saw, `(step, ms)`.
+pub fn output_seen(mut s: RunStatus, seen: &[(usize, u64)], now: u64) -> RunStatus {
+    s.last_update = Some(now);
+    let steps = s.steps.get_or_insert_with(Vec::new);
+    for (i, at) in seen {
+        if let Some(step) = steps.get_mut(*i) {
+            step.extra.insert(LAST_OUTPUT_KEY.into(), json!(at));
+        }
+    }
+    s
+}
+
+/// Why a step was ended for printing nothing for `ms`: the text of its
+/// `error` (and of any reason field shown for it).
+pub fn idle_reason(ms: u64) -> String {
+    format!("no output for {}", spell_duration(ms))
+}
+
+/// `ms` in the units a duration is written with, largest first (`90000` is
+/// `1m30s`); not a whole second: in ms.
+pub fn spell_duration(ms: u64) -> String {
+    if !ms.is_multiple_of(1000) || ms == 0 {
+        return format!("{ms}ms");
+    }
+    let mut left = ms / 1000;
+    let mut text = String::new();
+    for (unit, secs) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if left >= secs {
+            text.push_str(&format!("{}{unit}", left / secs));
+            left %= secs;
+        }
+    }
+    text
 }
 
 /// How one step ended.
@@ -225,6 +270,44 @@ mod tests {
             machine_id: None,
             host: None,
         }
+    }
+
+    #[test]
+    fn an_idle_reason_spells_the_limit_as_a_duration_is_written() {
+        assert_eq!(idle_reason(2_000), "no output for 2s");
+        assert_eq!(idle_reason(90_000), "no output for 1m30s");
+        assert_eq!(idle_reason(3_600_000), "no output for 1h");
+        assert_eq!(idle_reason(90_061_000), "no output for 1d1h1m1s");
+        assert_eq!(idle_reason(1_500), "no output for 1500ms");
+        assert_eq!(spell_duration(0), "0ms");
+    }
+
+    #[test]
+    fn output_seen_marks_only_the_steps_it_names() {
+        let config = launch_config(Path::new("/runs/r"));
+        let s = queued(&config, None, None, 5);
+        let s = output_seen(s, &[(1, 70), (9, 80)], 90);
+        let seen: Vec<_> = s
+            .steps()
+            .iter()
+            .map(|st| st.extra.get(LAST_OUTPUT_KEY).cloned())
+            .collect();
+        assert_eq!(seen, [None, Some(json!(70)), None, None]);
+        assert_eq!(s.last_update, Some(90));
+    }
+
+    #[test]
+    fn a_step_with_an_idle_limit_records_it_when_it_starts() {
+        let mut config = launch_config(Path::new("/runs/r"));
+        config.steps[2].idle_timeout_ms = Some(4_000);
+        let s = queued(&config, None, None, 5);
+        let s = step_started(s, &config, 2, 77, None, 6);
+        let s = step_started(s, &config, 1, 78, None, 7);
+        assert_eq!(
+            s.steps()[2].extra.get(IDLE_TIMEOUT_KEY),
+            Some(&json!(4_000))
+        );
+        assert_eq!(s.steps()[1].extra.get(IDLE_TIMEOUT_KEY), None);
     }
 
     #[test]

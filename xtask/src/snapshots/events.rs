@@ -22,7 +22,7 @@ const RUNNER: &str = "00000000-0000-4000-8000-00000000a001";
 /// One artifact per event kind.
 pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
     let scratch = Scratch::new()?;
-    let appended: [(&str, &str, Value); 12] = [
+    let appended: [(&str, &str, Value); 14] = [
         (
             "run-started",
             "subagent.run.started",
@@ -56,6 +56,17 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
             "step-started",
             "subagent.step.started",
             json!({"stepIndex": 1, "agent": "worker"}),
+        ),
+        (
+            "step-started-named-agent",
+            "subagent.step.started",
+            json!({"stepIndex": 0, "agent": "reviewer", "agentRunner": "claude",
+                "agentSessionId": "5a4b7c1e-0000-4000-8000-00000000c001"}),
+        ),
+        (
+            "step-stalled",
+            "subagent.step.stalled",
+            json!({"stepIndex": 1, "agent": "lint", "idleTimeoutMs": 120_000, "lastOutputAt": T0 + 3_000}),
         ),
         (
             "step-completed",

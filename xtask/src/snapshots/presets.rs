@@ -38,6 +38,9 @@ fn config(scratch: &Scratch, argv: Vec<String>, env: BTreeMap<String, String>) -
             task_file: Some(run_dir.join("task.md")),
             timeout_ms: None,
             fanout_label: None,
+            env: Default::default(),
+            idle_timeout_ms: None,
+            previous_in_task: false,
         }],
         groups: vec![GroupConfig {
             start: 0,
@@ -74,7 +77,9 @@ fn recovery_files(
         command_label: None,
         task: None,
         cwd: None,
+        task_file: None,
         timeout: None,
+        idle_timeout: None,
     };
     let request = Request {
         plan: Plan::single(spec),
@@ -153,6 +158,63 @@ fn captured_status(
     Ok(())
 }
 
+/// `status.json` of a parallel spec with a named agent (`{"agent":
+/// "reviewer", "task": ...}`, no command) beside a command with an idle
+/// limit, while both run: the command's `idleTimeoutMs` and the
+/// `lastOutputAt` the runner saw, then the agent step's own session.
+fn composite_status(
+    scratch: &Scratch,
+    single: &LaunchConfig,
+    out: &mut Vec<Artifact>,
+) -> anyhow::Result<()> {
+    let mut config = single.clone();
+    config.run_id = "run-spec".into();
+    config.run_dir = scratch.path().join("async-subagent-runs").join("run-spec");
+    config.mode = "parallel".into();
+    std::fs::create_dir_all(&config.run_dir)?;
+    let mut agent = config.steps[0].clone();
+    agent.task_file = Some(config.run_dir.join("task-0.md"));
+    agent.fanout_label = Some("tasks[0]".into());
+    // The preset's environment is the step's own in a composite run.
+    agent.env = std::mem::take(&mut config.env);
+    let store = scratch.path().join("claude").display().to_string();
+    agent.env.insert("CLAUDE_CONFIG_DIR".into(), store);
+    let mut command = agent.clone();
+    command.agent = "lint".into();
+    command.command = vec!["sh".into(), "-c".into(), "make lint".into()];
+    command.task_file = None;
+    command.fanout_label = Some("tasks[1]".into());
+    command.env = BTreeMap::new();
+    command.idle_timeout_ms = Some(120_000);
+    config.steps = vec![agent, command];
+    config.groups = vec![GroupConfig {
+        start: 0,
+        count: 2,
+        concurrency: 4,
+        fail_fast: false,
+        parallel: true,
+    }];
+    let mut status = transitions::queued(&config, None, None, T0);
+    status = transitions::step_started(status, &config, 0, 4101, None, T0 + 10);
+    status = transitions::step_started(status, &config, 1, 4102, None, T0 + 11);
+    status = transitions::output_seen(status, &[(1, T0 + 3_000)], T0 + 5_011);
+    status.state = RunState::Running;
+    status::model::write_status(&config.run_dir, &status)?;
+    let stream = format!(
+        "{}\n",
+        json!({"type": "result", "subtype": "success", "result": "No problems found.", "session_id": SESSION}),
+    );
+    std::fs::write(config.run_dir.join("external-0.stdout.log"), stream)?;
+    supervisor::agent_output::after_step(&config, 0);
+    let path = config.run_dir.join("status.json");
+    out.push(
+        scratch
+            .record(FAMILY, "preset-composite-status", Kind::Status, &path)?
+            .note("a parallel spec's named agent (its session on its step only, none on the run) and a command step with `idleTimeoutMs` and the runner's `lastOutputAt`"),
+    );
+    Ok(())
+}
+
 pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
     let scratch = Scratch::new()?;
     let file = Path::new("/home/alice/proj/.subagents/agents/reviewer.md");
@@ -167,5 +229,6 @@ pub(super) fn artifacts() -> anyhow::Result<Vec<Artifact>> {
     let mut out = Vec::new();
     recovery_files(&scratch, &config, &preset, &mut out)?;
     captured_status(&scratch, &config, &mut out)?;
+    composite_status(&scratch, &config, &mut out)?;
     Ok(out)
 }

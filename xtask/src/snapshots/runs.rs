@@ -46,6 +46,9 @@ fn step(run_dir: &Path, agent: &str, i: usize, task: bool, label: Option<&str>) 
         }),
         timeout_ms: None,
         fanout_label: label.map(str::to_owned),
+        env: Default::default(),
+        idle_timeout_ms: None,
+        previous_in_task: false,
     }
 }
 
@@ -177,7 +180,9 @@ fn single(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
         command_label: Some(launcher::format::command_label(&config.steps[0].command)),
         task: None,
         cwd: None,
+        task_file: None,
         timeout: None,
+        idle_timeout: None,
     };
     launcher::prepare::add_names(&mut queued, None, [&spec]);
     rec.record(
@@ -325,7 +330,9 @@ fn parallel(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
         command_label: None,
         task: None,
         cwd: None,
+        task_file: None,
         timeout: None,
+        idle_timeout: None,
     };
     let specs = [named(Some("first pass")), named(None), named(None)];
     launcher::prepare::add_names(&mut queued, Some("review"), &specs);
@@ -456,7 +463,9 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         command_label: None,
         task: None,
         cwd: None,
+        task_file: None,
         timeout: None,
+        idle_timeout: None,
     };
     let request = Request {
         plan: Plan::single(spec),

@@ -16,11 +16,11 @@ use serde_json::{Value, json};
 const TASK: &str = "review the diff; don't trust \"quotes\" or $HOME";
 const FOLLOW_UP: &str = "now list only the\nblocking problems";
 
-struct Fixture {
-    env: Env,
-    project: tempfile::TempDir,
-    home: tempfile::TempDir,
-    record: tempfile::TempDir,
+pub(crate) struct Fixture {
+    pub(crate) env: Env,
+    pub(crate) project: tempfile::TempDir,
+    pub(crate) home: tempfile::TempDir,
+    pub(crate) record: tempfile::TempDir,
 }
 
 fn repo() -> PathBuf {
@@ -28,7 +28,7 @@ fn repo() -> PathBuf {
 }
 
 impl Fixture {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let fixture = Self {
             env: Env::new(),
             project: tempfile::tempdir().unwrap(),
@@ -44,7 +44,7 @@ impl Fixture {
         fixture
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let fakes = fakes_dir().canonicalize().unwrap();
         let path = format!(
             "{}:{}",
@@ -64,17 +64,17 @@ impl Fixture {
         command
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         output_within(self.command(args), Duration::from_secs(180))
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(out.status.success(), "subagents {args:?} failed: {out:?}");
         String::from_utf8(out.stdout).unwrap()
     }
 
-    fn run_dir(&self, id: &str) -> PathBuf {
+    pub(crate) fn run_dir(&self, id: &str) -> PathBuf {
         self.env.root().join("async-subagent-runs").join(id)
     }
 
@@ -87,7 +87,7 @@ impl Fixture {
     }
 
     /// The recorded (argv lines, stdin, env) of call `n` of fake `cli`.
-    fn call(&self, cli: &str, n: usize) -> (String, String, String) {
+    pub(crate) fn call(&self, cli: &str, n: usize) -> (String, String, String) {
         let read = |ext: &str| {
             std::fs::read_to_string(self.record.path().join(format!("{cli}.{n}.{ext}"))).unwrap()
         };
@@ -95,7 +95,7 @@ impl Fixture {
     }
 
     /// Starts `args`, waits for the run, returns its id and settled status.
-    fn launch(&self, args: &[&str]) -> (String, Value) {
+    pub(crate) fn launch(&self, args: &[&str]) -> (String, Value) {
         let out: Value = serde_json::from_str(&self.ok(args)).unwrap();
         let id = out["runId"].as_str().unwrap().to_owned();
         // `wait` exits 1 for a failed run; the status says which.

@@ -28,6 +28,7 @@ mod processes;
 mod prune;
 mod resume;
 mod snapshots;
+mod spec_agents;
 mod surface;
 mod tidy;
 mod top;

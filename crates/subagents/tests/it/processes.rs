@@ -310,6 +310,9 @@ fn single_config(env: &Env, id: &str, command: &[&str]) -> LaunchConfig {
             task_file: None,
             timeout_ms: None,
             fanout_label: None,
+            env: Default::default(),
+            idle_timeout_ms: None,
+            previous_in_task: false,
         }],
         groups: vec![GroupConfig {
             start: 0,
