@@ -33,12 +33,14 @@ pub fn run(layout: &Layout, run: &RunRequest, settings: &Settings) -> Result<Lau
 /// Prepares, spawns and (for a revival) hands over a run; settles its
 /// capacity slot from what is proven about the runner.
 pub fn launch(layout: &Layout, request: &Request) -> Result<Launched> {
+    let mut executor = request.executor.clone();
+    executor.admit()?;
     let (config, slot) = prepare::prepare(layout, request)?;
     supervisor::fault::point(supervisor::fault::Point::AfterRunDir);
     if config.revival.is_some() {
         handshake::remove_stale_files(&config.run_dir)?;
     }
-    match supervisor::spawn::spawn(&config).map(Launched::from) {
+    match executor.start(&config) {
         Ok(launched) if config.revival.is_some() => hand_over(layout, &config, launched, slot),
         Ok(launched) => {
             let spawned = Spawned::started(launched.pid, &launched.runner_process_instance_id);

@@ -77,6 +77,8 @@ pub struct Request {
     pub preset: Option<crate::presets::PresetRecord>,
     /// The run's name (`--name`), recorded as `name`.
     pub name: Option<String>,
+    /// Where the run executes once prepared.
+    pub executor: crate::executor::Executor,
 }
 
 /// The part of a request that makes it a revival.
@@ -146,6 +148,7 @@ impl Request {
             session_root: session_root(settings.session_dir.as_deref())?,
             preset: preset.as_ref().map(crate::presets::Preset::record),
             name: run.name.clone(),
+            executor: crate::executor::Executor::of_request(run, definition)?,
         })
     }
 }

@@ -12,8 +12,9 @@ use crate::api::{ConfigKey, ConfigOutcome};
 use crate::error::{Error, Result};
 
 /// The keys, the variable each one stands in for, and whether it is a number.
-pub const KEYS: [(&str, &str, bool); 6] = [
+pub const KEYS: [(&str, &str, bool); 7] = [
     ("root", "SUBAGENTS_ROOT", false),
+    ("executor", crate::executor::EXECUTOR_ENV, false),
     ("session", "SUBAGENTS_SESSION_ID", false),
     ("max_active", "SUBAGENTS_MAX_ACTIVE", true),
     ("fanout_limit", fanout_budget::LIMIT_ENV, true),
@@ -45,7 +46,7 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
         let key = key.trim();
         let &(name, _, number) = KEYS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
             fail(format!(
-                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color)"
+                "unknown key '{key}' (known: root, executor, session, max_active, fanout_limit, timeout, color)"
             ))
         })?;
         let value = strip_comment(value.trim());
@@ -75,6 +76,9 @@ fn check_value(key: &str, value: &str) -> Result<(), String> {
         "timeout" => crate::root::parse_duration(value)
             .map(|_| ())
             .map_err(|e| format!("timeout: {e}")),
+        "executor" if crate::executor::ExecutorKind::parse(value).is_none() => Err(format!(
+            "executor must be \"local\" or \"slurm\", not '{value}'"
+        )),
         "color" if !["auto", "always", "never"].contains(&value) => Err(format!(
             "color must be \"auto\", \"always\" or \"never\", not '{value}'"
         )),
