@@ -275,6 +275,90 @@ pub fn time_limit_minutes(timeout_ms: Option<u64>) -> Option<u64> {
     Some(ms.div_ceil(60_000) + 2)
 }
 
+/// `stop` of a run held by Slurm: the request is recorded, the batch
+/// script (the monitor, which hands it to the runner) gets SIGTERM so the
+/// steps end gracefully and the run ends `stopped`; after the grace the
+/// whole job is cancelled. Returns once the run's proof is final (the
+/// monitor's, or the observer's from Slurm's record) or the wait is over.
+pub fn stop_dispatched(
+    layout: &status::Layout,
+    id: &str,
+    record: &dispatch::Dispatch,
+    reason: &str,
+) -> Result {
+    let dir = layout.run_dir(id);
+    crate::service::request_stop(&dir, id, reason)?;
+    let job = &record.job_id;
+    let pending = slurm::query(job).is_ok_and(|j| j.is_some_and(|j| j.state == "PENDING"));
+    let signalled = if pending {
+        slurm::cancel(job)
+    } else {
+        slurm::signal_batch_term(job)
+    };
+    let signalled = signalled.map_err(|why| Error::failed(format!("failed to stop run '{id}': {why}")));
+    let grace = supervisor::runner::KILL_GRACE + std::time::Duration::from_secs(3);
+    if signalled.is_err() || !crate::service::wait_terminal(layout, id, grace)? {
+        slurm::cancel(job)
+            .map_err(|why| Error::failed(format!("failed to stop run '{id}': {why}")))?;
+    }
+    let options = supervisor::observer::Options {
+        stop_reason: Some(reason.to_owned()),
+        ..crate::runs::observer_options(layout)
+    };
+    // Slurm's TERM→KILL grace (`KillWait`) and the cgroup's cleanup come
+    // before the job leaves COMPLETING.
+    let deadline = std::time::Instant::now() + STOP_SETTLE;
+    loop {
+        let observation = supervisor::observer::observe(&dir, &options);
+        let settled = matches!(
+            observation,
+            supervisor::observer::Observation::Final
+                | supervisor::observer::Observation::Finalized { .. }
+        );
+        if settled || std::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        // Slurm tells no one when a job ends: it is asked again.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// The key under which `status`, `list` and `top` show a dispatched run's
+/// record and Slurm's view of it (never written to `status.json`).
+pub const DISPATCH_VIEW_KEY: &str = "dispatch";
+
+/// `status` with its `dispatch` view added when the run was sent to an
+/// executor: executor, cluster, job id, node; for an active run also what
+/// Slurm says now (`slurmState`, and `slurmReason` while it waits).
+pub fn with_dispatch(dir: &Path, mut status: status::RunStatus) -> status::RunStatus {
+    let Ok(Some(record)) = dispatch::read(dir) else {
+        return status;
+    };
+    let mut view = serde_json::json!({
+        "executor": record.executor.as_str(),
+        "cluster": record.cluster,
+        "jobId": record.job_id,
+        "partition": record.partition,
+        "node": record.node,
+    });
+    if status.state.is_active()
+        && let Ok(Some(job)) = slurm::query(&record.job_id)
+    {
+        view["slurmState"] = serde_json::json!(job.state);
+        if let Some(reason) = job.reason.filter(|r| r != "None") {
+            view["slurmReason"] = serde_json::json!(reason);
+        }
+        if view["node"].is_null() && job.state != "PENDING" {
+            view["node"] = serde_json::json!(job.node);
+        }
+    }
+    status.extra.insert(DISPATCH_VIEW_KEY.into(), view);
+    status
+}
+
+/// How long `stop` waits for Slurm to report a cancelled job over.
+const STOP_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[cfg(test)]
 mod tests {
     use super::*;

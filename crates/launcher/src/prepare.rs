@@ -622,6 +622,12 @@ fn write_queued(
     );
     let specs = request.plan.steps.iter().map(|planned| &planned.spec);
     add_names(&mut queued, request.name.as_deref(), specs);
+    if let crate::executor::Executor::Slurm(_) = request.executor {
+        // Our key: the run is judged by its executor, not by pids here.
+        queued
+            .extra
+            .insert(status::reconcile::EXECUTOR_KEY.into(), json!("slurm"));
+    }
     status::model::write_status_after(files, &config.run_dir, &queued)?;
     Ok(())
 }
