@@ -26,6 +26,7 @@ mod observer;
 mod processes;
 mod prune;
 mod resume;
+mod slurm;
 mod snapshots;
 mod surface;
 mod tidy;
