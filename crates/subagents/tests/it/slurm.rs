@@ -177,8 +177,18 @@ fn two_runs_land_on_two_nodes() {
     let a = slurm.status_when("submit-host", "spread-a", |s| s["state"] == "running" && node_of(s).is_some());
     let b = slurm.status_when("submit-host", "spread-b", |s| s["state"] == "running" && node_of(s).is_some());
     assert_ne!(node_of(&a), node_of(&b), "{a}\n{b}");
+    // A third waits in Slurm's queue, and says why.
+    slurm.submit("spread-c", &script, &["--slurm-arg=--exclusive"]);
+    let c = slurm.status_when("submit-host", "spread-c", |s| {
+        s["dispatch"]["slurmReason"] == "Resources"
+    });
+    assert_eq!(c["state"], "queued", "{c}");
+    assert_eq!(c["dispatch"]["slurmState"], "PENDING", "{c}");
+    assert_eq!(node_of(&c), None, "{c}");
+    let table = slurm.ok("submit-host", &["list"]);
+    assert!(table.contains("(PENDING: Resources)"), "{table}");
     std::fs::write(&go, "").unwrap();
-    for id in ["spread-a", "spread-b"] {
+    for id in ["spread-a", "spread-b", "spread-c"] {
         let status = slurm.status_when("submit-host", id, over_and_proven);
         assert_eq!(status["state"], "complete", "{status}");
     }
@@ -302,4 +312,30 @@ fn slurm_options_without_the_slurm_executor_are_a_usage_error() {
     let out = env.run(&["run", "--executor", "slurm", "--slurm-arg=--output=x", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not allowed"), "{out:?}");
+}
+
+#[test]
+fn a_cluster_without_cgroup_tracking_is_refused_at_submit() {
+    let env = Env::new();
+    // A stand-in for the controller's answer: only `scontrol show config` is asked.
+    let bin = Path::new(env.work()).join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let scontrol = bin.join("scontrol");
+    std::fs::write(
+        &scontrol,
+        "#!/bin/sh\necho 'ClusterName             = lab'\necho 'ProctrackType           = proctrack/linuxproc'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&scontrol, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut command = env.command(&["run", "--executor", "slurm", "--", "true"]);
+    command
+        .env("PATH", &path)
+        .env_remove("SUBAGENTS_SLURM_ALLOW_LINUXPROC");
+    let out = output_within(command, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("proctrack/linuxproc, not proctrack/cgroup"), "{stderr}");
+    assert_eq!(stderr.trim().lines().filter(|l| l.contains("proctrack")).count(), 1, "{stderr}");
+    assert_eq!(env.run_count(), 0, "nothing is reserved for a refused run");
 }
