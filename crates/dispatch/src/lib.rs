@@ -121,7 +121,10 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Dispatch, Error> {
     if record.version != VERSION {
         return Err(invalid(
             "version",
-            format!("unsupported version {} (expected {VERSION})", record.version),
+            format!(
+                "unsupported version {} (expected {VERSION})",
+                record.version
+            ),
         ));
     }
     if !is_job_id(&record.job_id) {

@@ -76,14 +76,32 @@ pub struct SlurmOptions {
 
 /// Options we set ourselves; a request may not override them.
 const RESERVED: [&str; 17] = [
-    "-o", "--output", "-e", "--error", "-D", "--chdir", "--wrap", "-J", "--job-name", "-H",
-    "--hold", "--parsable", "-W", "--wait", "--open-mode", "--export", "--array",
+    "-o",
+    "--output",
+    "-e",
+    "--error",
+    "-D",
+    "--chdir",
+    "--wrap",
+    "-J",
+    "--job-name",
+    "-H",
+    "--hold",
+    "--parsable",
+    "-W",
+    "--wait",
+    "--open-mode",
+    "--export",
+    "--array",
 ];
 
 impl Executor {
     /// The request's executor (else `$SUBAGENTS_EXECUTOR`, else the agent
     /// definition's, else local) and its Slurm options.
-    pub fn of_request(run: &RunRequest, definition: Option<&agents::AgentDefinition>) -> Result<Self> {
+    pub fn of_request(
+        run: &RunRequest,
+        definition: Option<&agents::AgentDefinition>,
+    ) -> Result<Self> {
         let named = match run.executor {
             Some(kind) => Some(kind),
             None => match std::env::var(EXECUTOR_ENV).ok().filter(|v| !v.is_empty()) {
@@ -158,6 +176,26 @@ impl Executor {
     }
 }
 
+/// Whether this process is a COMMAND of a run held by Slurm (its
+/// `$SUBAGENTS_RUN_ID` names a run of this root with a Slurm
+/// `dispatch.json`) and nothing names an executor: a nested run then
+/// inherits the executor.
+pub fn inside_slurm_run(layout: &status::Layout) -> bool {
+    if std::env::var_os(EXECUTOR_ENV).is_some_and(|v| !v.is_empty()) {
+        return false;
+    }
+    let Some(parent) = std::env::var("SUBAGENTS_RUN_ID")
+        .ok()
+        .filter(|id| !id.is_empty() && !id.contains('/') && id != "." && id != "..")
+    else {
+        return false;
+    };
+    matches!(
+        dispatch::read(&layout.run_dir(&parent)),
+        Ok(Some(record)) if record.executor == dispatch::Executor::Slurm
+    )
+}
+
 fn check_partition(partition: Option<&str>) -> Result {
     match partition {
         Some(p) if !dispatch::is_name(p) => Err(Error::usage(format!(
@@ -188,7 +226,10 @@ fn submit(config: &LaunchConfig, options: &SlurmOptions) -> Result<Launched, Str
     let file = dir.join(LAUNCH_CONFIG_FILE);
     atomic_file::write_json(&file, config).map_err(|e| e.to_string())?;
     // Slurm creates missing output files with its own umask: ours are 0600.
-    for name in [status::layout::files::RUNNER_STDOUT, status::layout::files::RUNNER_STDERR] {
+    for name in [
+        status::layout::files::RUNNER_STDOUT,
+        status::layout::files::RUNNER_STDERR,
+    ] {
         std::fs::OpenOptions::new()
             .append(true)
             .create(true)
@@ -251,8 +292,14 @@ fn sbatch_args(config: &LaunchConfig, options: &SlurmOptions) -> Vec<String> {
     let dir = &config.run_dir;
     let mut args = vec![
         format!("--job-name=subagents-{}", config.run_id),
-        format!("--output={}", slurm_path(&dir.join(status::layout::files::RUNNER_STDOUT))),
-        format!("--error={}", slurm_path(&dir.join(status::layout::files::RUNNER_STDERR))),
+        format!(
+            "--output={}",
+            slurm_path(&dir.join(status::layout::files::RUNNER_STDOUT))
+        ),
+        format!(
+            "--error={}",
+            slurm_path(&dir.join(status::layout::files::RUNNER_STDERR))
+        ),
         "--open-mode=append".into(),
         format!("--chdir={}", dir.display()),
         "--nodes=1".into(),
@@ -295,7 +342,8 @@ pub fn stop_dispatched(
     } else {
         slurm::signal_batch_term(job)
     };
-    let signalled = signalled.map_err(|why| Error::failed(format!("failed to stop run '{id}': {why}")));
+    let signalled =
+        signalled.map_err(|why| Error::failed(format!("failed to stop run '{id}': {why}")));
     let grace = supervisor::runner::KILL_GRACE + std::time::Duration::from_secs(3);
     if signalled.is_err() || !crate::service::wait_terminal(layout, id, grace)? {
         slurm::cancel(job)
@@ -383,6 +431,9 @@ mod tests {
     #[test]
     fn the_script_quotes_every_path() {
         let script = job_script(Path::new("/opt/it's/subagents"), "r1", Path::new("/a b/c"));
-        assert!(script.contains(r"exec '/opt/it'\''s/subagents' __monitor 'r1' --config-file '/a b/c'"), "{script}");
+        assert!(
+            script.contains(r"exec '/opt/it'\''s/subagents' __monitor 'r1' --config-file '/a b/c'"),
+            "{script}"
+        );
     }
 }

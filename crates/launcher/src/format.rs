@@ -2,6 +2,6 @@
 //! re-exported one by one so the binary reaches no protocol crate itself.
 
 pub use listing::format::{
-    COMMAND_LABEL_KEY, NAME_KEY, command_label, dispatch_line, fanout_line, format_duration, format_run_list,
-    run_label, run_lines, shorten, state_label, step_label,
+    COMMAND_LABEL_KEY, NAME_KEY, command_label, dispatch_line, fanout_line, format_duration,
+    format_run_list, run_label, run_lines, shorten, state_label, step_label,
 };

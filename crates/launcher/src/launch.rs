@@ -27,6 +27,14 @@ use supervisor::config::LaunchConfig;
 /// Runs `subagents run` (or the MCP `run` tool).
 pub fn run(layout: &Layout, run: &RunRequest, settings: &Settings) -> Result<Launched> {
     let session = admission::session_id(settings.session.as_deref());
+    // A run started inside a Slurm run is its own job (docs/cluster.md §7).
+    if run.executor.is_none() && crate::executor::inside_slurm_run(layout) {
+        let run = RunRequest {
+            executor: Some(crate::executor::ExecutorKind::Slurm),
+            ..run.clone()
+        };
+        return launch(layout, &Request::from_run(&run, settings, &session)?);
+    }
     launch(layout, &Request::from_run(run, settings, &session)?)
 }
 

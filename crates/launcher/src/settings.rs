@@ -14,12 +14,12 @@ use crate::error::{Error, Result};
 /// The keys, the variable each one stands in for, and whether it is a number.
 pub const KEYS: [(&str, &str, bool); 7] = [
     ("root", "SUBAGENTS_ROOT", false),
-    ("executor", crate::executor::EXECUTOR_ENV, false),
     ("session", "SUBAGENTS_SESSION_ID", false),
     ("max_active", "SUBAGENTS_MAX_ACTIVE", true),
     ("fanout_limit", fanout_budget::LIMIT_ENV, true),
     ("timeout", "SUBAGENTS_TIMEOUT", false),
     ("color", "SUBAGENTS_COLOR", false),
+    ("executor", crate::executor::EXECUTOR_ENV, false),
 ];
 
 /// Where the file is looked for.
@@ -46,7 +46,7 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
         let key = key.trim();
         let &(name, _, number) = KEYS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
             fail(format!(
-                "unknown key '{key}' (known: root, executor, session, max_active, fanout_limit, timeout, color)"
+                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color, executor)"
             ))
         })?;
         let value = strip_comment(value.trim());

@@ -157,7 +157,9 @@ fn forward_term_to(runner: u32) {
     // SAFETY: pidfd_open on our own unreaped child; the result is checked.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, runner as libc::pid_t, 0) };
     if pidfd < 0 {
-        eprintln!("subagents: warning: no pidfd for the runner: stop reaches it only through Slurm");
+        eprintln!(
+            "subagents: warning: no pidfd for the runner: stop reaches it only through Slurm"
+        );
         return;
     }
     let pidfd = pidfd as i32;

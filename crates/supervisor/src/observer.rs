@@ -510,7 +510,10 @@ fn observe_dispatched(
         runner_end: None,
         closed_at: now_ms(),
         reaped: BTreeMap::new(),
-        groups_gone: step_groups(&status).iter().map(|(i, _)| (*i, true)).collect(),
+        groups_gone: step_groups(&status)
+            .iter()
+            .map(|(i, _)| (*i, true))
+            .collect(),
         stop_reason: options.stop_reason.clone(),
         evidence: Some(job.evidence()),
     };

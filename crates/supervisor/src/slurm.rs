@@ -123,12 +123,35 @@ pub fn query(job_id: &str) -> Result<Option<JobRecord>, String> {
         return Err(format!("scontrol show job {job_id}: {why}"));
     }
     for (source, args) in [
-        ("sacct -c", vec!["-c", "-j", job_id, "-P", "-n", "-o", "state,exitcode,nodelist"]),
-        ("sacct", vec!["-X", "-j", job_id, "-P", "-n", "-o", "state,exitcode,nodelist"]),
+        (
+            "sacct -c",
+            vec![
+                "-c",
+                "-j",
+                job_id,
+                "-P",
+                "-n",
+                "-o",
+                "state,exitcode,nodelist",
+            ],
+        ),
+        (
+            "sacct",
+            vec![
+                "-X",
+                "-j",
+                job_id,
+                "-P",
+                "-n",
+                "-o",
+                "state,exitcode,nodelist",
+            ],
+        ),
     ] {
         if let Ok(output) = run("sacct", &args)
             && output.status.success()
-            && let Some(record) = parse_sacct(job_id, source, &String::from_utf8_lossy(&output.stdout))
+            && let Some(record) =
+                parse_sacct(job_id, source, &String::from_utf8_lossy(&output.stdout))
         {
             return Ok(Some(record));
         }
@@ -248,7 +271,11 @@ fn checked(program: &str, args: &[&str]) -> Result<(), String> {
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!("{program} {}: {}", args.join(" "), stderr_line(&output)))
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            stderr_line(&output)
+        ))
     }
 }
 

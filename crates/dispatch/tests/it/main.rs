@@ -5,7 +5,12 @@ use std::path::Path;
 use subagents_dispatch::{Dispatch, Error, Executor, FILE, read, record_node, write};
 
 fn record() -> Dispatch {
-    Dispatch::slurm("4711", Some("main".into()), Some("lab".into()), 1_700_000_000_123)
+    Dispatch::slurm(
+        "4711",
+        Some("main".into()),
+        Some("lab".into()),
+        1_700_000_000_123,
+    )
 }
 
 fn put(dir: &Path, text: &str) {
@@ -25,7 +30,9 @@ fn a_written_record_reads_back_and_is_private() {
     write(dir.path(), &record()).unwrap();
     assert_eq!(read(dir.path()).unwrap(), Some(record()));
     let mode = std::os::unix::fs::PermissionsExt::mode(
-        &std::fs::metadata(dir.path().join(FILE)).unwrap().permissions(),
+        &std::fs::metadata(dir.path().join(FILE))
+            .unwrap()
+            .permissions(),
     );
     assert_eq!(mode & 0o777, 0o600);
 }
@@ -104,6 +111,9 @@ fn a_symlink_or_fifo_is_refused_without_blocking() {
 }
 
 fn nix_mkfifo(path: &Path) {
-    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
     assert!(status.success());
 }

@@ -26,7 +26,10 @@ fn cluster() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(DEFAULT_DIR).join("slurm.conf"));
     let why = if !conf.exists() {
-        Some(format!("no {} (run scripts/slurm-local.sh up)", conf.display()))
+        Some(format!(
+            "no {} (run scripts/slurm-local.sh up)",
+            conf.display()
+        ))
     } else {
         match Command::new("sinfo")
             .args(["-h", "-N", "-o", "%N %t"])
@@ -42,9 +45,12 @@ fn cluster() -> Option<PathBuf> {
                 let text = String::from_utf8_lossy(&out.stdout).into_owned();
                 let idle_or_busy = text
                     .lines()
-                    .filter(|l| l.ends_with(" idle") || l.ends_with(" mix") || l.ends_with(" alloc"))
+                    .filter(|l| {
+                        l.ends_with(" idle") || l.ends_with(" mix") || l.ends_with(" alloc")
+                    })
                     .count();
-                (idle_or_busy < 2).then(|| format!("the cluster has not two usable nodes: {text:?}"))
+                (idle_or_busy < 2)
+                    .then(|| format!("the cluster has not two usable nodes: {text:?}"))
             }
         }
     };
@@ -105,7 +111,14 @@ impl Slurm {
     /// Submits `script` as run `id` (returns at once: queued with its job).
     fn submit(&self, id: &str, script: &str, extra: &[&str]) -> Value {
         let mut args = vec![
-            "run", "--executor", "slurm", "--id", id, "--timeout", "3m", "--json",
+            "run",
+            "--executor",
+            "slurm",
+            "--id",
+            id,
+            "--timeout",
+            "3m",
+            "--json",
         ];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--", "sh", "-c", script]);
@@ -142,8 +155,18 @@ fn a_run_completes_on_a_node_and_reports_the_node() {
     let out = slurm.run(
         "submit-host",
         &[
-            "run", "--executor", "slurm", "--id", "on-node", "--wait", "--timeout", "3m", "--",
-            "sh", "-c", "echo on $SLURMD_NODENAME",
+            "run",
+            "--executor",
+            "slurm",
+            "--id",
+            "on-node",
+            "--wait",
+            "--timeout",
+            "3m",
+            "--",
+            "sh",
+            "-c",
+            "echo on $SLURMD_NODENAME",
         ],
     );
     assert!(out.status.success(), "{out:?}");
@@ -153,14 +176,28 @@ fn a_run_completes_on_a_node_and_reports_the_node() {
     let node = node_of(&status).expect("the node is recorded");
     assert!(["n1", "n2"].contains(&node.as_str()), "{status}");
     assert_eq!(status["dispatch"]["executor"], "slurm");
-    assert!(status["dispatch"]["jobId"].as_str().is_some_and(|j| !j.is_empty()));
-    let output = std::fs::read_to_string(slurm.env.run_dir("on-node").join("output-0.log")).unwrap();
+    assert!(
+        status["dispatch"]["jobId"]
+            .as_str()
+            .is_some_and(|j| !j.is_empty())
+    );
+    let output =
+        std::fs::read_to_string(slurm.env.run_dir("on-node").join("output-0.log")).unwrap();
     assert_eq!(output.trim(), format!("on {node}"));
     let text = slurm.ok("submit-host", &["status", "on-node"]);
-    assert!(text.contains(&format!("Executor: slurm job {}", status["dispatch"]["jobId"].as_str().unwrap())), "{text}");
+    assert!(
+        text.contains(&format!(
+            "Executor: slurm job {}",
+            status["dispatch"]["jobId"].as_str().unwrap()
+        )),
+        "{text}"
+    );
     assert!(text.contains(&format!("on {node}")), "{text}");
     // The config crossed sbatch as a private file; the task never did.
-    assert_eq!(mode(&slurm.env.run_dir("on-node").join("launch-config.json")), 0o600);
+    assert_eq!(
+        mode(&slurm.env.run_dir("on-node").join("launch-config.json")),
+        0o600
+    );
 }
 
 #[test]
@@ -174,8 +211,12 @@ fn two_runs_land_on_two_nodes() {
         assert_eq!(launched["executor"], "slurm", "{launched}");
         assert!(launched["jobId"].is_string(), "{launched}");
     }
-    let a = slurm.status_when("submit-host", "spread-a", |s| s["state"] == "running" && node_of(s).is_some());
-    let b = slurm.status_when("submit-host", "spread-b", |s| s["state"] == "running" && node_of(s).is_some());
+    let a = slurm.status_when("submit-host", "spread-a", |s| {
+        s["state"] == "running" && node_of(s).is_some()
+    });
+    let b = slurm.status_when("submit-host", "spread-b", |s| {
+        s["state"] == "running" && node_of(s).is_some()
+    });
     assert_ne!(node_of(&a), node_of(&b), "{a}\n{b}");
     // A third waits in Slurm's queue, and says why.
     slurm.submit("spread-c", &script, &["--slurm-arg=--exclusive"]);
@@ -206,7 +247,11 @@ fn stop_of_a_running_job_ends_it_stopped_with_nothing_left() {
     poll(Duration::from_secs(60), || {
         std::fs::read_to_string(&pid_file).is_ok_and(|t| t.trim().parse::<u32>().is_ok())
     });
-    let grandchild: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let grandchild: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(alive(grandchild));
     let out = slurm.run("submit-host", &["stop", "stopped"]);
     assert!(out.status.success(), "{out:?}");
@@ -248,7 +293,8 @@ fn a_killed_monitor_is_finalized_from_slurms_record_by_another_host() {
     });
     assert_eq!(status["state"], "failed", "{status}");
     let proof: Value = serde_json::from_str(
-        &std::fs::read_to_string(slurm.env.run_dir("orphan").join("process-terminal.json")).unwrap(),
+        &std::fs::read_to_string(slurm.env.run_dir("orphan").join("process-terminal.json"))
+            .unwrap(),
     )
     .unwrap();
     let runner = proof["instances"]
@@ -275,18 +321,30 @@ fn slurmctld_pid(conf: &Path) -> u32 {
         .lines()
         .find_map(|l| l.strip_prefix("SlurmctldPidFile="))
         .expect("SlurmctldPidFile in slurm.conf");
-    std::fs::read_to_string(file).unwrap().trim().parse().unwrap()
+    std::fs::read_to_string(file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 #[test]
 fn a_run_survives_a_controller_restart_and_is_proven() {
     let Some(slurm) = Slurm::new() else { return };
     let go = slurm.work("go");
-    let script = format!("while [ ! -e '{}' ]; do sleep 0.1; done; echo done", go.display());
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.1; done; echo done",
+        go.display()
+    );
     slurm.submit("restart", &script, &[]);
     slurm.status_when("submit-host", "restart", |s| s["state"] == "running");
     let old = slurmctld_pid(&slurm.conf);
-    assert_eq!(std::fs::read_to_string(format!("/proc/{old}/comm")).unwrap().trim(), "slurmctld");
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{old}/comm"))
+            .unwrap()
+            .trim(),
+        "slurmctld"
+    );
     kill(old, libc::SIGTERM);
     poll(Duration::from_secs(30), || !alive(old));
     // Without its controller nothing is concluded about the run.
@@ -309,9 +367,19 @@ fn slurm_options_without_the_slurm_executor_are_a_usage_error() {
     let env = Env::new();
     let out = env.run(&["run", "--slurm-partition", "main", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let out = env.run(&["run", "--executor", "slurm", "--slurm-arg=--output=x", "--", "true"]);
+    let out = env.run(&[
+        "run",
+        "--executor",
+        "slurm",
+        "--slurm-arg=--output=x",
+        "--",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not allowed"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not allowed"),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -326,8 +394,16 @@ fn a_cluster_without_cgroup_tracking_is_refused_at_submit() {
         "#!/bin/sh\necho 'ClusterName             = lab'\necho 'ProctrackType           = proctrack/linuxproc'\n",
     )
     .unwrap();
-    std::fs::set_permissions(&scontrol, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    std::fs::set_permissions(
+        &scontrol,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut command = env.command(&["run", "--executor", "slurm", "--", "true"]);
     command
         .env("PATH", &path)
@@ -335,7 +411,59 @@ fn a_cluster_without_cgroup_tracking_is_refused_at_submit() {
     let out = output_within(command, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("proctrack/linuxproc, not proctrack/cgroup"), "{stderr}");
-    assert_eq!(stderr.trim().lines().filter(|l| l.contains("proctrack")).count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("proctrack/linuxproc, not proctrack/cgroup"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .trim()
+            .lines()
+            .filter(|l| l.contains("proctrack"))
+            .count(),
+        1,
+        "{stderr}"
+    );
     assert_eq!(env.run_count(), 0, "nothing is reserved for a refused run");
+}
+
+#[test]
+fn a_nested_run_is_its_own_job_and_counts_in_the_parents_fan_out() {
+    let Some(slurm) = Slurm::new() else { return };
+    let child = slurm.work("child.json");
+    let script = format!(
+        "\"$SUBAGENTS_BIN\" run --json --wait --id nested-child -- sh -c 'echo child' > '{}'",
+        child.display()
+    );
+    let mut command = slurm.command(
+        "submit-host",
+        &[
+            "run",
+            "--executor",
+            "slurm",
+            "--id",
+            "nested-parent",
+            "--wait",
+            "--timeout",
+            "3m",
+            "--fanout-limit",
+            "4",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    command.env("SUBAGENTS_BIN", env!("CARGO_BIN_EXE_subagents"));
+    let out = output_within(command, Duration::from_secs(180));
+    assert!(out.status.success(), "{out:?}");
+    let parent = slurm.status("submit-host", "nested-parent");
+    assert_eq!(parent["state"], "complete", "{parent}");
+    let child = slurm.status_when("submit-host", "nested-child", over_and_proven);
+    assert_eq!(child["state"], "complete", "{child}");
+    let (parent_job, child_job) = (&parent["dispatch"]["jobId"], &child["dispatch"]["jobId"]);
+    assert!(child_job.is_string() && parent_job.is_string(), "{child}");
+    assert_ne!(parent_job, child_job, "the child is a job of its own");
+    // The child's claim is in the parent's budget: 2 of 4 used.
+    assert_eq!(parent["runFanoutBudget"]["used"], 2, "{parent}");
 }
