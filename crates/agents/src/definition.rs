@@ -531,6 +531,19 @@ mod tests {
     }
 
     #[test]
+    fn the_executor_and_slurm_options_are_read() {
+        let def = parse(
+            "---\nexecutor: slurm\nslurmPartition: gpu\nslurmArgs:\n  - --gres=gpu:1\n  - --mem=8G\n---\nBody",
+        )
+        .unwrap();
+        assert_eq!(def.executor.as_deref(), Some("slurm"));
+        assert_eq!(def.slurm_partition.as_deref(), Some("gpu"));
+        assert_eq!(def.slurm_args, ["--gres=gpu:1", "--mem=8G"]);
+        let e = parse("---\nexecutor: kubernetes\n---\nBody").unwrap_err();
+        assert!(e.to_string().contains("executor"), "{e}");
+    }
+
+    #[test]
     fn name_defaults_to_the_file_stem_and_lists_may_be_yaml() {
         let def = parse("---\nrunner: claude\ntools:\n  - Read\n  - Grep\ntimeout: 20m\n---\nBody")
             .unwrap();

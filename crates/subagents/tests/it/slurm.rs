@@ -228,8 +228,14 @@ fn two_runs_land_on_two_nodes() {
     assert_eq!(node_of(&c), None, "{c}");
     let table = slurm.ok("submit-host", &["list"]);
     assert!(table.contains("(PENDING: Resources)"), "{table}");
+    // Stopped while it waits: cancelled in the queue, proven from Slurm's record.
+    let out = slurm.run("submit-host", &["stop", "spread-c"]);
+    assert!(out.status.success(), "{out:?}");
+    let c = slurm.status("submit-host", "spread-c");
+    assert_eq!(c["state"], "stopped", "{c}");
+    assert_eq!(c["processTerminal"]["state"], "observed", "{c}");
     std::fs::write(&go, "").unwrap();
-    for id in ["spread-a", "spread-b", "spread-c"] {
+    for id in ["spread-a", "spread-b"] {
         let status = slurm.status_when("submit-host", id, over_and_proven);
         assert_eq!(status["state"], "complete", "{status}");
     }
@@ -253,7 +259,8 @@ fn stop_of_a_running_job_ends_it_stopped_with_nothing_left() {
         .parse()
         .unwrap();
     assert!(alive(grandchild));
-    let out = slurm.run("submit-host", &["stop", "stopped"]);
+    // From another host: only Slurm can reach the job's processes.
+    let out = slurm.run("other-host", &["stop", "stopped"]);
     assert!(out.status.success(), "{out:?}");
     let status = slurm.status("submit-host", "stopped");
     assert_eq!(status["state"], "stopped", "{status}");
