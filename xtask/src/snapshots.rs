@@ -15,6 +15,7 @@
 //! listed in [`generate`], plus its reader in [`validate`].
 
 mod capacity;
+mod dispatch;
 mod events;
 mod fanout;
 mod handshake;
@@ -104,11 +105,13 @@ pub enum Kind {
     ListJson,
     /// `listing-index/finished-runs-v2` (stamps and checksum redacted).
     ListIndex,
+    /// `dispatch.json` (our extension: the Slurm job of a dispatched run).
+    Dispatch,
 }
 
 impl Kind {
     /// Every kind, in snapshot order.
-    pub const ALL: [Kind; 23] = [
+    pub const ALL: [Kind; 24] = [
         Kind::Status,
         Kind::Events,
         Kind::Candidate,
@@ -132,6 +135,7 @@ impl Kind {
         Kind::ListHuman,
         Kind::ListJson,
         Kind::ListIndex,
+        Kind::Dispatch,
     ];
 
     /// The name recorded in a snapshot's `info.kind`.
@@ -160,6 +164,7 @@ impl Kind {
             Kind::ListHuman => "list-human",
             Kind::ListJson => "list-json",
             Kind::ListIndex => "list-index",
+            Kind::Dispatch => "dispatch",
         }
     }
 
@@ -256,7 +261,7 @@ type Family = fn() -> anyhow::Result<Vec<Artifact>>;
 
 /// Every artifact of every family, in a stable order.
 pub fn generate() -> anyhow::Result<Vec<Artifact>> {
-    let families: [(&str, Family); 8] = [
+    let families: [(&str, Family); 9] = [
         ("events", events::artifacts),
         ("proof", proof::artifacts),
         ("handshake", handshake::artifacts),
@@ -265,6 +270,7 @@ pub fn generate() -> anyhow::Result<Vec<Artifact>> {
         ("list", list::artifacts),
         ("runs", runs::artifacts),
         ("presets", presets::artifacts),
+        ("dispatch", dispatch::artifacts),
     ];
     let mut all = Vec::new();
     for (family, artifacts) in families {

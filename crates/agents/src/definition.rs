@@ -129,6 +129,12 @@ pub struct AgentDefinition {
     pub resume_prompt: ResumePrompt,
     /// The file it was read from.
     pub path: PathBuf,
+    /// Where its runs execute (`local` or `slurm`), when the definition says.
+    pub executor: Option<String>,
+    /// The Slurm partition of its runs (`slurmPartition`).
+    pub slurm_partition: Option<String>,
+    /// Extra `sbatch` options of its runs (`slurmArgs`).
+    pub slurm_args: Vec<String>,
 }
 
 /// Why a definition file could not be used.
@@ -186,6 +192,11 @@ struct FrontMatter {
     env: Option<BTreeMap<String, Value>>,
     system_prompt_mode: Option<String>,
     resume_prompt: Option<String>,
+    executor: Option<String>,
+    #[serde(alias = "slurm_partition")]
+    slurm_partition: Option<String>,
+    #[serde(alias = "slurm_args")]
+    slurm_args: Option<Vec<String>>,
 }
 
 /// Reads and parses `path`; `default_runner` applies when the front matter
@@ -387,7 +398,19 @@ fn build(
             ));
         }
     };
+    let executor = non_empty(front.executor);
+    if let Some(text) = &executor
+        && !["local", "slurm"].contains(&text.as_str())
+    {
+        return Err(fail(
+            "executor",
+            format!("executor '{text}' is not one of local, slurm"),
+        ));
+    }
     Ok(AgentDefinition {
+        executor,
+        slurm_partition: non_empty(front.slurm_partition),
+        slurm_args: front.slurm_args.unwrap_or_default(),
         name,
         description: non_empty(front.description),
         runner,
@@ -513,6 +536,19 @@ mod tests {
         assert_eq!(def.system_prompt_mode, PromptMode::Append);
         assert_eq!(def.timeout_ms, Some(900_000));
         assert_eq!(def.system_prompt, "You scout.");
+    }
+
+    #[test]
+    fn the_executor_and_slurm_options_are_read() {
+        let def = parse(
+            "---\nexecutor: slurm\nslurmPartition: gpu\nslurmArgs:\n  - --gres=gpu:1\n  - --mem=8G\n---\nBody",
+        )
+        .unwrap();
+        assert_eq!(def.executor.as_deref(), Some("slurm"));
+        assert_eq!(def.slurm_partition.as_deref(), Some("gpu"));
+        assert_eq!(def.slurm_args, ["--gres=gpu:1", "--mem=8G"]);
+        let e = parse("---\nexecutor: kubernetes\n---\nBody").unwrap_err();
+        assert!(e.to_string().contains("executor"), "{e}");
     }
 
     #[test]

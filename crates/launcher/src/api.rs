@@ -85,6 +85,18 @@ pub struct RunRequest {
     /// file's path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// Where the run executes: `local` (a process tree on this machine) or
+    /// `slurm` (one batch job on a cluster that shares the state root).
+    /// Default: `$SUBAGENTS_EXECUTOR` (config key `executor`), else the
+    /// agent definition's, else `local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<crate::executor::ExecutorKind>,
+    /// The Slurm partition (with `executor: "slurm"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_partition: Option<String>,
+    /// Extra `sbatch` options, each `--name=value` (with `executor: "slurm"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slurm_args: Vec<String>,
 }
 
 /// A launched run, as the runner reported it ready.
@@ -95,10 +107,17 @@ pub struct Launched {
     pub run_id: String,
     /// Run directory.
     pub async_dir: PathBuf,
-    /// Runner pid.
+    /// Runner pid (0 for a run submitted to Slurm: its runner starts on a
+    /// node later).
     pub pid: u32,
     /// Runner instance id.
     pub runner_process_instance_id: String,
+    /// The executor, when not local.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<crate::executor::ExecutorKind>,
+    /// The Slurm job id, for a run submitted to Slurm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
 }
 
 impl From<supervisor::spawn::Launched> for Launched {
@@ -108,6 +127,8 @@ impl From<supervisor::spawn::Launched> for Launched {
             async_dir: l.async_dir,
             pid: l.pid,
             runner_process_instance_id: l.runner_process_instance_id,
+            executor: None,
+            job_id: None,
         }
     }
 }

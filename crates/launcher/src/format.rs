@@ -2,9 +2,9 @@
 //! re-exported one by one so the binary reaches no protocol crate itself.
 
 pub use listing::format::{
-    COMMAND_LABEL_KEY, NAME_KEY, command_label, fanout_line, format_duration, format_run_list,
-    progress_label, run_label, run_lines, shorten, state_label, step_label, step_number,
-    step_state,
+    COMMAND_LABEL_KEY, NAME_KEY, command_label, dispatch_line, fanout_line, format_duration,
+    format_run_list, progress_label, run_label, run_lines, shorten, state_label, step_label,
+    step_number, step_state,
 };
 /// How our own views spell a duration (`format_duration` is the
 /// reference's, kept for the list text scripts parse).

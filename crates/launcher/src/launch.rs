@@ -27,18 +27,28 @@ use supervisor::config::LaunchConfig;
 /// Runs `subagents run` (or the MCP `run` tool).
 pub fn run(layout: &Layout, run: &RunRequest, settings: &Settings) -> Result<Launched> {
     let session = admission::session_id(settings.session.as_deref());
+    // A run started inside a Slurm run is its own job (docs/cluster.md §7).
+    if run.executor.is_none() && crate::executor::inside_slurm_run(layout) {
+        let run = RunRequest {
+            executor: Some(crate::executor::ExecutorKind::Slurm),
+            ..run.clone()
+        };
+        return launch(layout, &Request::from_run(&run, settings, &session)?);
+    }
     launch(layout, &Request::from_run(run, settings, &session)?)
 }
 
 /// Prepares, spawns and (for a revival) hands over a run; settles its
 /// capacity slot from what is proven about the runner.
 pub fn launch(layout: &Layout, request: &Request) -> Result<Launched> {
+    let mut executor = request.executor.clone();
+    executor.admit()?;
     let (config, slot) = prepare::prepare(layout, request)?;
     supervisor::fault::point(supervisor::fault::Point::AfterRunDir);
     if config.revival.is_some() {
         handshake::remove_stale_files(&config.run_dir)?;
     }
-    match supervisor::spawn::spawn(&config).map(Launched::from) {
+    match executor.start(&config) {
         Ok(launched) if config.revival.is_some() => hand_over(layout, &config, launched, slot),
         Ok(launched) => {
             let spawned = Spawned::started(launched.pid, &launched.runner_process_instance_id);

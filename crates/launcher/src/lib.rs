@@ -22,6 +22,7 @@ pub(crate) mod budget;
 pub(crate) mod damaged;
 pub(crate) mod dismiss;
 pub mod error;
+pub mod executor;
 pub mod fanout;
 pub(crate) mod launch;
 pub(crate) mod leftovers;

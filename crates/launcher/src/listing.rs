@@ -44,7 +44,10 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
     if query.all {
         observer::observe_active(layout, &observer);
     }
-    let observe = |dir: &std::path::Path, status| observer::observe_status(dir, status, &observer);
+    let observe = |dir: &std::path::Path, status| {
+        observer::observe_status(dir, status, &observer)
+            .map(|s| s.map(|s| crate::executor::with_dispatch(dir, s)))
+    };
     let by_start = query.sort == Some(ListSort::Started);
     let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let options = ListOptions {
@@ -142,6 +145,7 @@ pub fn stream(
     let observer = crate::runs::observer_options(layout);
     let observe = |dir: &std::path::Path, status| {
         supervisor::observer::observe_status(dir, status, &observer)
+            .map(|s| s.map(|s| crate::executor::with_dispatch(dir, s)))
     };
     let started = std::time::SystemTime::now();
     let now = status::now_ms();

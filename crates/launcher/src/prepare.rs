@@ -77,6 +77,8 @@ pub struct Request {
     pub preset: Option<crate::presets::PresetRecord>,
     /// The run's name (`--name`), recorded as `name`.
     pub name: Option<String>,
+    /// Where the run executes once prepared.
+    pub executor: crate::executor::Executor,
 }
 
 /// The part of a request that makes it a revival.
@@ -158,6 +160,7 @@ impl Request {
             session_root: session_root(settings.session_dir.as_deref())?,
             preset: preset.as_ref().map(crate::presets::Preset::record),
             name: run.name.clone(),
+            executor: crate::executor::Executor::of_request(run, definition)?,
         })
     }
 }
@@ -796,6 +799,12 @@ fn write_queued(
     );
     let specs = request.plan.steps.iter().map(|planned| &planned.spec);
     add_names(&mut queued, request.name.as_deref(), specs);
+    if let crate::executor::Executor::Slurm(_) = request.executor {
+        // Our key: the run is judged by its executor, not by pids here.
+        queued
+            .extra
+            .insert(status::reconcile::EXECUTOR_KEY.into(), json!("slurm"));
+    }
     status::model::write_status_after(files, &config.run_dir, &queued)?;
     Ok(())
 }

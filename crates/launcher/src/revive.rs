@@ -285,6 +285,8 @@ fn revival_request(
             .get(listing::format::NAME_KEY)
             .and_then(serde_json::Value::as_str)
             .map(str::to_owned),
+        // A revival runs here: its session file is on this machine.
+        executor: crate::executor::Executor::Local,
     })
 }
 

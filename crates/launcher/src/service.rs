@@ -88,8 +88,9 @@ impl Launcher {
     pub fn status(&self, run: &str) -> Result<RunView> {
         let run = &self.handle(run)?;
         let mut warnings = Vec::new();
-        let (run, observation) = load_observed(&self.layout, run, &mut warnings)
+        let (mut run, observation) = load_observed(&self.layout, run, &mut warnings)
             .map_err(|e| crate::damaged::status_error(&self.layout, run, e))?;
+        run.status = crate::executor::with_dispatch(&run.async_dir, run.status);
         // Freeing the session's over slots reads every slot's owner; an
         // active run has no slot to give back, so asking about it costs the
         // same however many runs are active (a full pool is reconciled by
@@ -316,6 +317,10 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
     };
     let dir = run.async_dir.clone();
     let was_over = !run.status.state.is_active();
+    if !was_over && let Ok(Some(record)) = dispatch::read(&dir) {
+        crate::executor::stop_dispatched(layout, &run.id, &record, reason)?;
+        return stopped_outcome(layout, &run.id, was_over, warnings);
+    }
     if !was_over && let Some(host) = run.status.foreign_host() {
         // Its processes are another machine's: nothing here may signal them.
         return Err(crate::Error::failed(format!(
@@ -340,7 +345,16 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
         }
     }
     settle_without_monitor(layout, &run.id, reason);
-    let final_run = load(layout, &run.id, &mut warnings)?;
+    stopped_outcome(layout, &run.id, was_over, warnings)
+}
+
+fn stopped_outcome(
+    layout: &Layout,
+    id: &str,
+    was_over: bool,
+    mut warnings: Vec<String>,
+) -> Result<StopOutcome> {
+    let final_run = load(layout, id, &mut warnings)?;
     admission::release_finished(layout, final_run.status.session_id.as_deref());
     Ok(StopOutcome {
         run: final_run,
@@ -381,7 +395,7 @@ fn settle_without_monitor(layout: &Layout, id: &str, reason: &str) {
 /// Records the request in the status (the runner reads the reason) and as
 /// an event: a run whose steps all completed before the stop took effect
 /// ends `complete`, and the request stays on record.
-fn request_stop(dir: &Path, id: &str, reason: &str) -> Result {
+pub(crate) fn request_stop(dir: &Path, id: &str, reason: &str) -> Result {
     let now = now_ms();
     update_status(dir, |s| {
         let mut s = s?;
@@ -405,7 +419,7 @@ fn signal_runner(run: &RunSummary, sig: Signal) {
     }
 }
 
-fn wait_terminal(layout: &Layout, id: &str, within: Duration) -> Result<bool> {
+pub(crate) fn wait_terminal(layout: &Layout, id: &str, within: Duration) -> Result<bool> {
     let deadline = Instant::now() + within;
     let dir = layout.run_dir(id);
     let (_watcher, events) = watch_dirs(std::slice::from_ref(&dir));

@@ -12,7 +12,7 @@ use crate::api::{ConfigKey, ConfigOutcome};
 use crate::error::{Error, Result};
 
 /// The keys, the variable each one stands in for, and whether it is a number.
-pub const KEYS: [(&str, &str, bool); 7] = [
+pub const KEYS: [(&str, &str, bool); 8] = [
     ("root", "SUBAGENTS_ROOT", false),
     ("session", "SUBAGENTS_SESSION_ID", false),
     ("max_active", "SUBAGENTS_MAX_ACTIVE", true),
@@ -20,6 +20,7 @@ pub const KEYS: [(&str, &str, bool); 7] = [
     ("timeout", "SUBAGENTS_TIMEOUT", false),
     ("color", "SUBAGENTS_COLOR", false),
     ("idle_timeout", IDLE_TIMEOUT_ENV, false),
+    ("executor", crate::executor::EXECUTOR_ENV, false),
 ];
 
 /// The variable of the default idle limit (config `idle_timeout`), read by
@@ -50,7 +51,7 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
         let key = key.trim();
         let &(name, _, number) = KEYS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
             fail(format!(
-                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color, idle_timeout)"
+                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color, idle_timeout, executor)"
             ))
         })?;
         let value = strip_comment(value.trim());
@@ -80,6 +81,9 @@ fn check_value(key: &str, value: &str) -> Result<(), String> {
         "timeout" | "idle_timeout" => crate::root::parse_duration(value)
             .map(|_| ())
             .map_err(|e| format!("{key}: {e}")),
+        "executor" if crate::executor::ExecutorKind::parse(value).is_none() => Err(format!(
+            "executor must be \"local\" or \"slurm\", not '{value}'"
+        )),
         "color" if !["auto", "always", "never"].contains(&value) => Err(format!(
             "color must be \"auto\", \"always\" or \"never\", not '{value}'"
         )),

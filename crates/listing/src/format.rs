@@ -97,6 +97,9 @@ fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
             atomic_file::escape(host)
         ));
     }
+    if let Some(line) = dispatch_line(status) {
+        lines.push(format!("  Executor: {line}"));
+    }
     if let Some(line) = fanout_line(status.run_fanout_budget.as_ref()) {
         lines.push(format!("  {line}"));
     } else if let Some(reason) = status
@@ -125,6 +128,26 @@ fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
         );
     }
     lines
+}
+
+/// A dispatched run's place, from the `dispatch` view the launcher adds:
+/// `slurm job 12 on n1 (RUNNING)`, `slurm job 13 (PENDING: Resources)`.
+pub fn dispatch_line(status: &status::RunStatus) -> Option<String> {
+    let view = status.extra.get("dispatch")?;
+    let text = |key: &str| view.get(key).and_then(Value::as_str);
+    let mut line = format!("{} job {}", text("executor")?, text("jobId")?);
+    if let Some(cluster) = text("cluster") {
+        line.push_str(&format!(" of {cluster}"));
+    }
+    if let Some(node) = text("node") {
+        line.push_str(&format!(" on {node}"));
+    }
+    match (text("slurmState"), text("slurmReason")) {
+        (Some(state), Some(reason)) => line.push_str(&format!(" ({state}: {reason})")),
+        (Some(state), None) => line.push_str(&format!(" ({state})")),
+        _ => {}
+    }
+    Some(line)
 }
 
 /// The run's state as listings show it: `finishing (complete)` for a run

@@ -172,12 +172,28 @@ fn repair_with_result(
     }))
 }
 
+/// The key of `status.json` (our extension) naming the executor of a run
+/// that is not a local process tree (`"slurm"`); its `dispatch.json`
+/// holds the rest.
+pub const EXECUTOR_KEY: &str = "executor";
+
 /// Why `status` is stale, or `None` when it is not.
 pub fn stale_message(status: &RunStatus, options: Options) -> Option<String> {
     if reference::is_reference_record(status) {
         return reference::stale_message(status, options);
     }
     if status.display_dismissed_at.is_some() || !status.state.is_active() {
+        return None;
+    }
+    // A run held by an executor (a Slurm job) may wait in its queue for
+    // hours and runs on another host: only the executor's record decides
+    // (the observer asks it).
+    if status
+        .extra
+        .get(EXECUTOR_KEY)
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|e| e != "local")
+    {
         return None;
     }
     // A live monitor waits on the runner and repairs the run itself, with a

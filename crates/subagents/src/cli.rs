@@ -250,6 +250,17 @@ pub struct RunArgs {
     /// Run fan-out budget of a new root run, 1..=1000000 (else $SUBAGENTS_MAX_SPAWNS_PER_RUN, else 64); ignored inside a run.
     #[arg(long, value_name = "N", value_parser = fanout_limit_parser())]
     pub fanout_limit: Option<u64>,
+    /// Where the run executes: `local` or `slurm` (one batch job on a cluster
+    /// that shares the state root; docs/cluster.md). Default: $SUBAGENTS_EXECUTOR
+    /// (config key `executor`), else the agent's, else local.
+    #[arg(long, value_name = "EXECUTOR", value_parser = ["local", "slurm"])]
+    pub executor: Option<String>,
+    /// The Slurm partition (with --executor slurm).
+    #[arg(long, value_name = "PARTITION")]
+    pub slurm_partition: Option<String>,
+    /// An extra sbatch option as --name=value (with --executor slurm; repeatable).
+    #[arg(long = "slurm-arg", value_name = "OPTION", allow_hyphen_values = true)]
+    pub slurm_args: Vec<String>,
     /// The command and its arguments; `{task_file}` is replaced by the task file path.
     #[arg(
         last = true,
@@ -517,6 +528,12 @@ impl RunArgs {
             spec: None,
             spec_file: self.spec.clone(),
             command: self.command.clone(),
+            executor: self
+                .executor
+                .as_deref()
+                .and_then(launcher::executor::ExecutorKind::parse),
+            slurm_partition: self.slurm_partition.clone(),
+            slurm_args: self.slurm_args.clone(),
         })
     }
 

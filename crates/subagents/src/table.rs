@@ -107,6 +107,11 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         ),
         None => launcher::format::state_label(s),
     };
+    // A run in a Slurm job says where it is: its job, node or why it waits.
+    let state = match launcher::format::dispatch_line(s) {
+        Some(line) => format!("{state} [{}]", launcher::escape(&line)),
+        None => state,
+    };
     [
         launcher::escape(&run.id),
         state,

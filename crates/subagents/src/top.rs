@@ -271,6 +271,11 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
             ))));
         }
     }
+    if let Some(place) = launcher::format::dispatch_line(s) {
+        lines.push(Line::from(launcher::escape(&format!(
+            "    Executor: {place}"
+        ))));
+    }
     if let Some(fanout) = fanout_line(s.run_fanout_budget.as_ref()) {
         lines.push(Line::from(format!("    {fanout}")));
     }
@@ -749,6 +754,26 @@ mod tests {
         let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
         terminal.draw(|f| render(f, app)).unwrap();
         terminal
+    }
+
+    #[test]
+    fn a_run_in_slurms_queue_says_where_and_why() {
+        let mut queued = RunStatus::new("20261130-slurm", RunState::Queued);
+        queued.extra.insert(
+            "dispatch".into(),
+            json!({"executor": "slurm", "jobId": "4713", "cluster": "lab", "node": null,
+                   "slurmState": "PENDING", "slurmReason": "Resources"}),
+        );
+        let run = RunSummary {
+            id: queued.run_id.clone(),
+            async_dir: PathBuf::from("/nonexistent/20261130-slurm"),
+            status: queued,
+        };
+        let text: Vec<String> = run_lines(&run, NOW).iter().map(|l| l.to_string()).collect();
+        assert!(
+            text.contains(&"    Executor: slurm job 4713 of lab (PENDING: Resources)".to_owned()),
+            "{text:?}"
+        );
     }
 
     #[test]

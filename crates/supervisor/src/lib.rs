@@ -24,6 +24,8 @@
 //!   root cannot take it (read-only or full past the retry budget).
 //! * [`idle`] gives back the monitor's and the runner's clean code pages
 //!   before they wait.
+//! * [`slurm`] submits a run as a Slurm batch job, signals it, and asks
+//!   Slurm whether it is over (for the observer of a dispatched run).
 //! * [`fault`] kills a named process at a named point (`SUBAGENTS_FAULT`),
 //!   for crash tests; off unless the variable is set.
 //!
@@ -43,5 +45,6 @@ pub mod observer;
 mod process_tests;
 pub mod procs;
 pub mod runner;
+pub mod slurm;
 pub mod spawn;
 pub mod transitions;

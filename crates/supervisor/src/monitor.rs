@@ -31,10 +31,10 @@ use crate::procs::{Ended, Signals, empty_group};
 /// The monitor's entry point; returns the process exit code.
 pub fn main() -> i32 {
     fault::init(fault::Process::Monitor);
-    let config: LaunchConfig = match serde_json::from_reader(std::io::stdin()) {
+    let config = match read_config() {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("subagents: failed to read monitor config from stdin: {e}");
+            eprintln!("subagents: failed to read monitor config {e}");
             return 1;
         }
     };
@@ -54,6 +54,10 @@ pub fn main() -> i32 {
         return 1;
     }
     fault::point(Point::AfterRunDir);
+    let in_job = job_config_file().is_some();
+    if in_job {
+        record_node(&config);
+    }
     let (runner, handed) = match spawn_runner(&config) {
         Ok(spawned) => spawned,
         Err(e) => {
@@ -62,6 +66,9 @@ pub fn main() -> i32 {
         }
     };
     fault::when_step_started(&config.run_dir);
+    if in_job {
+        forward_term_to(runner);
+    }
     crate::idle::release_clean_file_pages();
     let (ended, mut reaped) = wait_for(runner);
     let closed_at = now_ms();
@@ -87,6 +94,7 @@ pub fn main() -> i32 {
         reaped,
         groups_gone,
         stop_reason: None,
+        evidence: None,
     };
     fault::point(Point::AfterCandidate);
     durable::until_proof_written(&config.run_dir, || {
@@ -102,6 +110,80 @@ pub fn main() -> i32 {
         );
     });
     0
+}
+
+/// The argument that makes the monitor a batch job's script: the launch
+/// config is the named file (0600, in the run directory; `sbatch` cannot
+/// pass stdin on), not stdin.
+pub const CONFIG_FILE_ARG: &str = "--config-file";
+
+/// `__monitor RUN --config-file PATH`: the config file's path.
+fn job_config_file() -> Option<std::path::PathBuf> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let at = args.iter().position(|a| a == CONFIG_FILE_ARG)?;
+    args.get(at + 1).map(std::path::PathBuf::from)
+}
+
+fn read_config() -> Result<LaunchConfig, String> {
+    match job_config_file() {
+        Some(path) => {
+            let bytes = atomic_file::read::read_file(&path).map_err(|e| e.to_string())?;
+            serde_json::from_slice(&bytes).map_err(|e| format!("from '{}': {e}", path.display()))
+        }
+        None => serde_json::from_reader(std::io::stdin()).map_err(|e| format!("from stdin: {e}")),
+    }
+}
+
+/// Inside a Slurm job: the node we run on goes into `dispatch.json`, for
+/// `status` and listings on every host.
+fn record_node(config: &LaunchConfig) {
+    let (Ok(job), Ok(node)) = (
+        std::env::var("SLURM_JOB_ID"),
+        std::env::var("SLURMD_NODENAME"),
+    ) else {
+        return;
+    };
+    if let Err(e) = dispatch::record_node(&config.run_dir, &job, &node) {
+        eprintln!("subagents: warning: failed to record the node: {e}");
+    }
+}
+
+/// Inside a Slurm job, `stop` signals only the batch script — this
+/// monitor (`scancel --batch --signal=TERM`); the runner is the one that
+/// ends the steps gracefully and records the run `stopped`, so the signal
+/// is handed to it. Through a pidfd taken while the runner is our unreaped
+/// child, so a recycled pid is never signalled.
+fn forward_term_to(runner: u32) {
+    // SAFETY: pidfd_open on our own unreaped child; the result is checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, runner as libc::pid_t, 0) };
+    if pidfd < 0 {
+        eprintln!(
+            "subagents: warning: no pidfd for the runner: stop reaches it only through Slurm"
+        );
+        return;
+    }
+    let pidfd = pidfd as i32;
+    std::thread::spawn(move || {
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGTERM);
+        // SIGTERM is blocked in every thread (`Signals::block` ran first),
+        // so this thread takes it when it comes.
+        while set.wait().is_ok() {
+            // SAFETY: a signal sent through a pidfd we own; fails harmlessly once the runner is gone.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd,
+                    libc::SIGTERM,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+            if rc < 0 {
+                return;
+            }
+        }
+    });
 }
 
 /// Records our identity in the queued status before any runner exists, so
@@ -161,10 +243,14 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<(u32, Option<handover:
     // Before the runner has its config, so before it writes anything.
     record_processes(config, child.id());
     // The runner inherited the ready pipe; our copy must close so the
-    // launcher sees EOF if the runner dies before reporting.
-    // SAFETY: descriptor 3 is the ready pipe handed to us and no longer used here.
-    unsafe {
-        libc::close(3);
+    // launcher sees EOF if the runner dies before reporting. A monitor
+    // started as a batch job has no ready pipe (descriptor 3 may then be
+    // one of ours).
+    if std::env::var_os(crate::config::READY_FD_ENV).is_some() {
+        // SAFETY: descriptor 3 is the ready pipe handed to us and no longer used here.
+        unsafe {
+            libc::close(3);
+        }
     }
     let mut stdin = child
         .stdin
@@ -324,6 +410,7 @@ mod tests {
             reaped,
             groups_gone,
             stop_reason: None,
+            evidence: None,
         }
     }
 

@@ -417,6 +417,13 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
     if projects_not_started(status) {
         return Observation::Final;
     }
+    // A run sent to an executor is judged by the executor, from any host
+    // that shares the root: nothing of it is looked for in this /proc.
+    match dispatch::read(run_dir) {
+        Ok(Some(record)) => return observe_dispatched(run_dir, status, &record, options),
+        Ok(None) => {}
+        Err(e) => return Observation::Unproven(e.to_string()),
+    }
     // A live monitor finalizes its run itself: nothing to lock or re-read
     // (the common case of `list`, once per active run). Decided as `judge`
     // decides it under the lock.
@@ -447,6 +454,89 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
         Verdict::Abandoned => abandon(run_dir, &status, &facts, &options.root),
         Verdict::Settle => settle(run_dir, &status, &facts, options),
     }
+}
+
+/// How long a Slurm job may stay `RUNNING` after its run's status is
+/// final before the observer says why it keeps the run: a SIGKILLed
+/// `slurmstepd` leaves its job `RUNNING` (a known Slurm fault).
+pub const SLURM_STUCK_ENV: &str = "SUBAGENTS_SLURM_STUCK_MS";
+const SLURM_STUCK_DEFAULT_MS: u64 = 60_000;
+
+/// A run whose `dispatch.json` names a Slurm job: over only when Slurm
+/// reports the job terminal and not `COMPLETING` (with `proctrack/cgroup`
+/// its processes are then gone); then finalized with an `observed` proof
+/// whose observer record names the job, its state and exit code.
+fn observe_dispatched(
+    run_dir: &Path,
+    status: &RunStatus,
+    record: &dispatch::Dispatch,
+    options: &Options,
+) -> Observation {
+    let job = match crate::slurm::query(&record.job_id) {
+        Ok(Some(job)) => job,
+        Ok(None) => {
+            return Observation::Unproven(format!(
+                "slurm knows no job {} (controller, completion log and accounting asked)",
+                record.job_id
+            ));
+        }
+        Err(why) => return Observation::Unproven(format!("slurm cannot be asked: {why}")),
+    };
+    if !job.is_over() {
+        return match stuck_for(status, &job) {
+            Some(ms) => Observation::Unproven(format!(
+                "{} {} s after the run's status became final: its slurmstepd may be gone; the run is kept until Slurm ends the job",
+                job.describe(),
+                ms / 1000
+            )),
+            None => Observation::Waiting(job.describe()),
+        };
+    }
+    let Some(_lock) = ObserverLock::try_take(run_dir) else {
+        return Observation::Waiting("another observer is finalizing this run".into());
+    };
+    let Some(status) = status_or_stand_in(run_dir) else {
+        return Observation::NoStatus;
+    };
+    if proof_is_final(run_dir, &status) {
+        return Observation::Final;
+    }
+    let run_id = reconcile::run_id_of(run_dir, &status);
+    let reason = format!("{}: every process of the job is gone", job.describe());
+    let witness = Witness {
+        role: Role::Reconciler,
+        reason: Some(reason.clone()),
+        runner_instance_id: runner_instance_id(&status),
+        runner_end: None,
+        closed_at: now_ms(),
+        reaped: BTreeMap::new(),
+        groups_gone: step_groups(&status)
+            .iter()
+            .map(|(i, _)| (*i, true))
+            .collect(),
+        stop_reason: options.stop_reason.clone(),
+        evidence: Some(job.evidence()),
+    };
+    let (proof, repaired) = finish(run_dir, &run_id, &options.root, &witness);
+    Observation::Finalized {
+        proof: Box::new(proof),
+        repaired,
+        reason,
+    }
+}
+
+/// How long (ms) a job has been `RUNNING` past the bound while its run's
+/// status is final; `None` within the bound or when the run is not final.
+fn stuck_for(status: &RunStatus, job: &crate::slurm::JobRecord) -> Option<u64> {
+    if job.state != "RUNNING" || status.state.is_active() {
+        return None;
+    }
+    let bound = std::env::var(SLURM_STUCK_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SLURM_STUCK_DEFAULT_MS);
+    let since = now_ms().saturating_sub(status.last_update?);
+    (since > bound).then_some(since)
 }
 
 /// Reads the evidence of a run.
@@ -598,6 +688,14 @@ fn observer_record(reason: &str) -> Value {
     })
 }
 
+fn witness_record(witness: &Witness) -> Value {
+    let mut record = observer_record(witness.reason.as_deref().unwrap_or(""));
+    if let Some(evidence) = &witness.evidence {
+        record["evidence"] = evidence.clone();
+    }
+    record
+}
+
 /// The runner is gone and so is its monitor: end what is left, prove it,
 /// repair, finalize.
 fn settle(run_dir: &Path, status: &RunStatus, facts: &Facts, options: &Options) -> Observation {
@@ -641,6 +739,7 @@ fn settle(run_dir: &Path, status: &RunStatus, facts: &Facts, options: &Options) 
         reaped: BTreeMap::new(),
         groups_gone: steps.iter().map(|(i, _)| (*i, true)).collect(),
         stop_reason: options.stop_reason.clone(),
+        evidence: None,
     };
     let (proof, repaired) = finish(run_dir, &run_id, &options.root, &witness);
     Observation::Finalized {
@@ -823,6 +922,9 @@ pub struct Witness {
     pub groups_gone: BTreeMap<usize, bool>,
     /// A stop was requested: a repaired run becomes `stopped`.
     pub stop_reason: Option<String>,
+    /// What an executor reported (e.g. the Slurm job's state and exit
+    /// code), recorded in the proof's observer record as `evidence`.
+    pub evidence: Option<Value>,
 }
 
 /// The end of every run, for the monitor and reconcilers alike: repairs a
@@ -874,7 +976,7 @@ pub fn finish_in_slot(
         signal: witness.runner_end.and_then(Ended::signal),
         observer: match witness.role {
             Role::Monitor => None,
-            Role::Reconciler => Some(observer_record(witness.reason.as_deref().unwrap_or(""))),
+            Role::Reconciler => Some(witness_record(witness)),
         },
     };
     let leases = |file: &str| lease_state(root, file);
@@ -992,7 +1094,7 @@ fn repair_unfinished(
     let status = repaired.ok().flatten()?;
     let mut fields = json!({"pid": status.pid, "message": message});
     if witness.role == Role::Reconciler {
-        fields["observer"] = observer_record(witness.reason.as_deref().unwrap_or(""));
+        fields["observer"] = witness_record(witness);
     }
     let _ = events::append(run_dir, "subagent.run.repaired_stale", run_id, now, fields);
     Some(message)

@@ -57,6 +57,7 @@ impl Env {
             // The developer's own defaults must not leak into a test.
             .env_remove("SUBAGENTS_TIMEOUT")
             .env_remove("SUBAGENTS_COLOR")
+            .env_remove("SUBAGENTS_EXECUTOR")
             .env("XDG_CONFIG_HOME", self.work.path().join("no-config"))
             // The revival handshake's 10 s default is a product deadline, not
             // a test's: on a starved machine a runner can need longer to

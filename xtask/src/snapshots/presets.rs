@@ -96,6 +96,7 @@ fn recovery_files(
         session_root: None,
         preset: Some(preset.record()),
         name: None,
+        executor: Default::default(),
     };
     launcher::revive::persist(config, &request, &descriptor)
         .map_err(|e| anyhow::anyhow!(e.message))?;

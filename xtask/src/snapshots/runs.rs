@@ -482,6 +482,7 @@ fn recovery_files(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<
         session_root: None,
         preset: None,
         name: None,
+        executor: Default::default(),
     };
     // A fixed root key pins the seal's MAC (a real root's key is random).
     let key = recovery::seal::RootKey::path(&config.root);

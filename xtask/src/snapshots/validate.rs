@@ -92,6 +92,9 @@ pub fn validate(kind: Kind, text: &str) -> Result<(), String> {
         Kind::ListHuman => list_human(text),
         Kind::ListJson => list_json(text),
         Kind::ListIndex => list_index(text),
+        Kind::Dispatch => dispatch::parse(label, text.as_bytes())
+            .map(drop)
+            .map_err(|e| e.to_string()),
     }
 }
 

@@ -27,6 +27,7 @@ mod observer;
 mod processes;
 mod prune;
 mod resume;
+mod slurm;
 mod snapshots;
 mod spec_agents;
 mod surface;

@@ -242,6 +242,7 @@ fn the_witnessed_candidate_proves_only_groups_seen_empty() {
         reaped: BTreeMap::new(),
         groups_gone: BTreeMap::from([(0, true), (1, false)]),
         stop_reason: None,
+        evidence: None,
     };
     let candidate = witnessed_candidate("r", &status, &witness);
     assert_eq!(candidate.expected_writers.as_ref().unwrap()["0"], 1);
@@ -769,6 +770,7 @@ fn monitor_witness(runner_end: Option<Ended>, stop_reason: Option<&str>) -> Witn
         reaped: BTreeMap::new(),
         groups_gone: BTreeMap::new(),
         stop_reason: stop_reason.map(str::to_owned),
+        evidence: None,
     }
 }
 
