@@ -915,6 +915,28 @@ mod tests {
     }
 
     #[test]
+    fn a_step_that_never_ran_is_skipped_and_durations_are_spelled_one_way() {
+        let mut status = RunStatus::new("r", RunState::Stopped);
+        status.started_at = Some(NOW - 5_400_000);
+        status.steps = Some(vec![
+            step("long", "stopped", Some(NOW - 5_400_000), Some(5_400_000)),
+            step("never", "stopped", None, None),
+        ]);
+        let run = RunSummary {
+            id: "r".into(),
+            async_dir: "/nonexistent".into(),
+            status,
+        };
+        let texts: Vec<String> = run_lines(&run, NOW)
+            .iter()
+            .map(|line| line.to_string())
+            .collect();
+        assert!(texts[0].contains("  1h30m  "), "{texts:?}");
+        assert_eq!(texts[1], "    1. long  stopped  1h30m");
+        assert_eq!(texts[2].trim_end(), "    2. never  skipped");
+    }
+
+    #[test]
     fn the_tail_has_a_header_per_step_and_stderr_apart() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("external-0.stdout.log"), "one\n").unwrap();
