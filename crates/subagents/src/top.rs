@@ -845,7 +845,7 @@ mod tests {
         let line = run_lines(single, NOW)[0].to_string();
         assert_eq!(
             line,
-            "20261130-single  running  lint-bot nightly  0/1 done  4.0s  /srv/other"
+            "20261130-single  running  lint-bot nightly  0/1 done  4s  /srv/other"
         );
         let chain = &app.sessions[1].runs[0];
         let lines: Vec<String> = run_lines(chain, NOW)
@@ -855,7 +855,7 @@ mod tests {
         assert!(lines[0].contains("  chain ×3  "), "{lines:?}");
         assert_eq!(
             lines[2],
-            "    2. writer  running  1m3s  · last output 9.0s ago"
+            "    2. writer  running  1m3s  · last output 9s ago"
         );
         assert_eq!(lines[3], "    3. final check  pending  ");
     }
