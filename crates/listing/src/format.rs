@@ -459,7 +459,7 @@ fn format_tokens(n: u64) -> String {
 /// failed chain step leaves it `stopped`, `failed` or `pending` with exit
 /// code 1); `stopped` for a fail-fast sibling ended while it ran; else the
 /// recorded state.
-pub fn step_state<'a>(step: &'a Step, run: status::RunState) -> &'a str {
+pub fn step_state(step: &Step, run: status::RunState) -> &str {
     if never_ran(step, run) {
         "skipped"
     } else if step

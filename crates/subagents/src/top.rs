@@ -870,7 +870,7 @@ mod tests {
         let line = run_lines(single, NOW)[0].to_string();
         assert_eq!(
             line,
-            "20261130-single  running  lint-bot nightly  0/1 done  4.0s  /srv/other"
+            "20261130-single  running  lint-bot nightly  0/1 done  4s  /srv/other"
         );
         let chain = &app.sessions[1].runs[0];
         let lines: Vec<String> = run_lines(chain, NOW)
@@ -880,7 +880,7 @@ mod tests {
         assert!(lines[0].contains("  chain ×3  "), "{lines:?}");
         assert_eq!(
             lines[2],
-            "    2. writer  running  1m3s  · last output 9.0s ago"
+            "    2. writer  running  1m3s  · last output 9s ago"
         );
         assert_eq!(lines[3], "    3. final check  pending  ");
     }
@@ -937,6 +937,28 @@ mod tests {
             texts[1],
             r"    1. a\n20261130-forged  complete\u{1b}[2J  complete  "
         );
+    }
+
+    #[test]
+    fn a_step_that_never_ran_is_skipped_and_durations_are_spelled_one_way() {
+        let mut status = RunStatus::new("r", RunState::Stopped);
+        status.started_at = Some(NOW - 5_400_000);
+        status.steps = Some(vec![
+            step("long", "stopped", Some(NOW - 5_400_000), Some(5_400_000)),
+            step("never", "stopped", None, None),
+        ]);
+        let run = RunSummary {
+            id: "r".into(),
+            async_dir: "/nonexistent".into(),
+            status,
+        };
+        let texts: Vec<String> = run_lines(&run, NOW)
+            .iter()
+            .map(|line| line.to_string())
+            .collect();
+        assert!(texts[0].contains("  1h30m  "), "{texts:?}");
+        assert_eq!(texts[1], "    1. long  stopped  1h30m");
+        assert_eq!(texts[2].trim_end(), "    2. never  skipped");
     }
 
     #[test]
