@@ -77,6 +77,12 @@ pub struct RunRequest {
     /// file's path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// Over the session's active-run limit, wait in the session's queue for
+    /// a slot (first in, first out) instead of being refused. Default: the
+    /// spec's `queue`, else the `queue` config key (`$SUBAGENTS_QUEUE`),
+    /// else false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<bool>,
 }
 
 /// A launched run, as the runner reported it ready.
@@ -91,6 +97,20 @@ pub struct Launched {
     pub pid: u32,
     /// Runner instance id.
     pub runner_process_instance_id: String,
+    /// The run waits in its session's queue for a capacity slot (`pid` is
+    /// then its monitor's): when it joined and its 1-based position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_for_slot: Option<QueuedForSlot>,
+}
+
+/// A run's place in its session's queue for a capacity slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedForSlot {
+    /// When it joined the queue (ms since the epoch).
+    pub since: u64,
+    /// 1-based position among the runs waiting.
+    pub position: usize,
 }
 
 impl From<supervisor::spawn::Launched> for Launched {
@@ -100,6 +120,7 @@ impl From<supervisor::spawn::Launched> for Launched {
             async_dir: l.async_dir,
             pid: l.pid,
             runner_process_instance_id: l.runner_process_instance_id,
+            queued_for_slot: None,
         }
     }
 }

@@ -3,5 +3,5 @@
 
 pub use listing::format::{
     COMMAND_LABEL_KEY, NAME_KEY, command_label, fanout_line, format_duration, format_run_list,
-    run_label, run_lines, shorten, state_label, step_label,
+    queue_label, run_label, run_lines, shorten, state_label, state_with_queue, step_label,
 };

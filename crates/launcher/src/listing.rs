@@ -42,7 +42,10 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
     if query.all {
         observer::observe_active(layout, &observer);
     }
-    let observe = |dir: &std::path::Path, status| observer::observe_status(dir, status, &observer);
+    let observe = |dir: &std::path::Path, status| {
+        let observed = observer::observe_status(dir, status, &observer);
+        observed.map(|s| s.map(|s| crate::queue::with_position(layout, s)))
+    };
     let by_start = query.sort == Some(ListSort::Started);
     let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
     let options = ListOptions {
@@ -62,6 +65,9 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
     let mut warnings = Vec::new();
     note_skipped(&mut warnings, listing.skipped_repairs);
     let mut runs = listing.runs;
+    if query.all {
+        crate::queue::show_positions(layout, runs.iter_mut());
+    }
     if by_start {
         runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
         runs.truncate(query.limit.unwrap_or(usize::MAX));
@@ -138,7 +144,8 @@ pub fn stream(
     // each status for both); `--all` observes them above.
     let observer = crate::runs::observer_options(layout);
     let observe = |dir: &std::path::Path, status| {
-        supervisor::observer::observe_status(dir, status, &observer)
+        let observed = supervisor::observer::observe_status(dir, status, &observer);
+        observed.map(|s| s.map(|s| crate::queue::with_position(layout, s)))
     };
     let started = std::time::SystemTime::now();
     let now = status::now_ms();

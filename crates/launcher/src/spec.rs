@@ -1,8 +1,8 @@
 //! `subagents run --spec FILE`: the composite-run spec file.
 //!
 //! ```json
-//! {"mode": "parallel", "tasks": [STEP, ...], "concurrency": 2, "failFast": true}
-//! {"mode": "chain", "steps": [STEP | {"parallel": [STEP, ...], "concurrency": 2, "failFast": false}, ...]}
+//! {"mode": "parallel", "tasks": [STEP, ...], "concurrency": 2, "failFast": true, "queue": true}
+//! {"mode": "chain", "steps": [STEP | {"parallel": [STEP, ...], "concurrency": 2, "failFast": false}, ...], "queue": false}
 //! STEP = {"agent": "name", "command": ["argv", ...], "name": "label", "task": "text", "cwd": "dir", "timeout": "10m"}
 //! ```
 //!
@@ -66,6 +66,8 @@ pub struct Plan {
     pub steps: Vec<PlannedStep>,
     /// Execution groups.
     pub groups: Vec<GroupConfig>,
+    /// The spec's `queue`: wait for a capacity slot instead of being refused.
+    pub queue: Option<bool>,
 }
 
 impl Plan {
@@ -85,6 +87,7 @@ impl Plan {
                 fail_fast: false,
                 parallel: false,
             }],
+            queue: None,
         }
     }
 }
@@ -136,12 +139,17 @@ pub fn parse_plan(value: &Value) -> Result<Plan, String> {
 }
 
 fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
-    only_keys(obj, &["mode", "tasks", "concurrency", "failFast"], "")?;
+    only_keys(
+        obj,
+        &["mode", "tasks", "concurrency", "failFast", "queue"],
+        "",
+    )?;
     let tasks = non_empty_array(obj.get("tasks"), "tasks")?;
     let mut plan = Plan {
         mode: "parallel".into(),
         steps: Vec::new(),
         groups: Vec::new(),
+        queue: queue_field(obj)?,
     };
     for (j, task) in tasks.iter().enumerate() {
         plan.steps.push(step(task, &format!("tasks[{j}]"))?);
@@ -151,12 +159,13 @@ fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
 }
 
 fn parse_chain(obj: &Map<String, Value>) -> Result<Plan, String> {
-    only_keys(obj, &["mode", "steps"], "")?;
+    only_keys(obj, &["mode", "steps", "queue"], "")?;
     let items = non_empty_array(obj.get("steps"), "steps")?;
     let mut plan = Plan {
         mode: "chain".into(),
         steps: Vec::new(),
         groups: Vec::new(),
+        queue: queue_field(obj)?,
     };
     for (i, item) in items.iter().enumerate() {
         let start = plan.steps.len();
@@ -252,6 +261,17 @@ fn group(
     })
 }
 
+/// The spec's top-level `queue`, a boolean when present.
+fn queue_field(obj: &Map<String, Value>) -> Result<Option<bool>, String> {
+    match obj.get("queue") {
+        None => Ok(None),
+        Some(v) => v
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| "queue: expected a boolean (true or false)".to_owned()),
+    }
+}
+
 fn non_empty_array<'a>(value: Option<&'a Value>, at: &str) -> Result<&'a Vec<Value>, String> {
     value
         .and_then(Value::as_array)
@@ -317,6 +337,14 @@ mod tests {
     }
 
     #[test]
+    fn a_spec_may_ask_for_the_queue() {
+        let chain = parse_plan(&json!({"mode": "chain", "steps": [s("a")], "queue": true}));
+        assert_eq!(chain.unwrap().queue, Some(true));
+        let parallel = parse_plan(&json!({"mode": "parallel", "tasks": [s("a")]}));
+        assert_eq!(parallel.unwrap().queue, None);
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let cases = [
             (json!({"mode": "serial"}), "mode: expected"),
@@ -355,6 +383,14 @@ mod tests {
             (
                 json!({"mode": "chain", "steps": [{"agent": "a", "command": ["x"], "timeout": "5y"}]}),
                 "steps[0].timeout",
+            ),
+            (
+                json!({"mode": "chain", "steps": [s("a")], "queue": "yes"}),
+                "queue: expected a boolean",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [s("a")], "queue": 1}),
+                "queue: expected a boolean",
             ),
         ];
         for (spec, expected) in cases {

@@ -233,6 +233,14 @@ pub struct RunArgs {
     /// Block until the run is over and exit with its result.
     #[arg(long)]
     pub wait: bool,
+    /// Over --max-active, wait in the session's queue for a slot (first in,
+    /// first out) instead of being refused (default: the spec's `queue`,
+    /// else $SUBAGENTS_QUEUE / the `queue` config key).
+    #[arg(long, overrides_with = "no_queue")]
+    pub queue: bool,
+    /// Refuse the launch over --max-active (exit 3), whatever the default.
+    #[arg(long, overrides_with = "queue")]
+    pub no_queue: bool,
     /// A composite run from a JSON spec file (see README: parallel, chain).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["agent", "task", "task_file"])]
     pub spec: Option<PathBuf>,
@@ -503,6 +511,11 @@ impl RunArgs {
             spec: None,
             spec_file: self.spec.clone(),
             command: self.command.clone(),
+            queue: match (self.queue, self.no_queue) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         })
     }
 

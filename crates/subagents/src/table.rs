@@ -105,7 +105,7 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
             launcher::format::state_label(s),
             launcher::escape(host)
         ),
-        None => launcher::format::state_label(s),
+        None => launcher::format::state_with_queue(s),
     };
     [
         launcher::escape(&run.id),

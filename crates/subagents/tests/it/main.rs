@@ -25,6 +25,7 @@ mod nested;
 mod observer;
 mod processes;
 mod prune;
+mod queue;
 mod resume;
 mod snapshots;
 mod surface;
