@@ -48,7 +48,7 @@ pub struct QueueEntry {
 #[derive(Debug)]
 pub enum Admission {
     /// A slot was free and nobody waited for it: the run holds it.
-    Slot(SlotHandle),
+    Slot(Box<SlotHandle>),
     /// The run joined the line.
     Queued(Queued),
 }
@@ -67,7 +67,7 @@ pub struct Queued {
 #[derive(Debug)]
 pub enum Turn {
     /// The run's turn came: it holds this slot and has left the line.
-    Admitted(SlotHandle),
+    Admitted(Box<SlotHandle>),
     /// Still waiting, at this 1-based place.
     Waiting(usize),
     /// The run is not in the line any more (stopped, or given up).
@@ -158,7 +158,7 @@ impl Capacity {
         let waiting = self.waiting_ahead(&pool, request.session_id, None)?;
         if waiting == 0 {
             match self.acquire_locked(&pool, request, limit) {
-                Ok(handle) => return Ok(Some(Admission::Slot(handle))),
+                Ok(handle) => return Ok(Some(Admission::Slot(Box::new(handle)))),
                 Err(CapacityError::Exhausted(_)) if queue => {}
                 Err(e) => return Err(e),
             }
@@ -167,7 +167,7 @@ impl Capacity {
             if used + waiting < limit as usize {
                 return self
                     .acquire_locked(&pool, request, limit)
-                    .map(|h| Some(Admission::Slot(h)));
+                    .map(|h| Some(Admission::Slot(Box::new(h))));
             }
             return Err(CapacityError::Exhausted(crate::snapshot_of(&pool, limit)?));
         }
@@ -294,7 +294,7 @@ impl Capacity {
             return Ok(Turn::Waiting(ahead + 1));
         };
         atomic_file::remove_if_exists(&queue.join(mine.file_name()))?;
-        Ok(Turn::Admitted(handle))
+        Ok(Turn::Admitted(Box::new(handle)))
     }
 
     /// Whether `run_id`'s turn may have come, from two directory listings
@@ -372,7 +372,68 @@ fn read_entry(path: &Path) -> Option<QueueEntry> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
+
+    fn request<'a>(run_id: &'a str, dir: &'a Path, live: &'a HashSet<String>) -> Acquire<'a> {
+        Acquire {
+            session_id: "s",
+            limit: Some(1),
+            run_id,
+            kind: crate::Kind::Runner,
+            async_dir: dir,
+            live_workflows: live,
+        }
+    }
+
+    fn admit(pools: &Capacity, run_id: &str, queue: bool) -> Result<Admission, CapacityError> {
+        let (dir, live) = (Path::new("/nonexistent"), HashSet::new());
+        pools
+            .admit(&request(run_id, dir, &live), queue)
+            .map(Option::unwrap)
+    }
+
+    fn turn(pools: &Capacity, run_id: &str) -> Turn {
+        let (dir, live) = (Path::new("/nonexistent"), HashSet::new());
+        pools.take_turn(&request(run_id, dir, &live)).unwrap()
+    }
+
+    #[test]
+    fn the_line_is_first_in_first_out_and_no_slot() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Entries whose run has no status yet stand in line while their
+        // launcher (this process) lives.
+        let pools = Capacity::new(tmp.path().join("session-active-async-capacity"));
+        let Admission::Slot(mut first) = admit(&pools, "a", true).unwrap() else {
+            panic!("a free slot is taken");
+        };
+        let queued = |id| match admit(&pools, id, true).unwrap() {
+            Admission::Queued(q) => q.position,
+            Admission::Slot(_) => panic!("{id} passed the line"),
+        };
+        assert_eq!((queued("b"), queued("c")), (1, 2));
+        assert_eq!(pools.used("s").unwrap(), 1, "the line is not a slot");
+        assert!(matches!(
+            admit(&pools, "d", false),
+            Err(CapacityError::Exhausted(_))
+        ));
+        assert!(matches!(turn(&pools, "c"), Turn::Waiting(2)));
+        assert!(first.rollback().unwrap());
+        // A free slot with b ahead: c still waits, and no launch passes b.
+        assert!(matches!(turn(&pools, "c"), Turn::Waiting(2)));
+        assert!(matches!(
+            admit(&pools, "d", false),
+            Err(CapacityError::Exhausted(_))
+        ));
+        assert!(matches!(turn(&pools, "b"), Turn::Admitted(_)));
+        assert!(matches!(turn(&pools, "b"), Turn::Gone));
+        assert!(matches!(turn(&pools, "c"), Turn::Waiting(1)));
+        let left = pools.leave_queue("s", "c", || Ok::<(), ()>(())).unwrap();
+        assert_eq!(left, Ok(true));
+        assert!(matches!(turn(&pools, "c"), Turn::Gone));
+        assert!(pools.queue_positions("s").is_empty());
+    }
 
     #[test]
     fn names_order_by_time_then_id() {

@@ -68,7 +68,7 @@ pub fn acquire(
 /// What a launch was given by [`admit`].
 pub enum Admitted {
     /// A slot (`None`: a nested launch, which takes none).
-    Slot(Option<SlotHandle>),
+    Slot(Option<Box<SlotHandle>>),
     /// A place in the session's queue.
     Queued(capacity::Queued),
 }

@@ -210,7 +210,7 @@ pub fn prepare(layout: &Layout, request: &Request) -> Result<Prepared> {
     let run_id = pick_id(layout, request.explicit_id.as_deref())?;
     let run_dir = layout.run_dir(&run_id);
     let (mut slot, queue) = match take_slot(layout, request, &run_id, &run_dir)? {
-        admission::Admitted::Slot(slot) => (slot, None),
+        admission::Admitted::Slot(slot) => (slot.map(|s| *s), None),
         admission::Admitted::Queued(queued) => (None, Some(queued)),
     };
     let queue = queue.map(|q| QueueConfig {
@@ -376,7 +376,7 @@ fn take_slot(
                 run_id,
                 run_dir,
             )
-            .map(admission::Admitted::Slot);
+            .map(|slot| admission::Admitted::Slot(slot.map(Box::new)));
         }
     };
     let (session, limit) = (&request.session, request.max_active);

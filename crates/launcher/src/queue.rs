@@ -12,7 +12,6 @@ use status::model::update_status;
 use status::proof::{ProcessTerminal, ProofState};
 use status::{Layout, RunState, RunStatus, now_ms, reconcile};
 
-use crate::admission;
 use crate::error::{Error, Result};
 
 /// Stops a run that waits in its session's queue without ever starting it:
@@ -28,7 +27,7 @@ pub fn stop_queued(layout: &Layout, run: &RunSummary, reason: &str) -> Result<bo
         return Ok(false);
     };
     let dir = run.async_dir.as_path();
-    let left = admission::pools(layout)
+    let left = pools(layout)
         .leave_queue(session, &run.id, || record_stopped(dir, &run.id, reason))
         .map_err(|e| Error::failed(format!("failed to stop run '{}': {e}", run.id)))?;
     let left = left?;
@@ -67,7 +66,7 @@ fn record_stopped(dir: &Path, id: &str, reason: &str) -> Result {
 /// Shows each waiting run's place in its session's line in its status
 /// (`queuedForSlot.position`, in memory), one read of each line.
 pub fn show_positions<'a>(layout: &Layout, runs: impl IntoIterator<Item = &'a mut RunSummary>) {
-    let pools = admission::pools(layout);
+    let pools = pools(layout);
     let mut lines: HashMap<String, Vec<(String, usize)>> = HashMap::new();
     for run in runs {
         if status::slot_wait::queued_for_slot(&run.status).is_none() {
@@ -94,9 +93,15 @@ pub fn with_position(layout: &Layout, mut status: RunStatus) -> RunStatus {
     let Some(session) = status.session_id.as_deref() else {
         return status;
     };
-    let line = admission::pools(layout).queue_positions(session);
+    let line = pools(layout).queue_positions(session);
     if let Some((_, position)) = line.iter().find(|(id, _)| *id == status.run_id) {
         status::slot_wait::show_position(&mut status, *position);
     }
     status
+}
+
+/// The capacity pools of the root (not through `admission`, which observes
+/// runs through `runs`: this module is below both).
+fn pools(layout: &Layout) -> capacity::Capacity {
+    capacity::Capacity::new(layout.capacity_dir())
 }

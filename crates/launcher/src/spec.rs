@@ -354,7 +354,7 @@ mod tests {
             ),
             (
                 json!({"mode": "chain", "tasks": [s("a")]}),
-                "tasks: unknown field (expected mode, steps)",
+                "tasks: unknown field (expected mode, steps, queue)",
             ),
             (
                 json!({"mode": "parallel", "tasks": [s("a")], "extra": 1}),

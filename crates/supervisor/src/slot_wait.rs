@@ -89,7 +89,7 @@ pub fn wait_for_turn(config: &LaunchConfig, queue: &QueueConfig) -> Option<SlotH
             continue;
         }
         match pools.take_turn(&request) {
-            Ok(Turn::Admitted(handle)) => return Some(handle),
+            Ok(Turn::Admitted(handle)) => return Some(*handle),
             Ok(Turn::Gone) => {
                 give_up(config, "it left the queue for a capacity slot without one");
                 return None;
