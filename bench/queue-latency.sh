@@ -3,9 +3,10 @@
 # One gate run holds the only slot of a session (--max-active 1) while
 # RUNS runs of `true` join the queue with --queue; then the gate ends and
 # the line drains one run at a time. For each run, the latency is from the
-# previous run's process-terminal.json mtime (its proof, written right
-# before its finalizer frees the slot) to this run's `startedAt` (the
-# runner's first write). Prints the median, p90, min and max in ms.
+# previous run's process-terminal.json mtime (its proof; the finalizer then
+# overlays it on status.json and frees the slot), and from that status.json
+# mtime, to this run's `startedAt` (the runner's first write). Prints the
+# median, p90, min and max in ms of both.
 # Env: SUBAGENTS_BIN (default target/release/subagents), RUNS (default 25),
 #      RESULTS_DIR (default bench/results).
 set -euo pipefail
@@ -43,15 +44,18 @@ touch "$R/go"
     python3 - "$R/async-subagent-runs" "${ids[@]}" <<'PY'
 import json, os, statistics, sys
 runs, ids = sys.argv[1], sys.argv[2:]
-gaps = []
-for prev, cur in zip(ids, ids[1:]):
-    freed = os.stat(os.path.join(runs, prev, "process-terminal.json")).st_mtime_ns / 1e6
-    with open(os.path.join(runs, cur, "status.json")) as f:
-        started = json.load(f)["startedAt"]
-    gaps.append(started - freed)
-gaps.sort()
-p90 = gaps[min(len(gaps) - 1, int(len(gaps) * 0.9))]
-print(f"slot freed -> next runner started, ms: median {statistics.median(gaps):.1f}, "
-      f"p90 {p90:.1f}, min {gaps[0]:.1f}, max {gaps[-1]:.1f} (n={len(gaps)})")
+def mtime(run, name):
+    return os.stat(os.path.join(runs, run, name)).st_mtime_ns / 1e6
+def started(run):
+    with open(os.path.join(runs, run, "status.json")) as f:
+        return json.load(f)["startedAt"]
+pairs = list(zip(ids, ids[1:]))
+# From the proof (written first), and from the proof's overlay on the
+# status, the finalizer's last write before it frees the slot.
+for name in ["process-terminal.json", "status.json"]:
+    gaps = sorted(started(cur) - mtime(prev, name) for prev, cur in pairs)
+    p90 = gaps[min(len(gaps) - 1, int(len(gaps) * 0.9))]
+    print(f"{name} mtime -> next runner started, ms: median {statistics.median(gaps):.1f}, "
+          f"p90 {p90:.1f}, min {gaps[0]:.1f}, max {gaps[-1]:.1f} (n={len(gaps)})")
 PY
 } | tee "$RESULTS_DIR/queue-latency.txt"
