@@ -20,6 +20,10 @@
 //! * [`Capacity::transfer`] moves a finished run's slot to its revival.
 //! * [`Capacity::reconcile`] frees every slot whose verdict is releasable;
 //!   [`Capacity::count`] only counts; [`Capacity::inspect`] explains one run.
+//! * [`Capacity::admit`] admits a run without passing the runs waiting in
+//!   the session's line (`<pool>/queue/`, our extension), or puts it in the
+//!   line; [`Capacity::take_turn`] is the waiting run's side, and
+//!   [`Capacity::leave_queue`] takes a run out of the line.
 //!
 //! Every change to a pool happens under an `flock` on `<pool>/.lock`, which
 //! the kernel releases when its holder dies, and under the reference's
@@ -32,6 +36,7 @@ mod decision;
 mod handle;
 mod owner;
 mod pool;
+mod queue;
 mod runfiles;
 #[cfg(test)]
 mod tests;
@@ -47,6 +52,7 @@ use serde::Serialize;
 pub use decision::{CapacityAction, SpawnOutcome, decide_after_spawn};
 pub use handle::SlotHandle;
 pub use owner::{Kind, OwnerRecord, session_key};
+pub use queue::{Admission, QUEUE_DIR, QueueEntry, Queued, Turn};
 pub use verdict::{ReleaseState, Verdict, release_verdict};
 
 use pool::{SlotDir, list_slots, lock_pool, read_owner, with_claim};

@@ -65,6 +65,51 @@ pub fn acquire(
     })
 }
 
+/// What a launch was given by [`admit`].
+pub enum Admitted {
+    /// A slot (`None`: a nested launch, which takes none).
+    Slot(Option<Box<SlotHandle>>),
+    /// A place in the session's queue.
+    Queued(capacity::Queued),
+}
+
+/// [`acquire`] that never takes a slot past the runs waiting in the
+/// session's queue; with `queue`, a launch that gets no slot joins the
+/// queue instead of being refused.
+pub fn admit(
+    layout: &Layout,
+    session: &str,
+    limit: Option<u32>,
+    run_id: &str,
+    run_dir: &Path,
+    queue: bool,
+) -> Result<Admitted> {
+    observe_holders_of_a_full_pool(layout, session, limit);
+    let limited = limit.filter(|l| *l > 0);
+    let request = Acquire {
+        session_id: session,
+        limit: Some(limited.unwrap_or(UNLIMITED)),
+        run_id,
+        kind: Kind::Runner,
+        async_dir: run_dir,
+        live_workflows: &HashSet::new(),
+    };
+    match pools(layout).admit(&request, queue) {
+        Ok(None) => Ok(Admitted::Slot(None)),
+        Ok(Some(capacity::Admission::Slot(handle))) => Ok(Admitted::Slot(Some(handle))),
+        Ok(Some(capacity::Admission::Queued(queued))) => Ok(Admitted::Queued(queued)),
+        Err(e @ CapacityError::Exhausted(_)) => Err(capacity_error(e)),
+        Err(other) => Err(Error::failed(format!(
+            "failed to launch run: failed to take an active-run capacity slot: {other}"
+        ))),
+    }
+}
+
+/// Takes a run that never started out of its session's queue.
+pub fn leave_queue(layout: &Layout, session: &str, run_id: &str) {
+    let _ = pools(layout).leave_queue(session, run_id, || Ok::<(), ()>(()));
+}
+
 /// A full pool may be held by runs whose monitor was killed: let the
 /// observer finalize those first, so their slots can be released by the
 /// acquire's own reconciliation instead of refusing the run.
@@ -111,7 +156,7 @@ pub fn transfer(
 }
 
 /// What the user can change when the session is full.
-pub const CAPACITY_HINT: &str = "the limit is --max-active N or $SUBAGENTS_MAX_ACTIVE (0 = no limit), per session (--session ID or $SUBAGENTS_SESSION_ID); a slot is freed only when its run has finished and its exit was observed (see `subagents capacity`). Runs started inside a run take no slot.";
+pub const CAPACITY_HINT: &str = "run with --queue to wait for a slot instead; the limit is --max-active N or $SUBAGENTS_MAX_ACTIVE (0 = no limit), per session (--session ID or $SUBAGENTS_SESSION_ID); a slot is freed only when its run has finished and its exit was observed (see `subagents capacity`). Runs started inside a run take no slot.";
 
 /// Maps a capacity error; exhaustion is exit 3 carrying the snapshot.
 pub fn capacity_error(e: CapacityError) -> Error {

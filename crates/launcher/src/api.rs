@@ -97,6 +97,12 @@ pub struct RunRequest {
     /// Extra `sbatch` options, each `--name=value` (with `executor: "slurm"`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slurm_args: Vec<String>,
+    /// Over the session's active-run limit, wait in the session's queue for
+    /// a slot (first in, first out) instead of being refused. Default: the
+    /// spec's `queue`, else the `queue` config key (`$SUBAGENTS_QUEUE`),
+    /// else false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<bool>,
 }
 
 /// A launched run, as the runner reported it ready.
@@ -118,6 +124,20 @@ pub struct Launched {
     /// The Slurm job id, for a run submitted to Slurm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
+    /// The run waits in its session's queue for a capacity slot (`pid` is
+    /// then its monitor's): when it joined and its 1-based position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_for_slot: Option<QueuedForSlot>,
+}
+
+/// A run's place in its session's queue for a capacity slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedForSlot {
+    /// When it joined the queue (ms since the epoch).
+    pub since: u64,
+    /// 1-based position among the runs waiting.
+    pub position: usize,
 }
 
 impl From<supervisor::spawn::Launched> for Launched {
@@ -129,6 +149,7 @@ impl From<supervisor::spawn::Launched> for Launched {
             runner_process_instance_id: l.runner_process_instance_id,
             executor: None,
             job_id: None,
+            queued_for_slot: None,
         }
     }
 }

@@ -263,6 +263,7 @@ fn submit(config: &LaunchConfig, options: &SlurmOptions) -> Result<Launched, Str
         runner_process_instance_id: config.runner_process_instance_id.clone(),
         executor: Some(ExecutorKind::Slurm),
         job_id: Some(job_id),
+        queued_for_slot: None,
     })
 }
 

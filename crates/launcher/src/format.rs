@@ -3,8 +3,8 @@
 
 pub use listing::format::{
     COMMAND_LABEL_KEY, NAME_KEY, command_label, dispatch_line, fanout_line, format_duration,
-    format_run_list, progress_label, run_label, run_lines, shorten, state_label, step_label,
-    step_number, step_state,
+    format_run_list, progress_label, queue_label, run_label, run_lines, shorten, state_label,
+    state_with_queue, step_label, step_number, step_state,
 };
 /// How our own views spell a duration (`format_duration` is the
 /// reference's, kept for the list text scripts parse).

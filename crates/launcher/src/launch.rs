@@ -49,6 +49,7 @@ pub fn launch(layout: &Layout, request: &Request) -> Result<Launched> {
         handshake::remove_stale_files(&config.run_dir)?;
     }
     match executor.start(&config) {
+        Ok(launched) if config.queue.is_some() => Ok(queued(layout, &config, launched)),
         Ok(launched) if config.revival.is_some() => hand_over(layout, &config, launched, slot),
         Ok(launched) => {
             let spawned = Spawned::started(launched.pid, &launched.runner_process_instance_id);
@@ -56,6 +57,9 @@ pub fn launch(layout: &Layout, request: &Request) -> Result<Launched> {
             Ok(launched)
         }
         Err(e) => {
+            if let Some(queue) = &config.queue {
+                admission::leave_queue(layout, &queue.session_id, &config.run_id);
+            }
             settle_failed_start(&config, slot)?;
             let reason = failure_reason(&config.run_dir, &e);
             Err(Error::failed(format!(
@@ -64,6 +68,25 @@ pub fn launch(layout: &Layout, request: &Request) -> Result<Launched> {
             )))
         }
     }
+}
+
+/// A run that waits in its session's queue: its monitor said so on the
+/// ready pipe; its place in the line is read back for the caller.
+fn queued(layout: &Layout, config: &LaunchConfig, mut launched: Launched) -> Launched {
+    let Some(queue) = &config.queue else {
+        return launched;
+    };
+    let positions = admission::pools(layout).queue_positions(&queue.session_id);
+    // Not in the line any more: its turn came while we read.
+    let position = positions
+        .iter()
+        .find(|(id, _)| *id == config.run_id)
+        .map(|(_, p)| *p);
+    launched.queued_for_slot = position.map(|position| crate::api::QueuedForSlot {
+        since: queue.since,
+        position,
+    });
+    launched
 }
 
 /// The revival startup handshake (docs/protocol/handshake.md §4–6): the runner holds the

@@ -31,6 +31,7 @@ pub mod logs;
 pub mod prepare;
 pub mod presets;
 pub mod prune;
+pub(crate) mod queue;
 pub(crate) mod reconcile;
 pub mod revive;
 pub mod root;

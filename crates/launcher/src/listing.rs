@@ -45,8 +45,10 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
         observer::observe_active(layout, &observer);
     }
     let observe = |dir: &std::path::Path, status| {
-        observer::observe_status(dir, status, &observer)
-            .map(|s| s.map(|s| crate::executor::with_dispatch(dir, s)))
+        let observed = observer::observe_status(dir, status, &observer);
+        observed.map(|s| {
+            s.map(|s| crate::queue::with_position(layout, crate::executor::with_dispatch(dir, s)))
+        })
     };
     let by_start = query.sort == Some(ListSort::Started);
     let budgets = fanout_budget::BudgetsRoot::resolve(&layout.fanout_budgets_dir());
@@ -67,6 +69,9 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
     let mut warnings = Vec::new();
     note_skipped(&mut warnings, listing.skipped_repairs);
     let mut runs = listing.runs;
+    if query.all {
+        crate::queue::show_positions(layout, runs.iter_mut());
+    }
     if by_start {
         runs.sort_by_key(|r| std::cmp::Reverse(r.status.started_at.unwrap_or(0)));
         runs.truncate(query.limit.unwrap_or(usize::MAX));
@@ -144,8 +149,10 @@ pub fn stream(
     // each status for both); `--all` observes them above.
     let observer = crate::runs::observer_options(layout);
     let observe = |dir: &std::path::Path, status| {
-        supervisor::observer::observe_status(dir, status, &observer)
-            .map(|s| s.map(|s| crate::executor::with_dispatch(dir, s)))
+        let observed = supervisor::observer::observe_status(dir, status, &observer);
+        observed.map(|s| {
+            s.map(|s| crate::queue::with_position(layout, crate::executor::with_dispatch(dir, s)))
+        })
     };
     let started = std::time::SystemTime::now();
     let now = status::now_ms();

@@ -22,7 +22,7 @@ use crate::admission;
 use crate::api::{RunRequest, Settings};
 use crate::error::{Detail, Error, ErrorKind, Result};
 use crate::spec::{Plan, StepSpec};
-use supervisor::config::{LaunchConfig, RevivalConfig, StepConfig};
+use supervisor::config::{LaunchConfig, QueueConfig, RevivalConfig, StepConfig};
 
 /// Default wall-clock limit of a run, as in the reference.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30 * 60 * 1000;
@@ -43,6 +43,8 @@ pub enum Budget {
 pub enum Slot {
     /// A new slot in the session's pool.
     Acquire,
+    /// A new slot, else a place in the session's queue (`--queue`).
+    AcquireOrQueue,
     /// The slot of the run being revived (generation + 1).
     Transfer(String),
 }
@@ -123,6 +125,7 @@ impl Request {
             planned.idle_timeout_ms =
                 settle_idle(planned.idle_timeout_ms, requested_idle, definition.as_ref())?;
         }
+        let queue = resolve_queue(run.queue, plan.queue)?;
         let definition = preset.as_ref().map(|p| &p.definition);
         if definition.is_some_and(|d| d.runner.is_agent_cli()) && tasks[0].is_none() {
             return Err(Error::of(
@@ -151,7 +154,10 @@ impl Request {
             session: session.to_owned(),
             max_active: settings.max_active,
             budget: Budget::Claim(settings.fanout_limit),
-            slot: Slot::Acquire,
+            slot: match queue {
+                true => Slot::AcquireOrQueue,
+                false => Slot::Acquire,
+            },
             revival: None,
             env: preset
                 .as_ref()
@@ -355,7 +361,15 @@ pub fn prepare(layout: &Layout, request: &Request) -> Result<Prepared> {
     }
     let run_id = pick_id(layout, request.explicit_id.as_deref())?;
     let run_dir = layout.run_dir(&run_id);
-    let mut slot = take_slot(layout, request, &run_id, &run_dir)?;
+    let (mut slot, queue) = match take_slot(layout, request, &run_id, &run_dir)? {
+        admission::Admitted::Slot(slot) => (slot.map(|s| *s), None),
+        admission::Admitted::Queued(queued) => (None, Some(queued)),
+    };
+    let queue = queue.map(|q| QueueConfig {
+        session_id: request.session.clone(),
+        limit: request.max_active.unwrap_or(0),
+        since: q.since,
+    });
     let admitted = create_run_dir(&run_dir, &run_id).and_then(|()| {
         // The run directory exists before its budget, so a launcher killed
         // anywhere below leaves a directory that `reconcile` can finish
@@ -363,7 +377,7 @@ pub fn prepare(layout: &Layout, request: &Request) -> Result<Prepared> {
         let lock = crate::leftovers::CreationLock::take(&run_dir, &run_id);
         let written = lock.and_then(|_lock| {
             let (budget, created) = admit_fanout(layout, &run_id, request)?;
-            write_run(layout, request, &run_id, &budget).inspect_err(|_| {
+            write_run(layout, request, &run_id, &budget, queue.clone()).inspect_err(|_| {
                 if created {
                     let _ = std::fs::remove_dir_all(&budget.descriptor().directory);
                 }
@@ -383,8 +397,43 @@ pub fn prepare(layout: &Layout, request: &Request) -> Result<Prepared> {
             if let Some(handle) = slot.as_mut() {
                 let _ = handle.rollback();
             }
+            if queue.is_some() {
+                admission::leave_queue(layout, &request.session, &run_id);
+            }
             Err(e)
         }
+    }
+}
+
+/// Whether a launch waits for a slot when the session is full: the
+/// request's `queue`, else the spec's, else `$SUBAGENTS_QUEUE` (the `queue`
+/// config key), else no.
+fn resolve_queue(request: Option<bool>, spec: Option<bool>) -> Result<bool> {
+    if let Some(queue) = request.or(spec) {
+        return Ok(queue);
+    }
+    let value = std::env::var(QUEUE_ENV).unwrap_or_default();
+    parse_queue(&value).ok_or_else(|| {
+        Error::of(
+            ErrorKind::Other(crate::error::Exit::Usage),
+            format!(
+                "failed to launch run: ${QUEUE_ENV} (the `queue` config key) must be true or false, not '{}'",
+                atomic_file::escape(&value)
+            ),
+        )
+        .with_hint("set it to true, false, 1 or 0, or unset it; `subagents config` shows where it comes from")
+    })
+}
+
+/// The environment variable of the `queue` config key.
+pub const QUEUE_ENV: &str = "SUBAGENTS_QUEUE";
+
+/// `true`/`1`, `false`/`0` (any case), and empty for unset (false).
+pub fn parse_queue(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "false" | "0" => Some(false),
+        "true" | "1" => Some(true),
+        _ => None,
     }
 }
 
@@ -396,6 +445,7 @@ fn write_run(
     request: &Request,
     run_id: &str,
     budget: &OpenBudget,
+    queue: Option<QueueConfig>,
 ) -> Result<LaunchConfig> {
     let run_dir = layout.run_dir(run_id);
     // The files below land in a directory nothing points to until the active
@@ -438,9 +488,15 @@ fn write_run(
         capacity_slot: None,
         revival: request.revival.as_ref().map(|r| revival_config(layout, r)),
         session_root: request.session_root.clone(),
+        queue,
     };
     if config.mode == "single" {
         stage_persist(&config, request, persisted.descriptor(), &mut files)?;
+    }
+    if config.queue.is_some() {
+        // Its monitor may have to be started again from the directory alone.
+        let path = config.run_dir.join(supervisor::config::QUEUED_LAUNCH_FILE);
+        files.add(&path, atomic_file::to_pretty_json(&config));
     }
     write_queued(&config, request, budget.snapshot().ok(), files)?;
     deferred.commit()?;
@@ -454,29 +510,29 @@ fn take_slot(
     request: &Request,
     run_id: &str,
     run_dir: &Path,
-) -> Result<Option<SlotHandle>> {
+) -> Result<admission::Admitted> {
     // A nested launch is bounded by the fan-out budget it inherits, never
     // by the session's capacity (docs/protocol/capacity.md §2.1: top-level launches only).
     if crate::fanout::is_nested() {
-        return Ok(None);
+        return Ok(admission::Admitted::Slot(None));
     }
-    match &request.slot {
-        Slot::Acquire => admission::acquire(
-            layout,
-            &request.session,
-            request.max_active,
-            run_id,
-            run_dir,
-        ),
-        Slot::Transfer(source) => admission::transfer(
-            layout,
-            &request.session,
-            request.max_active,
-            source,
-            run_id,
-            run_dir,
-        ),
-    }
+    let queue = match &request.slot {
+        Slot::Acquire => false,
+        Slot::AcquireOrQueue => true,
+        Slot::Transfer(source) => {
+            return admission::transfer(
+                layout,
+                &request.session,
+                request.max_active,
+                source,
+                run_id,
+                run_dir,
+            )
+            .map(|slot| admission::Admitted::Slot(slot.map(Box::new)));
+        }
+    };
+    let (session, limit) = (&request.session, request.max_active);
+    admission::admit(layout, session, limit, run_id, run_dir, queue)
 }
 
 fn revival_config(layout: &Layout, revival: &Revival) -> RevivalConfig {
@@ -804,6 +860,9 @@ fn write_queued(
         queued
             .extra
             .insert(status::reconcile::EXECUTOR_KEY.into(), json!("slurm"));
+    }
+    if let Some(queue) = &config.queue {
+        status::slot_wait::set_queued_for_slot(&mut queued, queue.since);
     }
     status::model::write_status_after(files, &config.run_dir, &queued)?;
     Ok(())

@@ -67,7 +67,8 @@ pub fn load_observed(
     let mut skipped = Vec::new();
     let run = listing::list::load_noting(layout, &id, true, now_ms(), &hooks, &mut skipped);
     note_skipped(warnings, skipped);
-    let run = run?.ok_or_else(|| no_status(&id))?;
+    let mut run = run?.ok_or_else(|| no_status(&id))?;
+    crate::queue::show_positions(layout, [&mut run]);
     Ok((run, observation))
 }
 

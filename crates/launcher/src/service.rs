@@ -328,6 +328,14 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
             run.id
         )));
     }
+    if !was_over && crate::queue::stop_queued(layout, &run, reason)? {
+        let run = load(layout, &run.id, &mut warnings)?;
+        return Ok(StopOutcome {
+            run,
+            was_over,
+            warnings,
+        });
+    }
     if !was_over {
         request_stop(&dir, &run.id, reason)?;
         let runner_alive = run

@@ -12,10 +12,11 @@ use crate::api::{ConfigKey, ConfigOutcome};
 use crate::error::{Error, Result};
 
 /// The keys, the variable each one stands in for, and whether it is a number.
-pub const KEYS: [(&str, &str, bool); 8] = [
+pub const KEYS: [(&str, &str, bool); 9] = [
     ("root", "SUBAGENTS_ROOT", false),
     ("session", "SUBAGENTS_SESSION_ID", false),
     ("max_active", "SUBAGENTS_MAX_ACTIVE", true),
+    ("queue", crate::prepare::QUEUE_ENV, false),
     ("fanout_limit", fanout_budget::LIMIT_ENV, true),
     ("timeout", "SUBAGENTS_TIMEOUT", false),
     ("color", "SUBAGENTS_COLOR", false),
@@ -51,11 +52,14 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
         let key = key.trim();
         let &(name, _, number) = KEYS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
             fail(format!(
-                "unknown key '{key}' (known: root, session, max_active, fanout_limit, timeout, color, idle_timeout, executor)"
+                "unknown key '{key}' (known: root, session, max_active, queue, fanout_limit, timeout, color, idle_timeout, executor)"
             ))
         })?;
         let value = strip_comment(value.trim());
-        let value = if number {
+        let value = if name == "queue" {
+            queue_value(value)
+                .ok_or_else(|| fail(format!("queue must be true or false, not '{value}'")))?
+        } else if number {
             value
                 .parse::<u64>()
                 .map_err(|_| fail(format!("{key} must be a whole number, not '{value}'")))?
@@ -72,6 +76,15 @@ pub fn parse(text: &str) -> Result<Vec<(&'static str, String)>, String> {
         out.push((name, value));
     }
     Ok(out)
+}
+
+/// The `queue` key: a TOML boolean (`true`, `false`), as the variable
+/// it stands in for spells it.
+fn queue_value(value: &str) -> Option<String> {
+    match value {
+        "true" | "false" => Some(value.to_owned()),
+        _ => None,
+    }
 }
 
 /// A bad default is reported against the file, not later against a flag
@@ -256,5 +269,18 @@ mod tests {
         );
         assert!(parse("color = \"red\"").unwrap_err().contains("not 'red'"));
         assert!(parse("just words").unwrap_err().contains("key = value"));
+        assert_eq!(
+            parse("queue = true").unwrap(),
+            [("queue", "true".to_owned())]
+        );
+        assert_eq!(
+            parse("\nqueue = yes").unwrap_err(),
+            "line 2: queue must be true or false, not 'yes'"
+        );
+        assert!(
+            parse("queue = \"true\"")
+                .unwrap_err()
+                .contains("not '\"true\"'")
+        );
     }
 }

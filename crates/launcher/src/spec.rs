@@ -1,8 +1,8 @@
 //! `subagents run --spec FILE`: the composite-run spec file.
 //!
 //! ```json
-//! {"mode": "parallel", "tasks": [STEP, ...], "concurrency": 2, "failFast": true}
-//! {"mode": "chain", "steps": [STEP | {"parallel": [STEP, ...], "concurrency": 2, "failFast": false}, ...]}
+//! {"mode": "parallel", "tasks": [STEP, ...], "concurrency": 2, "failFast": true, "queue": true}
+//! {"mode": "chain", "steps": [STEP | {"parallel": [STEP, ...], "concurrency": 2, "failFast": false}, ...], "queue": false}
 //! STEP = {"agent": "name", "command": ["argv", ...], "name": "label", "task": "text" | "taskFile": "path",
 //!         "cwd": "dir", "timeout": "10m", "idleTimeout": "2m"}
 //! ```
@@ -103,6 +103,8 @@ pub struct Plan {
     pub steps: Vec<PlannedStep>,
     /// Execution groups.
     pub groups: Vec<GroupConfig>,
+    /// The spec's `queue`: wait for a capacity slot instead of being refused.
+    pub queue: Option<bool>,
 }
 
 impl Plan {
@@ -134,6 +136,7 @@ impl Plan {
                 fail_fast: false,
                 parallel: false,
             }],
+            queue: None,
         }
     }
 }
@@ -187,7 +190,7 @@ pub fn parse_plan(value: &Value) -> Result<Plan, String> {
 fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
     only_keys(
         obj,
-        &["mode", "tasks", "concurrency", "failFast", "idleTimeout"],
+        &["mode", "tasks", "concurrency", "failFast", "idleTimeout", "queue"],
         "",
     )?;
     let idle = top_idle_timeout(obj)?;
@@ -196,6 +199,7 @@ fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
         mode: "parallel".into(),
         steps: Vec::new(),
         groups: Vec::new(),
+        queue: queue_field(obj)?,
     };
     for (j, task) in tasks.iter().enumerate() {
         plan.steps.push(step(task, &format!("tasks[{j}]"), idle)?);
@@ -205,13 +209,14 @@ fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
 }
 
 fn parse_chain(obj: &Map<String, Value>) -> Result<Plan, String> {
-    only_keys(obj, &["mode", "steps", "idleTimeout"], "")?;
+    only_keys(obj, &["mode", "steps", "idleTimeout", "queue"], "")?;
     let idle = top_idle_timeout(obj)?;
     let items = non_empty_array(obj.get("steps"), "steps")?;
     let mut plan = Plan {
         mode: "chain".into(),
         steps: Vec::new(),
         groups: Vec::new(),
+        queue: queue_field(obj)?,
     };
     for (i, item) in items.iter().enumerate() {
         let start = plan.steps.len();
@@ -343,6 +348,17 @@ fn group(
     })
 }
 
+/// The spec's top-level `queue`, a boolean when present.
+fn queue_field(obj: &Map<String, Value>) -> Result<Option<bool>, String> {
+    match obj.get("queue") {
+        None => Ok(None),
+        Some(v) => v
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| "queue: expected a boolean (true or false)".to_owned()),
+    }
+}
+
 fn non_empty_array<'a>(value: Option<&'a Value>, at: &str) -> Result<&'a Vec<Value>, String> {
     value
         .and_then(Value::as_array)
@@ -440,6 +456,14 @@ mod tests {
     }
 
     #[test]
+    fn a_spec_may_ask_for_the_queue() {
+        let chain = parse_plan(&json!({"mode": "chain", "steps": [s("a")], "queue": true}));
+        assert_eq!(chain.unwrap().queue, Some(true));
+        let parallel = parse_plan(&json!({"mode": "parallel", "tasks": [s("a")]}));
+        assert_eq!(parallel.unwrap().queue, None);
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let cases = [
             (json!({"mode": "serial"}), "mode: expected"),
@@ -449,7 +473,7 @@ mod tests {
             ),
             (
                 json!({"mode": "chain", "tasks": [s("a")]}),
-                "tasks: unknown field (expected mode, steps, idleTimeout)",
+                "tasks: unknown field (expected mode, steps, idleTimeout, queue)",
             ),
             (
                 json!({"mode": "parallel", "tasks": [s("a")], "extra": 1}),
@@ -494,6 +518,14 @@ mod tests {
             (
                 json!({"mode": "chain", "steps": [{"agent": "a", "command": ["x"], "timeout": "5y"}]}),
                 "steps[0].timeout",
+            ),
+            (
+                json!({"mode": "chain", "steps": [s("a")], "queue": "yes"}),
+                "queue: expected a boolean",
+            ),
+            (
+                json!({"mode": "parallel", "tasks": [s("a")], "queue": 1}),
+                "queue: expected a boolean",
             ),
         ];
         for (spec, expected) in cases {

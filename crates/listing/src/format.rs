@@ -66,6 +66,7 @@ fn lines_at(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
 fn raw_lines(run: &RunSummary, now: &Now, home: Option<&Path>) -> Vec<String> {
     let status = &run.status;
     let mut header = vec![format!("- {}", run.id), state_label(status)];
+    header.extend(queue_label(status));
     if let Some(activity) = activity(
         status.state.as_str(),
         status.last_activity_at,
@@ -158,6 +159,26 @@ pub fn state_label(status: &status::model::RunStatus) -> String {
         format!("finishing ({})", status.state)
     } else {
         status.state.to_string()
+    }
+}
+
+/// `queue position N` for a run waiting for a capacity slot whose place
+/// in line a reader filled in (`queuedForSlot.position`).
+pub fn queue_label(status: &status::model::RunStatus) -> Option<String> {
+    let wait = status::slot_wait::queued_for_slot(status)?;
+    Some(match wait.position {
+        Some(n) => format!("queue position {n}"),
+        None => "waiting for a capacity slot".to_owned(),
+    })
+}
+
+/// [`state_label`] with the place in the queue of a run waiting for a
+/// capacity slot (`queued #2`): the one-line views (`list` table, `top`).
+pub fn state_with_queue(status: &status::model::RunStatus) -> String {
+    let state = state_label(status);
+    match status::slot_wait::queued_for_slot(status).and_then(|w| w.position) {
+        Some(n) => format!("{state} #{n}"),
+        None => state,
     }
 }
 

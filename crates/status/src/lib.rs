@@ -36,6 +36,7 @@ pub mod processes;
 pub mod proof;
 pub mod reconcile;
 pub mod reference;
+pub mod slot_wait;
 
 pub use layout::Layout;
 pub use model::{RunState, RunStatus, Step};

@@ -244,6 +244,14 @@ pub struct RunArgs {
     /// Block until the run is over and exit with its result.
     #[arg(long)]
     pub wait: bool,
+    /// Over --max-active, wait in the session's queue for a slot (first in,
+    /// first out) instead of being refused (default: the spec's `queue`,
+    /// else $SUBAGENTS_QUEUE / the `queue` config key).
+    #[arg(long, overrides_with = "no_queue")]
+    pub queue: bool,
+    /// Refuse the launch over --max-active (exit 3), whatever the default.
+    #[arg(long, overrides_with = "queue")]
+    pub no_queue: bool,
     /// A composite run from a JSON spec file (see README: parallel, chain).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["agent", "task", "task_file"])]
     pub spec: Option<PathBuf>,
@@ -534,6 +542,11 @@ impl RunArgs {
                 .and_then(launcher::executor::ExecutorKind::parse),
             slurm_partition: self.slurm_partition.clone(),
             slurm_args: self.slurm_args.clone(),
+            queue: match (self.queue, self.no_queue) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         })
     }
 

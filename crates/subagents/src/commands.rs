@@ -153,6 +153,9 @@ pub fn describe(run: &RunSummary) -> String {
         }
     }
     lines.push(format!("  State: {}", s.state));
+    if let Some(queue) = launcher::format::queue_label(s) {
+        lines.push(format!("  Queue: {queue} (waiting for a capacity slot)"));
+    }
     if s.timed_out == Some(true) {
         let after = s
             .timeout_ms

@@ -105,7 +105,7 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
             launcher::format::state_label(s),
             launcher::escape(host)
         ),
-        None => launcher::format::state_label(s),
+        None => launcher::format::state_with_queue(s),
     };
     // A run in a Slurm job says where it is: its job, node or why it waits.
     let state = match launcher::format::dispatch_line(s) {

@@ -254,7 +254,7 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
     let mut lines = vec![Line::from(launcher::escape(&format!(
         "{}  {}  {}  {done}/{} done  {elapsed}  {}{quiet}",
         run.id,
-        launcher::format::state_label(s),
+        launcher::format::state_with_queue(s),
         launcher::format::run_label(s),
         steps.len(),
         shorten(Path::new(cwd), launcher::root::home().as_deref()),

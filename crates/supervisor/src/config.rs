@@ -1,5 +1,6 @@
 //! The launch config the launcher hands to the monitor and the monitor to the
-//! runner, over stdin: never a file, and never task text (only task paths).
+//! runner, over stdin: never a file (but [`QUEUED_LAUNCH_FILE`] of a run
+//! waiting for a capacity slot), and never task text (only task paths).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -96,6 +97,37 @@ pub struct LaunchConfig {
     /// `sessionRoot` and handed to COMMAND as `$SUBAGENTS_SESSION_DIR`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_root: Option<PathBuf>,
+    /// Set for a run launched with `--queue` that got no slot: its monitor
+    /// waits for its turn in the session's line before it starts the runner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueConfig>,
+}
+
+/// What the monitor of a queued run needs to wait for its slot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueConfig {
+    /// The session whose pool the run waits in.
+    pub session_id: String,
+    /// The limit it was launched with.
+    pub limit: u32,
+    /// When it joined the line.
+    pub since: u64,
+}
+
+/// The launch config of a queued run, kept in its directory (0600): unlike
+/// any other run's, its monitor may have to be started again (after a kill
+/// or a reboot) by a command that has only the run directory. It holds what
+/// the stdin config holds: task paths, never task text.
+pub const QUEUED_LAUNCH_FILE: &str = "queued-launch.json";
+
+/// Reads a queued run's [`QUEUED_LAUNCH_FILE`]; `None` when it is missing,
+/// unreadable, or not the config of the run in `run_dir`.
+pub fn read_queued_launch(run_dir: &std::path::Path) -> Option<LaunchConfig> {
+    let bytes = atomic_file::read::read_file(&run_dir.join(QUEUED_LAUNCH_FILE)).ok()?;
+    let config: LaunchConfig = serde_json::from_slice(&bytes).ok()?;
+    let here = config.run_dir == run_dir && config.queue.is_some();
+    here.then_some(config)
 }
 
 /// What a revival's runner needs for the lease and the handshake.
@@ -202,6 +234,7 @@ pub(crate) mod tests {
             capacity_slot: None,
             revival: None,
             session_root: None,
+            queue: None,
         }
     }
 

@@ -7,6 +7,8 @@
 //!   `ready` line on an inherited pipe.
 //! * [`monitor`] is the runner's parent: it waits on the runner, empties
 //!   what is left, and writes the process-terminal proof.
+//! * [`slot_wait`] is the monitor of a queued run waiting for its
+//!   capacity slot (`run --queue`), and the restart of that wait.
 //! * [`runner`] runs the steps and owns `status.json` while the run lives.
 //! * [`observer`] proves a run's processes gone and writes its proof: for
 //!   the monitor at the end of every run, and for any command that meets a
@@ -46,5 +48,6 @@ mod process_tests;
 pub mod procs;
 pub mod runner;
 pub mod slurm;
+pub mod slot_wait;
 pub mod spawn;
 pub mod transitions;

@@ -31,7 +31,7 @@ use crate::procs::{Ended, Signals, empty_group};
 /// The monitor's entry point; returns the process exit code.
 pub fn main() -> i32 {
     fault::init(fault::Process::Monitor);
-    let config = match read_config() {
+    let mut config = match read_config() {
         Ok(config) => config,
         Err(e) => {
             eprintln!("subagents: failed to read monitor config {e}");
@@ -53,6 +53,23 @@ pub fn main() -> i32 {
         );
         return 1;
     }
+    // A queued run waits for its slot here, before anything runs.
+    let mut slot = match config.queue.clone() {
+        Some(queue) => {
+            crate::slot_wait::announce(&config);
+            let Some(handle) = crate::slot_wait::wait_for_turn(&config, &queue) else {
+                return 0;
+            };
+            config.capacity_slot = Some(handle.owner().slot);
+            crate::slot_wait::admitted(&config);
+            Some(handle)
+        }
+        None => None,
+    };
+    let ready = match slot {
+        Some(_) => crate::slot_wait::ready_pipe().ok(),
+        None => None,
+    };
     fault::point(Point::AfterRunDir);
     let in_job = job_config_file().is_some();
     if in_job {
@@ -62,9 +79,15 @@ pub fn main() -> i32 {
         Ok(spawned) => spawned,
         Err(e) => {
             record_spawn_failure(&config, &e.to_string());
+            if let Some(handle) = slot.as_mut() {
+                let _ = handle.rollback();
+            }
             return 1;
         }
     };
+    if let Some(handle) = slot.as_mut() {
+        crate::slot_wait::bind(handle, &config, ready);
+    }
     fault::when_step_started(&config.run_dir);
     if in_job {
         forward_term_to(runner);

@@ -292,6 +292,9 @@ pub enum Observation {
     /// The run never started: recorded failed with a `not-started` proof,
     /// marker released.
     Abandoned(String),
+    /// A queued run whose monitor was gone waits for its capacity slot
+    /// again, under the monitor started here (its pid).
+    Requeued(u32),
     /// Every process of the run is gone and the proof is final.
     Finalized {
         /// The durable proof.
@@ -311,6 +314,9 @@ impl Observation {
             Self::Unproven(why) => Some(format!("retained: {why}")),
             Self::OtherHost(host) => Some(format!("left to {host}: it runs there")),
             Self::Abandoned(why) => Some(format!("failed (never started): {why}")),
+            Self::Requeued(pid) => Some(format!(
+                "waiting for a capacity slot again: its monitor was gone, monitor {pid} took over"
+            )),
             Self::Finalized { proof, reason, .. } => {
                 let mut line = format!("process terminal {}: {reason}", proof.state.as_str());
                 if let Some(r) = &proof.reason {
@@ -451,7 +457,10 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
         Verdict::Unprovable(why) => Observation::Unproven(why),
         Verdict::Foreign => Observation::Foreign,
         Verdict::OtherHost(host) => Observation::OtherHost(host),
-        Verdict::Abandoned => abandon(run_dir, &status, &facts, &options.root),
+        Verdict::Abandoned => match restart_wait(run_dir, &status, &options.root) {
+            Some(pid) => Observation::Requeued(pid),
+            None => abandon(run_dir, &status, &facts, &options.root),
+        },
         Verdict::Settle => settle(run_dir, &status, &facts, options),
     }
 }
@@ -615,6 +624,21 @@ impl ObserverLock {
         file.try_lock().ok()?;
         Some(Self { _file: file })
     }
+}
+
+/// A queued run still in its session's line whose monitor is gone (killed,
+/// or a reboot) has its wait restarted rather than being given up: a new
+/// monitor, from the launch config kept in the run directory, keeps the
+/// run's place in the line. Returns that monitor's pid.
+fn restart_wait(run_dir: &Path, status: &RunStatus, root: &Path) -> Option<u32> {
+    status::slot_wait::queued_for_slot(status)?;
+    let session = status.session_id.as_deref()?;
+    let pools = capacity::Capacity::new(Layout::new(root).capacity_dir());
+    let run_id = reconcile::run_id_of(run_dir, status);
+    if !pools.is_queued(session, &run_id) {
+        return None;
+    }
+    crate::slot_wait::restart(run_dir)
 }
 
 /// No runner ever existed and nobody is left to start one: failed, with a

@@ -154,6 +154,7 @@ impl Run {
             capacity_slot: None,
             revival: None,
             session_root: None,
+            queue: None,
         };
         Run {
             _root: root,

@@ -259,6 +259,7 @@ fn send_ready(config: &LaunchConfig, pid: u32) {
         async_dir: config.run_dir.clone(),
         pid,
         runner_process_instance_id: config.runner_process_instance_id.clone(),
+        queued: false,
     };
     let _ = writeln!(
         pipe,
@@ -1311,6 +1312,7 @@ mod tests {
             capacity_slot: None,
             revival: None,
             session_root: None,
+            queue: None,
         }
     }
 

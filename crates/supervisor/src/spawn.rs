@@ -37,6 +37,10 @@ pub struct Launched {
     pub pid: u32,
     /// Runner instance id.
     pub runner_process_instance_id: String,
+    /// The run waits for a capacity slot: `pid` is its monitor's, and no
+    /// runner exists yet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
 }
 
 /// Spawns the monitor (which spawns the runner) and returns once the runner
@@ -124,7 +128,7 @@ pub unsafe fn inherit_as_fd3(fd: i32) -> std::io::Result<()> {
     }
 }
 
-fn read_ready(fd: OwnedFd) -> std::io::Result<Launched> {
+pub(crate) fn read_ready(fd: OwnedFd) -> std::io::Result<Launched> {
     let mut fds = [PollFd::new(
         std::os::fd::AsFd::as_fd(&fd),
         PollFlags::POLLIN,

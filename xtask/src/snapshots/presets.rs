@@ -56,6 +56,7 @@ fn config(scratch: &Scratch, argv: Vec<String>, env: BTreeMap<String, String>) -
         capacity_slot: None,
         revival: None,
         session_root: None,
+        queue: None,
     }
 }
 

@@ -89,6 +89,7 @@ fn config(
         revival: None,
         // A single run records the directory of its session (`sessionRoot`).
         session_root: (!composite).then(|| "/home/alice/.pi/agent/sessions/proj".into()),
+        queue: None,
     }
 }
 
@@ -189,6 +190,29 @@ fn single(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
         "single-queued",
         &queued,
         "`transitions::queued`: written by `run` before any process exists",
+    )?;
+    // `run --queue` over the limit: the same queued status, waiting in the
+    // session's line for a slot (our key; the reference reads `queued`).
+    let mut waiting = queued.clone();
+    status::slot_wait::set_queued_for_slot(&mut waiting, T0 - 40);
+    rec.record(
+        "single-queued-for-slot",
+        &waiting,
+        "`run --queue` over `--max-active`: queued, with `queuedForSlot.since` (its place in the session's line)",
+    )?;
+    let mut admitted = waiting;
+    status::slot_wait::end_wait(&mut admitted, T0 - 20);
+    let admitted = transitions::running(
+        Some(admitted),
+        &config,
+        &identity(PID, 22),
+        Some(identity(PID - 2, 21)),
+        T0 + 100,
+    );
+    rec.record(
+        "single-running-after-queue",
+        &admitted,
+        "the runner's first write after the monitor took the slot: `slotWait: {since, admittedAt}` kept",
     )?;
     let running = transitions::running(
         Some(queued),

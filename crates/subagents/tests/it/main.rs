@@ -26,6 +26,7 @@ mod nested;
 mod observer;
 mod processes;
 mod prune;
+mod queue;
 mod resume;
 mod slurm;
 mod snapshots;

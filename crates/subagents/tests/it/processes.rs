@@ -328,6 +328,7 @@ fn single_config(env: &Env, id: &str, command: &[&str]) -> LaunchConfig {
         capacity_slot: None,
         revival: None,
         session_root: None,
+        queue: None,
     }
 }
 

@@ -1,0 +1,369 @@
+//! `run --queue`: a launch over `--max-active` waits in its session's queue
+//! for a slot (first in, first out) instead of being refused; the queued
+//! run's own monitor takes the slot and starts the runner.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+/// A run that holds its slot until `stop`.
+fn blocker(env: &Env, limit: &str) -> String {
+    let out = env.ok(&["run", "--max-active", limit, "--", "sleep", "60"]);
+    out.trim().to_owned()
+}
+
+fn queued(env: &Env, limit: &str, command: &[&str]) -> String {
+    let mut args = vec!["run", "--max-active", limit, "--queue", "--"];
+    args.extend_from_slice(command);
+    env.ok(&args).trim().to_owned()
+}
+
+fn queue_dir_entries(env: &Env) -> Vec<String> {
+    let pools = env.root().join("session-active-async-capacity");
+    let mut names = Vec::new();
+    for pool in std::fs::read_dir(&pools).into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(pool.path().join("queue"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names
+}
+
+fn position(status: &Value) -> Option<u64> {
+    status["queuedForSlot"]["position"].as_u64()
+}
+
+/// `start <ns>` and `end <ns>` lines of each run's own file.
+fn intervals(dir: &Path, n: usize) -> Vec<(u128, u128)> {
+    (0..n)
+        .map(|i| {
+            let text = std::fs::read_to_string(dir.join(format!("run-{i}.log"))).unwrap();
+            let field = |what: &str| -> u128 {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(what))
+                    .unwrap_or_else(|| panic!("run {i} has no {what}: {text}"))
+                    .trim()
+                    .parse()
+                    .unwrap()
+            };
+            (field("start "), field("end "))
+        })
+        .collect()
+}
+
+/// The most intervals that hold one instant.
+fn most_at_once(intervals: &[(u128, u128)]) -> usize {
+    intervals
+        .iter()
+        .map(|(start, _)| {
+            intervals
+                .iter()
+                .filter(|(s, e)| s <= start && start < e)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn ten_queued_runs_behind_a_limit_of_two_all_complete_never_more_than_two_at_once() {
+    let env = Env::new();
+    let work = Path::new(env.work());
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let log = work.join(format!("run-{i}.log"));
+        // The work itself takes a moment, so runs that may overlap do.
+        let script = format!(
+            "echo start $(date +%s%N) >> {log}; sleep 0.2; echo end $(date +%s%N) >> {log}",
+            log = log.display()
+        );
+        ids.push(queued(&env, "2", &["sh", "-c", &script]));
+    }
+    let listed: Vec<Value> = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let waiting = listed.iter().filter(|r| position(r).is_some()).count();
+    assert!(waiting >= 1, "some runs wait in line: {listed:?}");
+    let mut args = vec!["wait"];
+    args.extend(ids.iter().map(String::as_str));
+    let out = env.run_within(&args, Duration::from_secs(120));
+    assert!(out.status.success(), "{out:?}");
+    for id in &ids {
+        let status = env.settled(id);
+        assert_eq!(status["state"], "complete", "{status}");
+        assert!(status.get("queuedForSlot").is_none(), "{status}");
+    }
+    let spans = intervals(work, 10);
+    assert!(most_at_once(&spans) <= 2, "{spans:?}");
+    assert!(queue_dir_entries(&env).is_empty(), "the line is empty");
+    let capacity: Value = serde_json::from_str(&env.ok(&["capacity", "--json"])).unwrap();
+    assert_eq!(capacity["used"], 0, "{capacity}");
+}
+
+#[test]
+fn queued_runs_start_first_in_first_out() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let order = Path::new(env.work()).join("order.log");
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let script = format!("echo {i} >> {}", order.display());
+        ids.push(queued(&env, "1", &["sh", "-c", &script]));
+    }
+    let positions: Vec<Option<u64>> = ids
+        .iter()
+        .map(|id| position(&env.status_json(id)))
+        .collect();
+    assert_eq!(positions, [Some(1), Some(2), Some(3), Some(4)]);
+    let table = env.ok(&["list", "--short", "--color", "never"]);
+    assert!(table.contains("queued #2"), "{table}");
+    let text = env.ok(&["status", &ids[1]]);
+    assert!(text.contains("Queue: queue position 2"), "{text}");
+    let long = env.ok(&["list", "--long"]);
+    assert!(
+        long.contains(&format!("- {} | queued | queue position 3 |", ids[2])),
+        "{long}"
+    );
+    env.ok(&["stop", &gate]);
+    let mut args = vec!["wait"];
+    args.extend(ids.iter().map(String::as_str));
+    let out = env.run_within(&args, Duration::from_secs(60));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&order).unwrap(), "0\n1\n2\n3\n");
+}
+
+#[test]
+fn stop_of_a_queued_run_ends_it_stopped_without_starting_it_and_frees_its_place() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let marker = Path::new(env.work()).join("started");
+    let script = format!("touch {}", marker.display());
+    let first = queued(&env, "1", &["sh", "-c", &script]);
+    let second = queued(&env, "1", &["true"]);
+    assert_eq!(position(&env.status_json(&second)), Some(2));
+    let out = env.ok(&["stop", &first]);
+    assert!(out.contains(&first), "{out}");
+    let stopped = env.settled(&first);
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    assert_eq!(
+        stopped["processTerminal"]["state"], "not-started",
+        "{stopped}"
+    );
+    assert!(!env.marker(&first).exists());
+    // Its monitor saw it leave the line and exited.
+    let dir = env.run_dir(&first);
+    poll(Duration::from_secs(30), || processes_in(&[&dir]).is_empty());
+    assert_eq!(position(&env.status_json(&second)), Some(1));
+    env.ok(&["stop", &gate]);
+    let out = env.run_within(&["wait", &second], Duration::from_secs(60));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !marker.exists(),
+        "the stopped run never started its command"
+    );
+    assert_eq!(env.settled(&first)["state"], "stopped");
+}
+
+#[test]
+fn a_queued_run_whose_monitor_was_killed_has_its_wait_restarted_by_reconcile() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let id = queued(&env, "1", &["true"]);
+    let monitor = env.status_json(&id)["monitorIdentity"]["pid"]
+        .as_u64()
+        .expect("the monitor registered") as u32;
+    kill(monitor, libc::SIGKILL);
+    poll(Duration::from_secs(30), || !alive(monitor));
+    let report = env.ok(&["reconcile"]);
+    assert!(
+        report.contains("waiting for a capacity slot again"),
+        "{report}"
+    );
+    let status = env.status_json(&id);
+    assert_eq!(status["state"], "queued", "{status}");
+    assert_eq!(position(&status), Some(1), "it kept its place: {status}");
+    let again = status["monitorIdentity"]["pid"].as_u64().unwrap() as u32;
+    assert_ne!(again, monitor);
+    assert!(alive(again));
+    env.ok(&["stop", &gate]);
+    let out = env.run_within(&["wait", &id], Duration::from_secs(60));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(env.settled(&id)["state"], "complete");
+}
+
+#[test]
+fn run_wait_waits_through_the_queue() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let args = [
+        "run",
+        "--max-active",
+        "1",
+        "--queue",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "exit 0",
+    ];
+    let mut waiting = env.command(&args);
+    waiting.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = waiting.spawn().unwrap();
+    // The run is in line while the launcher waits.
+    let mut id = None;
+    poll(Duration::from_secs(30), || {
+        let listed: Vec<Value> = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+        id = listed
+            .iter()
+            .find(|r| position(r) == Some(1))
+            .map(|r| r["id"].as_str().unwrap().to_owned());
+        id.is_some()
+    });
+    assert!(child.try_wait().unwrap().is_none(), "still waiting");
+    env.ok(&["stop", &gate]);
+    let out = output_within_child(child);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), id.unwrap());
+}
+
+fn output_within_child(child: std::process::Child) -> std::process::Output {
+    // The launcher's own wait ends with the run; the suite's 60 s bound
+    // applies as for any command.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("run --wait ended")
+        .unwrap()
+}
+
+#[test]
+fn without_queue_a_full_session_still_refuses_with_exit_3() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let out = env.run(&["run", "--max-active", "1", "--", "true"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("capacity exhausted: 1/1 used"), "{stderr}");
+    assert_eq!(env.run_count(), 1, "nothing was made of it");
+    // The config default asks for the queue; --no-queue refuses still.
+    let mut cmd = env.command(&["run", "--max-active", "1", "--no-queue", "--", "true"]);
+    cmd.env("SUBAGENTS_QUEUE", "true");
+    let out = output_within(cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let mut cmd = env.command(&["run", "--max-active", "1", "--", "true"]);
+    cmd.env("SUBAGENTS_QUEUE", "true");
+    let out = output_within(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(position(&env.status_json(&id)), Some(1));
+    env.ok(&["stop", &id]);
+    env.ok(&["stop", &gate]);
+}
+
+#[test]
+fn a_spec_asks_for_the_queue_and_bad_values_are_one_line_errors() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let spec = Path::new(env.work()).join("spec.json");
+    let write = |queue: &str| {
+        let text = format!(
+            r#"{{"mode": "chain", "steps": [{{"agent": "a", "command": ["true"]}}], "queue": {queue}}}"#
+        );
+        std::fs::write(&spec, text).unwrap();
+    };
+    let spec_arg = spec.to_str().unwrap();
+    write("true");
+    let id = env
+        .ok(&["run", "--max-active", "1", "--spec", spec_arg])
+        .trim()
+        .to_owned();
+    assert_eq!(position(&env.status_json(&id)), Some(1));
+    write("\"yes\"");
+    let out = env.run(&["run", "--max-active", "1", "--spec", spec_arg]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("queue: expected a boolean"), "{stderr}");
+    assert!(
+        stderr.lines().next().unwrap().contains("spec.json"),
+        "{stderr}"
+    );
+    let mut cmd = env.command(&["run", "--max-active", "1", "--", "true"]);
+    cmd.env("SUBAGENTS_QUEUE", "maybe");
+    let out = output_within(cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "$SUBAGENTS_QUEUE (the `queue` config key) must be true or false, not 'maybe'"
+        ),
+        "{stderr}"
+    );
+    let config = Path::new(env.work()).join("no-config/subagents");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.toml"), "queue = yes\n").unwrap();
+    let out = env.run(&["run", "--max-active", "1", "--", "true"]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(first.contains("config.toml"), "{stderr}");
+    assert!(
+        first.contains("line 1: queue must be true or false, not 'yes'"),
+        "{stderr}"
+    );
+    std::fs::write(config.join("config.toml"), "queue = true\n").unwrap();
+    let second = env
+        .ok(&["run", "--max-active", "1", "--", "true"])
+        .trim()
+        .to_owned();
+    assert_eq!(position(&env.status_json(&second)), Some(2));
+    for run in [&id, &second, &gate] {
+        env.ok(&["stop", run]);
+    }
+}
+
+#[test]
+fn queued_statuses_and_pools_read_both_ways() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let id = queued(&env, "1", &["true"]);
+    let file = env.run_dir(&id).join("status.json");
+    // New writer, reader without the key: a queued run of the reference's
+    // states; the key is kept through a read and a write.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let parsed = status::model::parse_status(&file, &text).unwrap();
+    assert_eq!(parsed.state, status::RunState::Queued);
+    assert!(parsed.state.is_active());
+    let again: Value = serde_json::to_value(&parsed).unwrap();
+    assert!(again["queuedForSlot"]["since"].is_u64(), "{again}");
+    let out = env.run(&["validate", "--kind", "status", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    // The pool's readers count slot directories only: the line is not a slot.
+    let capacity: Value = serde_json::from_str(&env.ok(&["capacity", "--json"])).unwrap();
+    assert_eq!(capacity["used"], 1, "{capacity}");
+    assert_eq!(queue_dir_entries(&env).len(), 1);
+
+    // Old writer, new reader: a queued status without the key is no wait,
+    // so its dead monitor's run is given up as before, not restarted.
+    let monitor = parsed.monitor_identity.as_ref().unwrap().pid;
+    kill(monitor, libc::SIGKILL);
+    poll(Duration::from_secs(30), || !alive(monitor));
+    let mut old: Value = serde_json::from_str(&text).unwrap();
+    old.as_object_mut().unwrap().remove("queuedForSlot");
+    std::fs::write(&file, serde_json::to_vec(&old).unwrap()).unwrap();
+    // `status` observes it: given up, not restarted.
+    let status = env.settled(&id);
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(position(&status), None);
+    let error = status["error"].as_str().unwrap_or_default();
+    assert!(error.contains("never started a runner"), "{status}");
+    env.ok(&["stop", &gate]);
+}
