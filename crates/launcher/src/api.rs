@@ -210,6 +210,9 @@ pub struct WaitRequest {
     /// With the outcome, the last N lines of each run's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail: Option<usize>,
+    /// Ends the wait from another thread (the MCP server's cancelled call).
+    #[serde(skip)]
+    pub cancel: crate::wait::Cancel,
 }
 
 /// The final summaries of the waited-for runs, in request order.
