@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use listing::list::RunSummary;
@@ -168,49 +168,7 @@ pub fn parse_timeout(text: Option<&str>) -> Result<Option<Duration>> {
 /// client is gone).
 pub type Keep = ControlFlow<()>;
 
-/// Gives up a wait from another thread (an MCP client cancelled the call):
-/// the blocked wait wakes at once, returns `WaitCancelled` (exit 1) and ends
-/// every thread it started. Clones share one state; cancelling before the
-/// wait starts makes it return at its first look.
-#[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<Mutex<CancelState>>);
-
-#[derive(Debug, Default)]
-struct CancelState {
-    cancelled: bool,
-    wakers: Vec<Sender<()>>,
-}
-
-impl Cancel {
-    /// Cancels every wait of this handle, now and later.
-    pub fn cancel(&self) {
-        let mut state = self.state();
-        state.cancelled = true;
-        for waker in state.wakers.drain(..) {
-            let _ = waker.send(());
-        }
-    }
-
-    /// Whether [`Cancel::cancel`] was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.state().cancelled
-    }
-
-    /// Sends on `tx` when cancelled (at once if already).
-    fn wake(&self, tx: Sender<()>) {
-        let mut state = self.state();
-        if state.cancelled {
-            let _ = tx.send(());
-        } else {
-            state.wakers.push(tx);
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, CancelState> {
-        // A panic elsewhere leaves a flag and senders: still usable.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+pub use crate::api::Cancel;
 
 /// `subagents wait` (or the MCP `wait` tool): blocks until every run is
 /// over, calling `report` as runs settle and while they do not; exit 124

@@ -2,12 +2,15 @@
 //! Rust SDK, `rmcp`).
 //!
 //! Each tool takes one request type of [`launcher::api`] (its JSON Schema is
-//! the tool's input schema) and calls the same [`Launcher`] method as the
-//! command line. A success returns the outcome's JSON, exactly what the
-//! command's `--json` prints (as structured content when it is an object);
-//! a failure is a tool error (`isError: true`) whose content is the
-//! command's `--json` error object: `{"error": {code, exitCode, message,
-//! hint?}, ...detail}`.
+//! the tool's input schema; the server reads the arguments itself, so a
+//! mismatch is a `USAGE` error like any other) and calls the same
+//! [`Launcher`] method as the command line. A success returns the outcome's
+//! JSON, what the command's `--json` prints, as `structuredContent` (lists
+//! wrapped in an object, run summaries compact unless `detail: "full"`); a
+//! failure is a tool error (`isError: true`) whose text is the command's
+//! `--json` error object: `{"error": {code, exitCode, message, hint?},
+//! ...detail}`. Titles, annotations and schemas: `mcp_schema`; the stdio
+//! line filter (JSON-RPC parse and request errors): `mcp_stdio`.
 //!
 //! The server is a launcher, never a parent: every run it starts is detached
 //! exactly as `subagents run` detaches it (the monitor in its own session),
