@@ -887,3 +887,45 @@ fn a_wait_whose_reporter_gives_up_returns_at_once() {
     release(gate);
     env.settled(&id);
 }
+
+#[test]
+fn a_wait_cancelled_from_another_thread_returns_while_its_run_goes_on() {
+    use launcher::wait::{Cancel, Keep, WaitEvent};
+    let env = Env::new();
+    let gate = env.fifo("gate");
+    let script = format!("read line < '{}'", gate.display());
+    let id = env
+        .ok(&["run", "--", "sh", "-c", &script])
+        .trim()
+        .to_owned();
+    let layout = status::Layout::new(env.root());
+    let cancel = Cancel::default();
+    let request = launcher::WaitRequest {
+        runs: vec![id.clone()],
+        timeout: Some("0".into()),
+        tail: None,
+        cancel: cancel.clone(),
+    };
+    let (looked, first_look) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        launcher::wait::wait(&layout, &request, &mut |event| {
+            if matches!(event, WaitEvent::Pending(..)) {
+                let _ = looked.send(());
+            }
+            Keep::Continue(())
+        })
+    });
+    // Blocked (no deadline): only the cancel can end it.
+    first_look.recv_timeout(Duration::from_secs(30)).unwrap();
+    cancel.cancel();
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(waiter.join().unwrap()).unwrap());
+    let error = ended
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the cancelled wait returned")
+        .unwrap_err();
+    assert_eq!(error.kind, launcher::ErrorKind::WaitCancelled);
+    assert_eq!(env.status_json(&id)["state"], "running");
+    release(gate);
+    env.settled(&id);
+}
