@@ -8,6 +8,8 @@
 //! does; their schemas describe such a summary as an object.
 
 use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 
 use listing::list::{RunSummary, UnreadableRun};
 use schemars::JsonSchema;
@@ -260,6 +262,53 @@ pub struct WaitRequest {
     /// With the outcome, the last N lines of each run's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail: Option<usize>,
+    /// Ends the wait from another thread (the MCP server's cancelled call).
+    #[serde(skip)]
+    pub cancel: Cancel,
+}
+
+/// Gives up a wait from another thread (an MCP client cancelled the call):
+/// the blocked wait wakes at once, returns `WaitCancelled` (exit 1) and ends
+/// every thread it started. Clones share one state; cancelling before the
+/// wait starts makes it return at its first look.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<Mutex<CancelState>>);
+
+#[derive(Debug, Default)]
+struct CancelState {
+    cancelled: bool,
+    wakers: Vec<Sender<()>>,
+}
+
+impl Cancel {
+    /// Cancels every wait of this handle, now and later.
+    pub fn cancel(&self) {
+        let mut state = self.state();
+        state.cancelled = true;
+        for waker in state.wakers.drain(..) {
+            let _ = waker.send(());
+        }
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.state().cancelled
+    }
+
+    /// Sends on `tx` when cancelled (at once if already).
+    pub(crate) fn wake(&self, tx: Sender<()>) {
+        let mut state = self.state();
+        if state.cancelled {
+            let _ = tx.send(());
+        } else {
+            state.wakers.push(tx);
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, CancelState> {
+        // A panic elsewhere leaves a flag and senders: still usable.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The final summaries of the waited-for runs, in request order.
@@ -689,6 +738,7 @@ impl AgentsOutcome {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct AgentList {
     /// One summary per agent (`name`, `description`, `runner`, `model`, ...).
+    #[schemars(with = "Vec<AgentSummarySchema>")]
     pub agents: Vec<ObjectSchema>,
     /// One entry per file that could not be read.
     #[schemars(with = "Vec<ObjectSchema>")]
@@ -696,6 +746,22 @@ pub struct AgentList {
     /// The errors as lines.
     #[serde(skip)]
     pub warnings: Vec<String>,
+}
+
+/// The schema of one agent's summary in [`AgentList`].
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct AgentSummarySchema {
+    /// The name `run`'s `agent` takes.
+    name: String,
+    /// What the agent is for (from its definition's front matter).
+    description: Option<String>,
+    /// `pi`, `claude`, `codex` or `command`.
+    runner: String,
+    /// `model`, `thinking`, `tools`, `cwd`, `timeoutMs`, `systemPromptMode`,
+    /// `scope`, `path`.
+    #[serde(flatten)]
+    rest: ObjectSchema,
 }
 
 /// One agent.

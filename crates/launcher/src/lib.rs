@@ -18,6 +18,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod brief;
 pub(crate) mod budget;
 pub(crate) mod damaged;
 pub(crate) mod dismiss;

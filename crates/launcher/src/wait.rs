@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
@@ -56,16 +57,24 @@ fn watch_dirs_into(dirs: &[PathBuf], tx: Sender<()>) -> Option<notify::Recommend
 /// Wakes the waiter when a run's monitor exits. A run is settled only once
 /// its monitor is gone, and a process exit is no file event: without this
 /// the waiter would sleep until its periodic re-check.
+/// Its threads end with it: each also polls the read end of a pipe whose
+/// write end it holds, so dropping it (the wait returned, or was cancelled)
+/// wakes and ends them all at once, whether or not their monitor exited.
 struct MonitorWatches {
     tx: Sender<()>,
     watched: HashSet<(u32, u64)>,
+    stop: Option<(Arc<OwnedFd>, OwnedFd)>,
 }
 
 impl MonitorWatches {
     fn new(tx: Sender<()>) -> Self {
+        let stop = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .ok()
+            .map(|(read, write)| (Arc::new(read), write));
         Self {
             tx,
             watched: HashSet::new(),
+            stop,
         }
     }
 
@@ -75,17 +84,22 @@ impl MonitorWatches {
             .iter()
             .filter_map(|r| r.status.monitor_identity.as_ref())
         {
+            let Some((stop, _)) = &self.stop else {
+                // No pipe: the periodic re-check notices the exit.
+                return;
+            };
             if self.watched.insert((monitor.pid, monitor.start_time)) {
-                watch_exit(monitor, self.tx.clone());
+                watch_exit(monitor, self.tx.clone(), stop.clone());
             }
         }
     }
 }
 
-/// Blocks a thread on a pidfd of `process` and sends once it exits. When
-/// the recorded process is already gone, or pidfds are unavailable, it sends
+/// Blocks a thread on a pidfd of `process` and sends once it exits; the
+/// thread also ends when `stop` hangs up (the wait is over). When the
+/// recorded process is already gone, or pidfds are unavailable, it sends
 /// at once (one extra look; the periodic re-check covers the rest).
-fn watch_exit(process: &process_identity::ProcessIdentity, tx: Sender<()>) {
+fn watch_exit(process: &process_identity::ProcessIdentity, tx: Sender<()>, stop: Arc<OwnedFd>) {
     // A pid of another boot or machine names nothing of ours here.
     if !process.is_of_this_boot() {
         let _ = tx.send(());
@@ -105,10 +119,16 @@ fn watch_exit(process: &process_identity::ProcessIdentity, tx: Sender<()>) {
         .name("wait-monitor".into())
         .stack_size(64 * 1024)
         .spawn(move || {
-            let mut fds = [nix::poll::PollFd::new(
-                std::os::fd::AsFd::as_fd(&pidfd),
-                nix::poll::PollFlags::POLLIN,
-            )];
+            let mut fds = [
+                nix::poll::PollFd::new(
+                    std::os::fd::AsFd::as_fd(&pidfd),
+                    nix::poll::PollFlags::POLLIN,
+                ),
+                nix::poll::PollFd::new(
+                    std::os::fd::AsFd::as_fd(&*stop),
+                    nix::poll::PollFlags::POLLIN,
+                ),
+            ];
             while let Err(nix::errno::Errno::EINTR) =
                 nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE)
             {}
@@ -149,6 +169,8 @@ pub fn parse_timeout(text: Option<&str>) -> Result<Option<Duration>> {
 /// client is gone).
 pub type Keep = ControlFlow<()>;
 
+pub use crate::api::Cancel;
+
 /// `subagents wait` (or the MCP `wait` tool): blocks until every run is
 /// over, calling `report` as runs settle and while they do not; exit 124
 /// past the timeout, exit 1 when `report` breaks. The outcome holds every
@@ -165,7 +187,7 @@ pub fn wait(
             "failed to wait: name at least one run",
         ));
     }
-    let runs = wait_reporting(layout, &request.runs, timeout, report)?;
+    let runs = wait_until(layout, &request.runs, timeout, &request.cancel, report)?;
     Ok(WaitOutcome { runs })
 }
 
@@ -224,6 +246,17 @@ pub fn wait_reporting(
     timeout: Option<Duration>,
     report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
 ) -> Result<Vec<RunSummary>> {
+    wait_until(layout, ids, timeout, &Cancel::default(), report)
+}
+
+/// [`wait_reporting`] that `cancel` can end from another thread.
+fn wait_until(
+    layout: &Layout,
+    ids: &[String],
+    timeout: Option<Duration>,
+    cancel: &Cancel,
+    report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
+) -> Result<Vec<RunSummary>> {
     let ids: Vec<String> = ids
         .iter()
         .map(|id| resolve(layout, id))
@@ -231,11 +264,15 @@ pub fn wait_reporting(
     let dirs: Vec<PathBuf> = ids.iter().map(|id| layout.run_dir(id)).collect();
     let (tx, events) = channel();
     let _watcher = watch_dirs_into(&dirs, tx.clone());
+    cancel.wake(tx.clone());
     let mut monitors = MonitorWatches::new(tx);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let mut reported = vec![false; ids.len()];
     loop {
+        if cancel.is_cancelled() {
+            return Err(cancelled());
+        }
         let runs = load_all(layout, &ids)?;
         monitors.add(&runs);
         for (run, done) in runs.iter().zip(reported.iter_mut()) {
@@ -273,6 +310,9 @@ pub fn wait_reporting(
         let tick = deadline.map_or(RECHECK, |d| d.saturating_duration_since(now).min(RECHECK));
         let _ = events.recv_timeout(tick);
         while events.try_recv().is_ok() {}
+        if cancel.is_cancelled() {
+            return Err(cancelled());
+        }
     }
 }
 

@@ -900,6 +900,7 @@ fn dispatch(cli: Cli) -> Result {
                 runs,
                 timeout,
                 tail: None,
+                cancel: Default::default(),
             };
             commands::wait(&launcher(caller()), &request, json)
         }

@@ -4,6 +4,10 @@ mod cli;
 mod commands;
 #[cfg(feature = "mcp")]
 mod mcp;
+#[cfg(feature = "mcp")]
+mod mcp_schema;
+#[cfg(feature = "mcp")]
+mod mcp_stdio;
 mod table;
 #[cfg(feature = "top")]
 mod top;

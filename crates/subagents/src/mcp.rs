@@ -2,12 +2,15 @@
 //! Rust SDK, `rmcp`).
 //!
 //! Each tool takes one request type of [`launcher::api`] (its JSON Schema is
-//! the tool's input schema) and calls the same [`Launcher`] method as the
-//! command line. A success returns the outcome's JSON, exactly what the
-//! command's `--json` prints (as structured content when it is an object);
-//! a failure is a tool error (`isError: true`) whose content is the
-//! command's `--json` error object: `{"error": {code, exitCode, message,
-//! hint?}, ...detail}`.
+//! the tool's input schema; the server reads the arguments itself, so a
+//! mismatch is a `USAGE` error like any other) and calls the same
+//! [`Launcher`] method as the command line. A success returns the outcome's
+//! JSON, what the command's `--json` prints, as `structuredContent` (lists
+//! wrapped in an object, run summaries compact unless `detail: "full"`); a
+//! failure is a tool error (`isError: true`) whose text is the command's
+//! `--json` error object: `{"error": {code, exitCode, message, hint?},
+//! ...detail}`. Titles, annotations and schemas: `mcp_schema`; the stdio
+//! line filter (JSON-RPC parse and request errors): `mcp_stdio`.
 //!
 //! The server is a launcher, never a parent: every run it starts is detached
 //! exactly as `subagents run` detaches it (the monitor in its own session),
@@ -23,21 +26,26 @@ use std::time::Duration;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig,
+    CallToolResult, ContentBlock, Implementation, JsonObject, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
+use crate::mcp_schema::{
+    Detail, DismissArgs, ListRow, OneOrMany, Runs, StopArgs, Summary, Waited, annotate, parse,
+    take_detail, unflag,
+};
 use launcher::api::{
     AgentsRequest, BudgetClaimRequest, BudgetCreateRequest, BudgetQuery, CapacityQuery,
     ConfigRequest, DismissRequest, ListQuery, LogsRequest, PruneRequest, ReconcileRequest,
-    ResumeRequest, RunRef, RunRequest, StopRequest, ValidateRequest, WaitReport, WaitRequest,
+    ResumeRequest, RunRef, RunRequest, StopRequest, ValidateRequest, WaitRequest,
 };
 use launcher::error::{Error, ErrorKind, Exit, Result};
 use launcher::service::Launcher;
-use launcher::wait::{Keep, WaitEvent, progress_line};
+use launcher::wait::{Cancel, Keep, WaitEvent, progress_line};
 
 /// `wait` without a timeout gives up after this long (error TIMEOUT, code
 /// 124): under the 60 s a client such as Codex allows a tool call by default.
@@ -62,15 +70,19 @@ pub fn serve(launcher: Launcher) -> Result {
         .map_err(|e| Error::failed(format!("failed to start the MCP server: {e}")))?;
     let server = Server::new(launcher);
     let served = runtime.block_on(async move {
+        let (transport, stdio) = crate::mcp_stdio::Stdio::start()
+            .map_err(|e| Error::failed(format!("failed to start the MCP server: {e}")))?;
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .map_err(|e| Error::failed(format!("failed to start the MCP session: {e}")))?;
-        service
+        let served = service
             .waiting()
             .await
             .map(drop)
-            .map_err(|e| Error::failed(format!("failed to serve MCP: {e}")))
+            .map_err(|e| Error::failed(format!("failed to serve MCP: {e}")));
+        stdio.finish().await;
+        served
     });
     // A tool call still blocked (a `wait`) ends with the process.
     runtime.shutdown_background();
@@ -84,17 +96,17 @@ const DEFAULT_TIMEOUT_ENV: &str = "SUBAGENTS_TIMEOUT";
 #[derive(Clone)]
 pub struct Server {
     launcher: Arc<Launcher>,
-    // Read by the code `#[tool_handler]` generates.
-    #[allow(dead_code)]
     tool_router: ToolRouter<Self>,
 }
 
 impl Server {
     /// A server over `launcher`.
     pub fn new(launcher: Launcher) -> Self {
+        let mut tool_router = Self::tool_router();
+        annotate(&mut tool_router);
         Self {
             launcher: Arc::new(launcher),
-            tool_router: Self::tool_router(),
+            tool_router,
         }
     }
 
@@ -110,6 +122,36 @@ impl Server {
         let outcome =
             joined.unwrap_or_else(|e| Err(Error::failed(format!("failed to run the tool: {e}"))));
         tool_result(outcome)
+    }
+
+    /// [`Server::call`] with the request `R` read from the arguments first.
+    async fn with<R, T, F>(&self, args: JsonObject, op: F) -> CallToolResult
+    where
+        R: DeserializeOwned + Send + 'static,
+        T: Serialize + Send + 'static,
+        F: FnOnce(&Launcher, R) -> Result<T> + Send + 'static,
+    {
+        match parse::<R>(args) {
+            Ok(request) => self.call(move |launcher| op(launcher, request)).await,
+            Err(e) => tool_result::<()>(Err(e)),
+        }
+    }
+
+    /// [`Server::with`] for the tools that return run summaries: `detail`
+    /// is taken out of the arguments and handed to `op`.
+    async fn detailed<R, T, F>(&self, mut args: JsonObject, op: F) -> CallToolResult
+    where
+        R: DeserializeOwned + Send + 'static,
+        T: Serialize + Send + 'static,
+        F: FnOnce(&Launcher, R, Detail) -> Result<T> + Send + 'static,
+    {
+        match take_detail(&mut args) {
+            Ok(detail) => {
+                self.with(args, move |launcher, request| op(launcher, request, detail))
+                    .await
+            }
+            Err(e) => tool_result::<()>(Err(e)),
+        }
     }
 }
 
@@ -129,17 +171,13 @@ fn names(run: &Option<String>, runs: &Option<Vec<String>>) -> Result<Vec<String>
     }
 }
 
-/// One outcome as itself when the call named `run`, an array for `runs`.
-fn one_or_many<T: Serialize>(
-    runs: &Option<Vec<String>>,
-    outcomes: Result<Vec<T>>,
-) -> Result<serde_json::Value> {
-    let outcomes = outcomes?;
-    let value = match (runs, &outcomes[..]) {
-        (None, [one]) => serde_json::to_value(one),
-        _ => serde_json::to_value(&outcomes),
-    };
-    value.map_err(|e| Error::failed(format!("failed to serialise the outcome: {e}")))
+/// One outcome as itself when the call named `run`, `{runs: [...]}` for `runs`.
+fn one_or_many<T>(runs: &Option<Vec<String>>, outcomes: Vec<T>) -> OneOrMany<T> {
+    let mut outcomes = outcomes;
+    match (runs, outcomes.len()) {
+        (None, 1) => OneOrMany::One(outcomes.remove(0)),
+        _ => OneOrMany::Many { runs: outcomes },
+    }
 }
 
 /// Applies `one` to every run, going on past errors; the error with the
@@ -163,55 +201,32 @@ fn each<T>(runs: &[String], one: impl Fn(&String) -> Result<T>) -> Result<Vec<T>
     worst.map_or(Ok(outcomes), Err)
 }
 
-/// The `stop` tool's request: [`StopRequest`] with `runs`.
-#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StopArgs {
-    /// Run id, unique prefix or `last` (the newest run of this server's session).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    run: Option<String>,
-    /// Several runs (ids, prefixes or `last`); the outcome is then an array.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    runs: Option<Vec<String>>,
-    /// Why (kept in status.json). Default "Subagent stopped by user.".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
-}
-
-/// The `dismiss` tool's request: [`DismissRequest`] with `runs`.
-#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DismissArgs {
-    /// Run id, unique prefix or `last` (the newest run of this server's session).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    run: Option<String>,
-    /// Several runs (ids, prefixes or `last`); the outcome is then an array.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    runs: Option<Vec<String>>,
-    /// Hide it even while it is still active.
-    #[serde(default)]
-    force: bool,
-}
-
-/// An outcome as a tool result: its JSON (structured when an object), or
-/// the JSON error object as a tool error.
+/// An outcome as a tool result: its JSON object as `structuredContent`
+/// (and as text), or the JSON error object as a tool error (text only: the
+/// output schema describes a success).
 pub fn tool_result<T: Serialize>(outcome: Result<T>) -> CallToolResult {
     match outcome.and_then(|value| {
         serde_json::to_value(value)
             .map_err(|e| Error::failed(format!("failed to serialise the outcome: {e}")))
     }) {
         Ok(value) if value.is_object() => CallToolResult::structured(value),
-        Ok(value) => CallToolResult::success(vec![ContentBlock::text(value.to_string())]),
-        Err(e) => CallToolResult::structured_error(with_usage_hint(e).to_json()),
+        // Every outcome is an object; anything else is wrapped, not lost.
+        Ok(value) => CallToolResult::structured(serde_json::json!({ "value": value })),
+        Err(e) => {
+            let error = for_mcp(e).to_json();
+            CallToolResult::error(vec![ContentBlock::text(error.to_string())])
+        }
     }
 }
 
-/// Every usage error leaves with a hint, worded as the tool's request
-/// fields (never the command line's flags).
-fn with_usage_hint(mut e: Error) -> Error {
+/// An error as MCP shows it: the command line's flags in its message and
+/// hint named as request fields, and every usage error with a hint.
+fn for_mcp(mut e: Error) -> Error {
     if e.exit() == Exit::Usage && e.hint.is_none() {
         e.hint = Some(usage_hint(e.kind));
     }
+    e.message = unflag(&e.message);
+    e.hint = e.hint.as_deref().map(unflag);
     e
 }
 
@@ -222,11 +237,11 @@ fn usage_hint(kind: ErrorKind) -> String {
         ErrorKind::TaskTwice => "give `task` or `taskFile`, not both".to_owned(),
         ErrorKind::BadTaskFile => "`taskFile` names a readable file".to_owned(),
         ErrorKind::BadDuration(field) => format!(
-            "`{}` takes a duration with its unit (ms, s, m, h, d), largest first, e.g. \"90s\", \"30m\" or \"1h30m\"",
+            "`{}` takes a duration with its unit (ms, s, m, h, d), largest first, e.g. \"90s\", \"30m\" or \"1h30m\"; \"0\" for none",
             field.name()
         ),
         ErrorKind::BadSpec => "`spec` is {\"mode\": \"parallel\", \"tasks\": [step, ...]} or {\"mode\": \"chain\", \"steps\": [...]}, each step {\"agent\", \"command\": [argv], \"task\"?}".to_owned(),
-        ErrorKind::UnknownAgent => "`agent` names an agent definition".to_owned(),
+        ErrorKind::UnknownAgent => "`agent` names an agent definition (the `agents` tool lists them)".to_owned(),
         ErrorKind::UnsafeId => {
             "`id` takes letters, digits, '-', '_' and '.', not starting with '.'".to_owned()
         }
@@ -250,20 +265,61 @@ fn bounded(mut request: LogsRequest, default: usize) -> LogsRequest {
     request
 }
 
+/// Cancels the wait when the tool call's future ends, however it ends.
+struct CancelOnDrop(Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// The `wait` tool's work, on its own thread: the wait, then each run's tail.
+fn wait_and_tail(
+    launcher: &Launcher,
+    request: &WaitRequest,
+    detail: Detail,
+    report: &mut dyn FnMut(WaitEvent<'_>) -> Keep,
+) -> Result<Waited> {
+    let waited = launcher.wait(request, report)?;
+    let tail = request.tail.unwrap_or(WAIT_TAIL_LINES);
+    let logs = waited
+        .runs
+        .iter()
+        .map(|run| {
+            let logs = bounded(
+                LogsRequest {
+                    run: run.id.clone(),
+                    tail: Some(tail),
+                    ..Default::default()
+                },
+                WAIT_TAIL_LINES,
+            );
+            launcher::logs::outcome(run, &logs)
+        })
+        .collect();
+    let runs = waited
+        .runs
+        .into_iter()
+        .map(|run| Summary::of(run, detail))
+        .collect();
+    Ok(Waited { runs, logs })
+}
+
 #[tool_router]
 impl Server {
     #[tool(
-        description = "Launch a detached background run and return at once with its runId: a named agent (`agent` + `task`), any command (`command` argv + optional `task` on its stdin), or a composite `spec` ({\"mode\": \"parallel\", \"tasks\": [step, ...]} or {\"mode\": \"chain\", \"steps\": [...]}, each step {\"agent\", \"command\": [argv], \"task\"?}). The run outlives this server; collect it with `wait` and `logs`. Errors: LIMIT (3) when the fan-out budget or the session's capacity refuses it (detail: runFanoutRejection/runFanoutBudget or capacity), USAGE (2), FAILED (1)."
+        description = "Launch a detached background run and return at once with its runId: a named agent (`agent` + `task`; the `agents` tool lists them), any command (`command` argv + optional `task` on its stdin), or a composite `spec` ({\"mode\": \"parallel\", \"tasks\": [step, ...]} or {\"mode\": \"chain\", \"steps\": [...]}, each step {\"agent\", \"command\": [argv], \"task\"?}). `timeout` \"0\" is no deadline. The run outlives this server; collect it with `wait` and `logs`. Errors: LIMIT (3) when the fan-out budget or the session's capacity refuses it (detail: runFanoutRejection/runFanoutBudget or capacity), USAGE (2), FAILED (1)."
     )]
-    async fn run(&self, Parameters(mut request): Parameters<RunRequest>) -> CallToolResult {
-        // The user's default deadline (`timeout` in config.toml, or
-        // $SUBAGENTS_TIMEOUT) applies to runs an agent starts, as to the CLI's.
-        if request.timeout.is_none() {
-            request.timeout = std::env::var(DEFAULT_TIMEOUT_ENV)
-                .ok()
-                .filter(|v| !v.is_empty());
-        }
-        self.call(move |launcher| {
+    async fn run(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, mut request: RunRequest| {
+            // The user's default deadline (`timeout` in config.toml, or
+            // $SUBAGENTS_TIMEOUT) applies to runs an agent starts, as to the CLI's.
+            if request.timeout.is_none() {
+                request.timeout = std::env::var(DEFAULT_TIMEOUT_ENV)
+                    .ok()
+                    .filter(|v| !v.is_empty());
+            }
             let launched = launcher.run(&request)?;
             reap_monitor(launcher, &launched.run_id);
             Ok(launched)
@@ -272,29 +328,48 @@ impl Server {
     }
 
     #[tool(
-        description = "One run's summary (state, steps, exit codes, errors, fan-out budget, process-terminal proof), as `subagents status --json`. Errors: NOT_FOUND (4) for an unknown or ambiguous id."
+        description = "One run's summary: compact by default (id, label, state, step, timings, exit codes and errors, output paths); `detail: \"full\"` gives every field (identities, fan-out budget, process-terminal proof), as `subagents status --json`. Errors: NOT_FOUND (4) for an unknown or ambiguous id."
     )]
-    async fn status(&self, Parameters(request): Parameters<RunRef>) -> CallToolResult {
-        self.call(move |launcher| launcher.status(&request.run))
-            .await
+    async fn status(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.detailed(args, |launcher, request: RunRef, detail| {
+            Ok(Summary::of(launcher.status(&request.run)?.run, detail))
+        })
+        .await
     }
 
     #[tool(
-        description = "List runs as an array of run summaries: active ones, or every run with `all` (at most 100 unless `limit` says otherwise)."
+        description = "List runs as {runs: [run summaries]}: active ones, or every run with `all` (at most 100 unless `limit` says otherwise). Summaries are compact unless `detail: \"full\"`."
     )]
-    async fn list(&self, Parameters(mut query): Parameters<ListQuery>) -> CallToolResult {
-        query.limit = Some(query.limit.unwrap_or(DEFAULT_LIST_LIMIT));
-        self.call(move |launcher| launcher.list(&query)).await
+    async fn list(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.detailed(args, |launcher, mut query: ListQuery, detail| {
+            query.limit = Some(query.limit.unwrap_or(DEFAULT_LIST_LIMIT));
+            let listed = launcher.list(&query)?;
+            let runs = listed.runs.into_iter().map(|run| Summary::of(run, detail));
+            let rows = runs
+                .map(ListRow::Run)
+                .chain(listed.unreadable.into_iter().map(ListRow::Unreadable))
+                .collect();
+            Ok(Runs {
+                runs: rows,
+                warnings: listed.warnings,
+            })
+        })
+        .await
     }
 
     #[tool(
-        description = "Block until every named run (`runs`: ids, prefixes or `last`; none: every active run of this server's session) is over, then return {runs: [final summaries], logs: [the last `tail` (default 20) lines of each run's output]}. Gives up after `timeout` (default 50s) with error TIMEOUT (124): call it again to keep waiting; the runs go on. Sends progress notifications while it blocks when the request carries a progress token."
+        description = "Block until every named run (`runs`: ids, prefixes or `last`; none: every active run of this server's session) is over, then return {runs: [final summaries], logs: [the last `tail` (default 20) lines of each run's output]}. Gives up after `timeout` (default 50s; \"0\" waits without a deadline) with error TIMEOUT (124): call it again to keep waiting; the runs go on. Sends progress notifications while it blocks when the request carries a progress token; a cancelled call stops at once."
     )]
     async fn wait(
         &self,
-        Parameters(mut request): Parameters<WaitRequest>,
+        Parameters(mut args): Parameters<JsonObject>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let request = take_detail(&mut args).and_then(|detail| Ok((detail, parse(args)?)));
+        let (detail, mut request): (Detail, WaitRequest) = match request {
+            Ok(parsed) => parsed,
+            Err(e) => return tool_result::<()>(Err(e)),
+        };
         request.timeout = Some(
             request
                 .timeout
@@ -318,17 +393,19 @@ impl Server {
             }
             None => (None, None),
         };
-        // A cancelled call gives up at the wait's next look (within 1 s)
-        // instead of blocking a thread until its timeout.
-        let cancelled = context.ct.clone();
-        let result = self
-            .call(move |launcher| {
+        // The wait blocks a thread of its own, which a cancelled call (or
+        // this future dropped) wakes and ends at once, with every thread the
+        // wait started: nothing lingers until the runs end.
+        let cancel = request.cancel.clone();
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let launcher = self.launcher.clone();
+        let spawned = std::thread::Builder::new()
+            .name("mcp-wait".into())
+            .spawn(move || {
                 let mut last: Option<Duration> = None;
                 let mut settled = 0usize;
                 let mut report = |event: WaitEvent<'_>| {
-                    if cancelled.is_cancelled() {
-                        return Keep::Break(());
-                    }
                     let Some(tx) = &progress else {
                         return Keep::Continue(());
                     };
@@ -352,47 +429,39 @@ impl Server {
                     }
                     Keep::Continue(())
                 };
-                let runs = launcher.wait(&request, &mut report)?;
-                let tail = request.tail.unwrap_or(WAIT_TAIL_LINES);
-                let logs = runs
-                    .runs
-                    .iter()
-                    .map(|run| {
-                        let logs = bounded(
-                            LogsRequest {
-                                run: run.id.clone(),
-                                tail: Some(tail),
-                                ..Default::default()
-                            },
-                            WAIT_TAIL_LINES,
-                        );
-                        launcher::logs::outcome(run, &logs)
-                    })
-                    .collect();
-                Ok(WaitReport { runs, logs })
-            })
-            .await;
+                let _ = done.send(wait_and_tail(&launcher, &request, detail, &mut report));
+            });
+        if let Err(e) = spawned {
+            return tool_result::<()>(Err(Error::failed(format!("failed to start the wait: {e}"))));
+        }
+        let result = tokio::select! {
+            waited = outcome => waited.unwrap_or_else(|_| Err(Error::failed("failed to wait: the wait ended without an outcome"))),
+            () = context.ct.cancelled() => {
+                cancel.cancel();
+                Err(Error::of(ErrorKind::WaitCancelled, "failed to wait: the wait was cancelled"))
+            }
+        };
         if let Some(forward) = forwarding {
-            // The sender is gone with the closure: the forwarder drains and ends.
+            // The sender is gone with the thread: the forwarder drains and ends.
             let _ = forward.await;
         }
-        result
+        tool_result(result)
     }
 
     #[tool(
-        description = "Stop a run (`run`) or several (`runs`): each one's runner and every process group of its commands; returns the final summary, or with `runs` an array of them (a run already over is left as it is). `last` names the newest run of this server's session."
+        description = "Stop a run (`run`) or several (`runs`): each one's runner and every process group of its commands; returns the final summary, or with `runs` {runs: [summaries]} (a run already over is left as it is). `last` names the newest run of this server's session. Summaries are compact unless `detail: \"full\"`."
     )]
-    async fn stop(&self, Parameters(request): Parameters<StopArgs>) -> CallToolResult {
-        self.call(move |launcher| {
+    async fn stop(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.detailed(args, |launcher, request: StopArgs, detail| {
             let runs = names(&request.run, &request.runs)?;
             let stop = |run: &String| {
                 let one = StopRequest {
                     run: run.clone(),
                     reason: request.reason.clone(),
                 };
-                launcher.stop(&one).map(|o| o.run)
+                launcher.stop(&one).map(|o| Summary::of(o.run, detail))
             };
-            one_or_many(&request.runs, each(&runs, stop))
+            Ok(one_or_many(&request.runs, each(&runs, stop)?))
         })
         .await
     }
@@ -400,8 +469,8 @@ impl Server {
     #[tool(
         description = "Revive a finished (complete, failed or stopped) single run with a follow-up `task`: same agent, same contract; a named agent's run continues its CLI's own session. Returns the new run (runId, ..., sourceRunId). Errors: LIMIT (3) when the session's capacity refuses it, NOT_FOUND (4), FAILED (1) when the run cannot be resumed."
     )]
-    async fn resume(&self, Parameters(request): Parameters<ResumeRequest>) -> CallToolResult {
-        self.call(move |launcher| {
+    async fn resume(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: ResumeRequest| {
             let resumed = launcher.resume(&request)?;
             reap_monitor(launcher, &resumed.launched.run_id);
             Ok(resumed)
@@ -412,60 +481,66 @@ impl Server {
     #[tool(
         description = "A run's output: {runId, state, logs: [{name, path, text}]} with the last `tail` lines (default 200, at most 5000; at most 64 KiB) of each file: the output of a finished run, else the command's stdout, and its stderr. `step` picks one step of a composite run, `stderr` only stderr."
     )]
-    async fn logs(&self, Parameters(request): Parameters<LogsRequest>) -> CallToolResult {
-        let request = bounded(request, LOGS_TAIL_LINES);
-        self.call(move |launcher| launcher.logs(&request)).await
+    async fn logs(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: LogsRequest| {
+            launcher.logs(&bounded(request, LOGS_TAIL_LINES))
+        })
+        .await
     }
 
     #[tool(
         description = "The run fan-out budget: with `run`, that run's {used, limit, remaining}; without, the report of what a launch from this server gets (newRootRun limit and its source, the inherited budget when the server runs inside a run)."
     )]
-    async fn budget(&self, Parameters(query): Parameters<BudgetQuery>) -> CallToolResult {
-        self.call(move |launcher| launcher.budget(&query)).await
+    async fn budget(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, query: BudgetQuery| launcher.budget(&query))
+            .await
     }
 
     #[tool(
         description = "The active-run capacity of a session (default: this server's): {session, used, limit (0 = unlimited), slots: [{slot, release, observer?}]}."
     )]
-    async fn capacity(&self, Parameters(query): Parameters<CapacityQuery>) -> CallToolResult {
-        self.call(move |launcher| launcher.capacity(&query)).await
+    async fn capacity(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, query: CapacityQuery| {
+            launcher.capacity(&query)
+        })
+        .await
     }
 
     #[tool(
-        description = "Create a run fan-out budget for root run `rootRunId` with `limit` slots (else the configured default); returns its descriptor {version, rootRunId, directory, ...}, as `subagents budget create`."
+        description = "Create a run fan-out budget for root run `rootRunId` with `limit` slots (else the configured default); returns its descriptor {version, rootRunId, directory, limit}, as `subagents budget create`."
     )]
-    async fn budget_create(
-        &self,
-        Parameters(request): Parameters<BudgetCreateRequest>,
-    ) -> CallToolResult {
-        self.call(move |launcher| launcher.budget_create(&request))
-            .await
+    async fn budget_create(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: BudgetCreateRequest| {
+            launcher.budget_create(&request)
+        })
+        .await
     }
 
     #[tool(
         description = "Claim one fan-out slot per `paths` entry, all or nothing, from the budget of `descriptor` (else the one this server inherited); returns {used, limit, remaining}. Errors: LIMIT (3) over the limit, with the rejection."
     )]
-    async fn budget_claim(
-        &self,
-        Parameters(request): Parameters<BudgetClaimRequest>,
-    ) -> CallToolResult {
-        self.call(move |launcher| launcher.budget_claim(&request))
-            .await
+    async fn budget_claim(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: BudgetClaimRequest| {
+            launcher.budget_claim(&request)
+        })
+        .await
     }
 
     #[tool(
         description = "Repair stale runs (runner and monitor gone) and finalize what the evidence allows: {repaired: [{runId, message}], observed: [{runId, message}], unreadable: [...], warnings?}, as `subagents reconcile --json`."
     )]
-    async fn reconcile(&self, Parameters(request): Parameters<ReconcileRequest>) -> CallToolResult {
-        self.call(move |launcher| launcher.reconcile(&request))
-            .await
+    async fn reconcile(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: ReconcileRequest| {
+            launcher.reconcile(&request)
+        })
+        .await
     }
 
     #[tool(
-        description = "Hide a finished run (`run`) or several (`runs`) from `list` without touching its processes: {runId, displayDismissedAt}, or with `runs` an array of them. An active run is refused (FAILED, 1) unless `force`."
+        description = "Hide a finished run (`run`) or several (`runs`) from `list` without touching its processes: {runId, displayDismissedAt}, or with `runs` {runs: [...]}. An active run is refused (FAILED, 1) unless `force`."
     )]
-    async fn dismiss(&self, Parameters(request): Parameters<DismissArgs>) -> CallToolResult {
-        self.call(move |launcher| {
+    async fn dismiss(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: DismissArgs| {
             let runs = names(&request.run, &request.runs)?;
             let dismiss = |run: &String| {
                 let one = DismissRequest {
@@ -474,7 +549,7 @@ impl Server {
                 };
                 launcher.dismiss(&one)
             };
-            one_or_many(&request.runs, each(&runs, dismiss))
+            Ok(one_or_many(&request.runs, each(&runs, dismiss)?))
         })
         .await
     }
@@ -482,39 +557,52 @@ impl Server {
     #[tool(
         description = "Delete finished runs older than `olderThan` (default 7d) with the budgets, leases and capacity slots only they use; `dryRun` only says what would go. Returns {dryRun, olderThanMs, pruned: [{runId, state, endedAt}], kept: [{runId, reason}], budgets, leases, capacitySlots}."
     )]
-    async fn prune(&self, Parameters(request): Parameters<PruneRequest>) -> CallToolResult {
-        self.call(move |launcher| launcher.prune(&request)).await
+    async fn prune(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: PruneRequest| {
+            launcher.prune(&request)
+        })
+        .await
     }
 
     #[tool(
         description = "Validate one on-disk artifact `file` as `kind` exactly as the readers read it: {valid, error}; an invalid file is a result, not a tool error."
     )]
-    async fn validate(&self, Parameters(request): Parameters<ValidateRequest>) -> CallToolResult {
-        self.call(move |launcher| launcher.validate(&request)).await
+    async fn validate(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: ValidateRequest| {
+            launcher.validate(&request)
+        })
+        .await
     }
 
     #[tool(
-        description = "Named agent definitions of this server's directory and of the user: `list` (default) {agents, errors}, `show` with `name` (the agent, systemPrompt, the rendered argv and env), or `prompt` {snippet} for CLAUDE.md / AGENTS.md."
+        description = "The agents a run can delegate to (`agent` of `run`), from this server's directory and the user's: `list` (default) {agents: [{name, description, runner, ...}], errors}, `show` with `name` (the agent, systemPrompt, the rendered argv and env), or `prompt` {snippet} for CLAUDE.md / AGENTS.md."
     )]
-    async fn agents(&self, Parameters(request): Parameters<AgentsRequest>) -> CallToolResult {
-        self.call(move |launcher| launcher.agents(&request)).await
+    async fn agents(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: AgentsRequest| {
+            launcher.agents(&request)
+        })
+        .await
     }
 
     #[tool(
         description = "The config file this server read and each setting's value and source: {path, exists, keys: [{key, variable, value, source}]}."
     )]
-    async fn config(&self, Parameters(request): Parameters<ConfigRequest>) -> CallToolResult {
-        self.call(move |launcher| launcher.config(&request)).await
+    async fn config(&self, Parameters(args): Parameters<JsonObject>) -> CallToolResult {
+        self.with(args, |launcher, request: ConfigRequest| {
+            launcher.config(&request)
+        })
+        .await
     }
 }
 
-#[tool_handler]
+// The router `new` annotated, not a fresh one (the macro's default).
+#[tool_handler(router = self.tool_router)]
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("subagents", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "Durable background runs (subagents). `run` starts a detached run and returns its runId at once; start several to work in parallel. `wait` blocks (up to its timeout) until runs are over and returns their summaries and output tails; `logs` reads a run's output; `status`/`list` show runs; `stop` ends one; `resume` continues a finished run with a follow-up task. Runs outlive this server. Errors carry error.code and error.exitCode: LIMIT (3) = fan-out budget or capacity refused (nothing started), NOT_FOUND (4), TIMEOUT (124) = wait gave up (the runs go on), USAGE (2), FAILED (1).",
+                "Durable background runs (subagents). `run` starts a detached run and returns its runId at once; start several to work in parallel (`agents` lists the named agents to delegate to). `wait` blocks (up to its timeout) until runs are over and returns their summaries and output tails; `logs` reads a run's output; `status`/`list` show runs (compact; `detail: \"full\"` for everything); `stop` ends one; `resume` continues a finished run with a follow-up task. Runs outlive this server. Errors carry error.code and error.exitCode: LIMIT (3) = fan-out budget or capacity refused (nothing started), NOT_FOUND (4), TIMEOUT (124) = wait gave up (the runs go on), USAGE (2), FAILED (1).",
             )
     }
 }

@@ -21,6 +21,7 @@ mod json;
 mod leftovers;
 mod list_index;
 mod mcp;
+mod mcp_clients;
 mod names;
 mod nested;
 mod observer;

@@ -106,7 +106,8 @@ impl Connection {
         outcome(&result)
     }
 
-    /// A failed call's JSON error object.
+    /// A failed call's JSON error object (in its text: the structured
+    /// content is kept for the outcome its output schema describes).
     async fn error(&self, tool: &str, arguments: Value) -> Value {
         let result = self.call(tool, arguments.clone()).await;
         assert_eq!(
@@ -114,9 +115,8 @@ impl Connection {
             Some(true),
             "{tool} {arguments}: {result:?}"
         );
-        let error = outcome(&result);
-        assert_eq!(result.structured_content.as_ref(), Some(&error));
-        error
+        assert!(result.structured_content.is_none(), "{result:?}");
+        outcome(&result)
     }
 
     /// Closes the client's side (stdin EOF) and waits for the server to exit
@@ -486,14 +486,14 @@ async fn a_run_outlives_the_connection_and_is_collected_after_reconnecting() {
     *client.first_progress.lock().unwrap() = Some(tx);
     let second = connect_with(&env, &[], &[], client.clone()).await;
     let listed = second.ok("list", json!({})).await;
-    assert_eq!(listed[0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed["runs"][0]["id"], id.as_str(), "{listed}");
     // Release the run only once the wait is blocked and reporting progress.
     let release_on_progress = tokio::spawn(async move {
         rx.await.unwrap();
         release(gate);
     });
     let waited = second
-        .ok("wait", json!({"runs": [&id], "timeout": "60s"}))
+        .ok("wait", json!({"runs": [&id], "timeout": "0"}))
         .await;
     release_on_progress.await.unwrap();
     assert_eq!(waited["runs"][0]["id"], id.as_str(), "{waited}");
@@ -521,7 +521,9 @@ async fn a_run_outlives_the_connection_and_is_collected_after_reconnecting() {
     assert_eq!(logs["state"], "complete");
     assert_eq!(logs["logs"][0]["name"], "output", "{logs}");
     assert_eq!(logs["logs"][0]["text"], "finished-output\n", "{logs}");
-    let status = second.ok("status", json!({"run": &id})).await;
+    let status = second
+        .ok("status", json!({"run": &id, "detail": "full"}))
+        .await;
     assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     // The task reached the command, and no status, event or log.
     let full = second.ok("logs", json!({"run": &id})).await;
@@ -692,6 +694,7 @@ async fn last_and_compound_durations_through_the_server() {
     assert_eq!(waited["runs"][0]["id"], mine.as_str(), "{waited}");
     assert_eq!(waited["runs"].as_array().unwrap().len(), 1, "{waited}");
     let stopped = server.ok("stop", json!({"runs": [&other, "last"]})).await;
+    let stopped = &stopped["runs"];
     assert_eq!(stopped[0]["id"], other.as_str(), "{stopped}");
     assert_eq!(stopped[0]["state"], "stopped", "{stopped}");
     assert_eq!(stopped[1]["id"], mine.as_str(), "{stopped}");
@@ -775,7 +778,10 @@ async fn two_tasks_delegated_in_parallel_are_collected_together() {
         .map(|l| l["runId"].as_str().unwrap().to_owned())
         .collect();
     let waited = server
-        .ok("wait", json!({"runs": &ids, "timeout": "60s", "tail": 5}))
+        .ok(
+            "wait",
+            json!({"runs": &ids, "timeout": "60s", "tail": 5, "detail": "full"}),
+        )
         .await;
     let runs = waited["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3, "{waited}");
@@ -862,6 +868,7 @@ fn a_wait_whose_reporter_gives_up_returns_at_once() {
         runs: vec![id.clone()],
         timeout: Some("10m".into()),
         tail: None,
+        cancel: Default::default(),
     };
     let mut looks = 0;
     let error = launcher::wait::wait(&layout, &request, &mut |event| {
@@ -877,6 +884,48 @@ fn a_wait_whose_reporter_gives_up_returns_at_once() {
     assert_eq!(error.exit(), launcher::Exit::Failed);
     assert_eq!(error.kind, launcher::ErrorKind::WaitCancelled);
     assert!(error.message.contains("cancelled"), "{}", error.message);
+    release(gate);
+    env.settled(&id);
+}
+
+#[test]
+fn a_wait_cancelled_from_another_thread_returns_while_its_run_goes_on() {
+    use launcher::wait::{Cancel, Keep, WaitEvent};
+    let env = Env::new();
+    let gate = env.fifo("gate");
+    let script = format!("read line < '{}'", gate.display());
+    let id = env
+        .ok(&["run", "--", "sh", "-c", &script])
+        .trim()
+        .to_owned();
+    let layout = status::Layout::new(env.root());
+    let cancel = Cancel::default();
+    let request = launcher::WaitRequest {
+        runs: vec![id.clone()],
+        timeout: Some("0".into()),
+        tail: None,
+        cancel: cancel.clone(),
+    };
+    let (looked, first_look) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        launcher::wait::wait(&layout, &request, &mut |event| {
+            if matches!(event, WaitEvent::Pending(..)) {
+                let _ = looked.send(());
+            }
+            Keep::Continue(())
+        })
+    });
+    // Blocked (no deadline): only the cancel can end it.
+    first_look.recv_timeout(Duration::from_secs(30)).unwrap();
+    cancel.cancel();
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(waiter.join().unwrap()).unwrap());
+    let error = ended
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the cancelled wait returned")
+        .unwrap_err();
+    assert_eq!(error.kind, launcher::ErrorKind::WaitCancelled);
+    assert_eq!(env.status_json(&id)["state"], "running");
     release(gate);
     env.settled(&id);
 }

@@ -399,6 +399,8 @@ const BINARY_DEPENDENCIES: &[&str] = &[
     "serde",
     "serde_json",
     "schemars",
+    // The MCP server reads tool arguments with it (the field at fault).
+    "serde_path_to_error",
     "libc",
     "nix",
     "anyhow",
