@@ -276,6 +276,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn an_integral_float_is_an_integer_only_below_two_to_the_64() {
+        assert_eq!(json_integer(&json!(3.0)), Some(3));
+        // 2^64 itself does not fit: it must not saturate to u64::MAX.
+        let two_to_the_64: Value = serde_json::from_str("18446744073709551616.0").unwrap();
+        assert_eq!(json_integer(&two_to_the_64), None);
+        assert_eq!(json_integer(&json!(-1.0)), None);
+        assert_eq!(json_integer(&json!(1.5)), None);
+    }
+
     fn sample() -> Descriptor {
         Descriptor {
             version: 1,

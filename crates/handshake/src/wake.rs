@@ -153,3 +153,61 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: the syscall just returned this descriptor and nothing else owns it.
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc::TryRecvError;
+
+    /// Bound of each wait for a wake-up that must come (never reached when
+    /// it does).
+    const WAKE_BOUND: Duration = Duration::from_secs(20);
+
+    #[test]
+    fn a_watched_name_renamed_into_the_directory_wakes_the_watch() {
+        // One watched name only: a comparison that matched any other name
+        // would let this event through only by accident.
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let (tx, rx) = channel();
+        let _watcher = watch_dir(dir.path(), &["ack.json"], tx).expect("inotify");
+        let staged = outside.path().join("ack.json");
+        std::fs::write(&staged, b"{}").unwrap();
+        std::fs::rename(&staged, dir.path().join("ack.json")).unwrap();
+        rx.recv_timeout(WAKE_BOUND)
+            .expect("the rename of a watched name is a wake-up");
+    }
+
+    fn waiting_child() -> std::process::Child {
+        Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_exit_watch_wakes_when_its_process_exits() {
+        let mut child = waiting_child();
+        let (tx, rx) = channel();
+        let _watch = ExitWatch::start(child.id(), tx).expect("pidfd");
+        drop(child.stdin.take());
+        rx.recv_timeout(WAKE_BOUND)
+            .expect("the exit of the watched process is a wake-up");
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn dropping_an_exit_watch_ends_its_thread_before_it_returns() {
+        let mut child = waiting_child();
+        let (tx, rx) = channel();
+        let watch = ExitWatch::start(child.id(), tx).expect("pidfd");
+        drop(watch);
+        // The thread held the only sender: once it has been joined the
+        // channel is disconnected, with no wake-up sent.
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        drop(child.stdin.take());
+        child.wait().unwrap();
+    }
+}
