@@ -826,7 +826,7 @@ async fn two_tasks_delegated_in_parallel_are_collected_together() {
     let error = server
         .error(
             "run",
-            json!({"spec": {"mode": "parallel", "tasks": [{"agent": "x"}]}}),
+            json!({"spec": {"mode": "parallel", "tasks": [{"agent": "x", "command": []}]}}),
         )
         .await;
     assert_eq!(error["error"]["exitCode"], 2, "{error}");
