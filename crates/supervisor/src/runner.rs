@@ -468,7 +468,6 @@ impl<'a> Execution<'a> {
             Wake::Deadline => self.handle_deadlines(active),
             Wake::Child => {}
         }
-        self.watch_output(active);
         self.exits.extend(reap_all());
         let ended: Vec<usize> = active
             .iter()
@@ -485,6 +484,9 @@ impl<'a> Execution<'a> {
             let exit = self.exits.remove(&pid).unwrap_or(Ended::Exited(-1));
             self.end_step(*step, exit);
         }
+        // Only steps still running: one that exited silent at its limit
+        // ended on its own.
+        self.watch_output(active);
         ended
     }
 

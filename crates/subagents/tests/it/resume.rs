@@ -185,7 +185,7 @@ fn what_is_not_resumable_is_refused_clearly() {
     let out = env.run(&["resume", &composite, "--task", "x"]);
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("is missing its run fan-out recovery identity"),
+            .contains("it is a parallel run, and resume continues single runs only"),
         "{out:?}"
     );
     assert_eq!(
