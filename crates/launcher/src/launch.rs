@@ -1,7 +1,9 @@
 //! `subagents run`: create the run, spawn the detached monitor, and return
 //! once the runner has said on the ready pipe that it is running.
 //!
-//! Process tree of one run:
+//! Process tree of one run (the monitor and the runner are forks, not
+//! `exec`s, when launched from the command line; see
+//! `supervisor::spawn::SpawnMode`):
 //!
 //! ```text
 //! subagents run            (returns; not a parent of anything that outlives it)

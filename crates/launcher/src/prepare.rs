@@ -125,8 +125,12 @@ impl Request {
             planned.idle_timeout_ms =
                 settle_idle(planned.idle_timeout_ms, requested_idle, definition.as_ref())?;
         }
-        let queue = resolve_queue(run.queue, plan.queue)?;
         let definition = preset.as_ref().map(|p| &p.definition);
+        let executor = crate::executor::Executor::of_request(run, definition)?;
+        let queue = match executor {
+            crate::executor::Executor::Local => resolve_queue(run.queue, plan.queue)?,
+            crate::executor::Executor::Slurm(_) => slurm_queue(run.queue.or(plan.queue))?,
+        };
         if definition.is_some_and(|d| d.runner.is_agent_cli()) && tasks[0].is_none() {
             return Err(Error::of(
                 ErrorKind::MissingTask,
@@ -166,7 +170,7 @@ impl Request {
             session_root: session_root(settings.session_dir.as_deref())?,
             preset: preset.as_ref().map(crate::presets::Preset::record),
             name: run.name.clone(),
-            executor: crate::executor::Executor::of_request(run, definition)?,
+            executor,
         })
     }
 }
@@ -402,6 +406,21 @@ pub fn prepare(layout: &Layout, request: &Request) -> Result<Prepared> {
             }
             Err(e)
         }
+    }
+}
+
+/// A Slurm run does not wait in our queue: its job would hold an
+/// allocation while it waited, and Slurm queues jobs itself
+/// (docs/cluster.md). Asked for, that is a usage error; the config default
+/// does not apply.
+fn slurm_queue(asked: Option<bool>) -> Result<bool> {
+    match asked {
+        Some(true) => Err(Error::of(
+            ErrorKind::Other(crate::error::Exit::Usage),
+            "failed to launch run: `queue` does not apply to a Slurm run (Slurm queues the job itself)",
+        )
+        .with_hint("leave out --queue, or run it with --executor local")),
+        _ => Ok(false),
     }
 }
 

@@ -22,6 +22,14 @@ pub fn init_launcher_faults() {
     supervisor::fault::init(supervisor::fault::Process::Launcher);
 }
 
+/// Lets this process fork a run's monitor without `exec`
+/// (`supervisor::spawn::SpawnMode::Fork`): only for a front-end that
+/// launches from its only thread, as the command line does. The MCP
+/// server, multi-threaded, never calls it and keeps `exec`.
+pub fn allow_fork() {
+    supervisor::spawn::allow_fork();
+}
+
 /// Whether the readers accept files and directories other users own.
 pub fn set_allow_foreign_owner(allow: bool) {
     atomic_file::read::set_allow_foreign_owner(allow);

@@ -661,6 +661,12 @@ pub fn main() -> i32 {
     if launches_runs(&cli.command) {
         launcher::process::init_launcher_faults();
     }
+    // `run` and `resume` launch from this process's only thread: their
+    // monitors are forked without `exec`. The MCP server launches from
+    // many threads and keeps `exec`.
+    if matches!(cli.command, Command::Run(_) | Command::Resume(_)) {
+        launcher::process::allow_fork();
+    }
     let json = wants_json(&cli.command);
     match dispatch(cli) {
         Ok(()) => 0,

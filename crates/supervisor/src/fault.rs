@@ -32,11 +32,12 @@
 //! <process>:<point>` to its stderr (the launcher's terminal, or the run's
 //! `runner.stderr.log`), so a test can tell the fault fired.
 //!
-//! The variable is read once per process. The runner removes it from every
+//! The variable is read once per process role (a monitor or runner forked
+//! without `exec` declares its role again). The runner removes it from every
 //! COMMAND's environment, so a nested run is not affected. An unknown value
 //! is reported once on stderr and otherwise ignored.
 
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 /// The environment variable that arms a fault.
 pub const FAULT_ENV: &str = "SUBAGENTS_FAULT";
@@ -110,20 +111,23 @@ pub fn parse(value: &str) -> Option<(Process, Point)> {
     Some((process, Point::parse(point)?))
 }
 
-/// The point armed for this process, once `init` said which process we are.
-static ARMED: OnceLock<Option<(Process, Point)>> = OnceLock::new();
+/// The point armed for this process, once `init` said which process we
+/// are. A lock rather than a once-cell: a monitor or runner forked from
+/// its parent without `exec` starts with the parent's value and declares
+/// its own.
+static ARMED: Mutex<Option<(Process, Point)>> = Mutex::new(None);
 
 /// Declares which process this is and arms its fault, if any. Call once at
 /// the start of each process, before its first state write.
 pub fn init(me: Process) {
-    let armed = ARMED.get_or_init(|| {
-        let value = std::env::var(FAULT_ENV).ok()?;
+    let armed = std::env::var(FAULT_ENV).ok().and_then(|value| {
         let Some((process, point)) = parse(&value) else {
             eprintln!("subagents: ignoring unknown {FAULT_ENV}='{value}'");
             return None;
         };
         (process == me).then_some((process, point))
     });
+    *ARMED.lock().unwrap_or_else(|e| e.into_inner()) = armed;
     let point = armed.map(|(_, point)| point);
     // Points inside the protocol crates' writers are reached through their hooks.
     if matches!(point, Some(Point::MidStatusWrite | Point::AfterProof)) {
@@ -141,8 +145,12 @@ pub fn point(point: Point) {
     }
 }
 
+fn armed_process() -> Option<(Process, Point)> {
+    *ARMED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn armed() -> Option<Point> {
-    ARMED.get().copied().flatten().map(|(_, point)| point)
+    armed_process().map(|(_, point)| point)
 }
 
 /// Monitor `during-step`: the monitor only waits, so when that fault is
@@ -179,7 +187,7 @@ fn named(name: &str) {
 }
 
 fn die() -> ! {
-    if let Some((process, point)) = ARMED.get().copied().flatten() {
+    if let Some((process, point)) = armed_process() {
         // The one trace a crash test can check: stderr is already open
         // (a terminal, or the run's runner.stderr.log).
         let process = format!("{process:?}").to_lowercase();

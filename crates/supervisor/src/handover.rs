@@ -105,6 +105,11 @@ impl Receiver {
         }
     }
 
+    /// The write end's descriptor, for a runner forked without `exec`.
+    pub fn write_fd(&self) -> Option<RawFd> {
+        self.write.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
     /// Closes our copy of the write end once the runner has its own.
     pub fn spawned(&mut self) {
         self.write = None;

@@ -4,7 +4,8 @@
 //! proves the end of a run's processes.
 //!
 //! * [`spawn`] starts the detached monitor and waits for the runner's
-//!   `ready` line on an inherited pipe.
+//!   `ready` line on an inherited pipe; [`spawn::SpawnMode`] says whether
+//!   a monitor or runner is forked alone or `exec`ed.
 //! * [`monitor`] is the runner's parent: it waits on the runner, empties
 //!   what is left, and writes the process-terminal proof.
 //! * [`slot_wait`] is the monitor of a queued run waiting for its
@@ -32,7 +33,9 @@
 //!   for crash tests; off unless the variable is set.
 //!
 //! A host binary embeds this crate by dispatching the hidden arguments
-//! `__monitor` and `__runner` to [`monitor::main`] and [`runner::main`].
+//! `__monitor` and `__runner` to [`monitor::main`] and [`runner::main`]
+//! (the `exec` path; a forked monitor or runner calls [`monitor::run`] and
+//! [`runner::run_config`] directly).
 #![warn(missing_docs)]
 
 pub mod agent_output;
@@ -50,4 +53,5 @@ pub mod runner;
 pub mod slurm;
 pub mod slot_wait;
 pub mod spawn;
+mod title;
 pub mod transitions;

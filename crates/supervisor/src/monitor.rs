@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -27,17 +28,25 @@ use crate::fault::{self, Point};
 use crate::handover;
 use crate::observer::{self, Role, Witness};
 use crate::procs::{Ended, Signals, empty_group};
+use crate::spawn::SpawnMode;
 
-/// The monitor's entry point; returns the process exit code.
+/// The monitor's entry point (`__monitor`, config on stdin); returns the
+/// process exit code.
 pub fn main() -> i32 {
-    fault::init(fault::Process::Monitor);
-    let mut config = match read_config() {
+    let config = match read_config() {
         Ok(config) => config,
         Err(e) => {
             eprintln!("subagents: failed to read monitor config {e}");
             return 1;
         }
     };
+    run(config)
+}
+
+/// The monitor on its config: started by `exec` ([`main`]) or forked
+/// (`spawn`); returns the process exit code.
+pub fn run(mut config: LaunchConfig) -> i32 {
+    fault::init(fault::Process::Monitor);
     let Ok(mut signals) = Signals::block() else {
         eprintln!(
             "subagents: failed to block signals in the monitor of '{}'",
@@ -237,6 +246,37 @@ fn register(config: &LaunchConfig) -> bool {
 /// into when the root cannot take it (`None` when no pipe could be made:
 /// the run goes on without that fallback).
 fn spawn_runner(config: &LaunchConfig) -> std::io::Result<(u32, Option<handover::Receiver>)> {
+    let mut handed = handover::Receiver::open()
+        .inspect_err(|e| eprintln!("subagents: warning: failed to create the outcome pipe: {e}"))
+        .ok();
+    let runner = match SpawnMode::for_child() {
+        SpawnMode::Exec => exec_runner(config, handed.as_ref())?,
+        SpawnMode::Fork => fork_runner(config, handed.as_ref())?,
+    };
+    if let Some(handed) = &mut handed {
+        handed.spawned();
+    }
+    // The runner inherited the ready pipe; our copy must close so the
+    // launcher sees EOF if the runner dies before reporting. A monitor
+    // started as a batch job has no ready pipe (descriptor 3 may then be
+    // one of ours).
+    if has_ready_pipe() {
+        // SAFETY: descriptor 3 is the ready pipe handed to us and no longer used here.
+        unsafe {
+            libc::close(3);
+        }
+    }
+    Ok((runner, handed))
+}
+
+/// Whether descriptor 3 is the ready pipe of whoever started us (a batch
+/// job's monitor has none).
+fn has_ready_pipe() -> bool {
+    std::env::var_os(crate::config::READY_FD_ENV).is_some()
+}
+
+/// `exec`s the runner, records both processes, then hands it its config.
+fn exec_runner(config: &LaunchConfig, handed: Option<&handover::Receiver>) -> std::io::Result<u32> {
     let mut command = Command::new(std::env::current_exe()?);
     command
         .arg("__runner")
@@ -245,10 +285,7 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<(u32, Option<handover:
         .current_dir(&config.run_dir)
         .env_remove(handover::OUTCOME_FD_ENV)
         .stdin(Stdio::piped());
-    let mut handed = handover::Receiver::open()
-        .inspect_err(|e| eprintln!("subagents: warning: failed to create the outcome pipe: {e}"))
-        .ok();
-    if let Some(handed) = &handed {
+    if let Some(handed) = handed {
         handed.hand_to(&mut command);
     }
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -260,36 +297,71 @@ fn spawn_runner(config: &LaunchConfig) -> std::io::Result<(u32, Option<handover:
         );
     }
     let mut child = command.spawn()?;
-    if let Some(handed) = &mut handed {
-        handed.spawned();
-    }
     // Before the runner has its config, so before it writes anything.
-    record_processes(config, child.id());
-    // The runner inherited the ready pipe; our copy must close so the
-    // launcher sees EOF if the runner dies before reporting. A monitor
-    // started as a batch job has no ready pipe (descriptor 3 may then be
-    // one of ours).
-    if std::env::var_os(crate::config::READY_FD_ENV).is_some() {
-        // SAFETY: descriptor 3 is the ready pipe handed to us and no longer used here.
-        unsafe {
-            libc::close(3);
-        }
+    if let Ok(monitor) = ProcessIdentity::current() {
+        record_processes(config, monitor, child.id());
     }
     let mut stdin = child
         .stdin
         .take()
         .ok_or_else(|| std::io::Error::other("runner has no stdin"))?;
     stdin.write_all(&serde_json::to_vec(config).map_err(std::io::Error::other)?)?;
-    Ok((child.id(), handed))
+    Ok(child.id())
+}
+
+/// Forks the runner: the child gets what [`exec_runner`] gives an `exec`ed
+/// one (own process group, stdin `/dev/null` instead of the config pipe,
+/// our stdout and stderr, the ready pipe as descriptor 3, the outcome pipe
+/// as descriptor 4 and nothing else, `ps` words `<program> __runner <run
+/// id>`), records both processes first — before it writes anything, as the
+/// `exec`ed runner's monitor does — and runs it on the config in memory.
+/// Signals stay blocked from the monitor until the runner blocks the same
+/// ones, so none arriving in between takes its default action.
+fn fork_runner(config: &LaunchConfig, handed: Option<&handover::Receiver>) -> std::io::Result<u32> {
+    let exe = std::env::current_exe()?;
+    let null = std::fs::File::open("/dev/null")?;
+    let stdio = [null.as_raw_fd(), 1, 2];
+    let outcome = handed.and_then(handover::Receiver::write_fd);
+    let mut keep: Vec<(i32, i32)> = has_ready_pipe().then_some((3, 3)).into_iter().collect();
+    keep.extend(outcome.map(|fd| (fd, 4)));
+    // Ours, read before the fork: a child reading its parent's later could
+    // name a reaper if we died meanwhile.
+    let monitor = ProcessIdentity::current().ok();
+    // SAFETY: the monitor has one thread (`SpawnMode::for_child`); the child
+    // never returns into our frames.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: setpgid(2) on ourselves.
+            let grouped = unsafe { libc::setpgid(0, 0) } == 0;
+            let code = if grouped && crate::spawn::become_child(stdio, &keep).is_ok() {
+                if let Some(monitor) = monitor {
+                    record_processes(config, monitor, std::process::id());
+                }
+                let words = [exe.as_os_str(), "__runner".as_ref(), config.run_id.as_ref()];
+                let fd = if outcome.is_some() { "4" } else { "" };
+                crate::spawn::enter(
+                    config,
+                    &words,
+                    handover::OUTCOME_FD_ENV,
+                    fd,
+                    crate::runner::run_config,
+                )
+            } else {
+                127
+            };
+            crate::spawn::exit_child(code)
+        }
+        pid => Ok(pid as u32),
+    }
 }
 
 /// Writes `run-processes.json`: what `stop` and the observer need to end
 /// the run and prove it over even when its status gets damaged. No fsync
 /// (see `status::processes`); a record that cannot be written only loses
 /// that fallback, so the run goes on.
-fn record_processes(config: &LaunchConfig, runner: u32) {
-    let (Ok(monitor), Ok(runner)) = (ProcessIdentity::current(), ProcessIdentity::of(runner))
-    else {
+fn record_processes(config: &LaunchConfig, monitor: ProcessIdentity, runner: u32) {
+    let Ok(runner) = ProcessIdentity::of(runner) else {
         return;
     };
     let record = status::processes::RunProcesses {

@@ -60,9 +60,9 @@ enum Interruption {
     Idle,
 }
 
-/// The runner's entry point; returns the process exit code.
+/// The runner's entry point (`__runner`, config on stdin); returns the
+/// process exit code.
 pub fn main() -> i32 {
-    fault::init(fault::Process::Runner);
     let config: LaunchConfig = match serde_json::from_reader(std::io::stdin()) {
         Ok(config) => config,
         Err(e) => {
@@ -70,6 +70,13 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    run_config(config)
+}
+
+/// The runner on its config: started by `exec` ([`main`]) or forked by its
+/// monitor; returns the process exit code.
+pub fn run_config(config: LaunchConfig) -> i32 {
+    fault::init(fault::Process::Runner);
     match run(&config) {
         Ok(()) => 0,
         Err(e) => {
@@ -96,9 +103,16 @@ fn run(config: &LaunchConfig) -> anyhow::Result<()> {
         None => None,
     };
     let own = OwnStatus::default();
-    write_running(config, &own, &identity, started_at)?;
-    if lease.is_none() {
+    // A first launch says `ready` before the run directory's fsync, which
+    // makes the `running` name durable (docs/reliability.md, "Durable writes
+    // of a launch"): the launcher need not wait for it, COMMAND does.
+    let first_launch = lease.is_none();
+    write_running(config, &own, &identity, started_at, !first_launch)?;
+    if first_launch {
         send_ready(config, identity.pid);
+        durable::retry("the run directory", || {
+            atomic_file::sync_dir(&config.run_dir)
+        })?;
     }
     let mut execution = Execution::new(config, signals, started_at, lease, own);
     for (index, group) in config.groups.iter().enumerate() {
@@ -192,11 +206,14 @@ pub fn become_subreaper() {
     }
 }
 
+/// Writes `running` (the run directory fsynced with it when `sync_dir`;
+/// else the caller syncs it before the first COMMAND).
 fn write_running(
     config: &LaunchConfig,
     own: &OwnStatus,
     identity: &ProcessIdentity,
     now: u64,
+    sync_dir: bool,
 ) -> anyhow::Result<()> {
     let dir = &config.run_dir;
     durable::retry("the active marker", || index::create_marker(dir))?;
@@ -207,7 +224,7 @@ fn write_running(
         .then(|| ProcessIdentity::of(parent).ok())
         .flatten();
     durable::retry("status.json", || {
-        own.update(dir, true, |current| {
+        own.update(dir, sync_dir, |current| {
             Some(transitions::running(
                 current,
                 config,

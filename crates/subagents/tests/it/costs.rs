@@ -149,13 +149,63 @@ fn a_launch_starts_the_writeback_of_its_run_files_before_syncing_them() {
     assert!(synced >= 5, "the five files fsynced right after:\n{trace}");
 }
 
-/// The pid that ran `subagents <role>` in an `execve` trace.
-fn pid_of_role<'a>(trace: &'a str, role: &str) -> &'a str {
-    calls(trace, "execve")
+/// The pid of the only run's monitor (`__monitor`) or runner (`__runner`),
+/// from the identities its status records: they are forked without
+/// `exec`, so no `execve` names them.
+fn pid_of_role(env: &Env, role: &str) -> String {
+    let runs = env.root().join("async-subagent-runs");
+    let id = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| !name.starts_with('.'))
+        .unwrap_or_else(|| panic!("no run in {}", runs.display()));
+    let key = match role {
+        "__monitor" => "monitorIdentity",
+        _ => "runnerIdentity",
+    };
+    let status = env.status_json(&id);
+    status[key]["pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+        .to_string()
+}
+
+/// `run --wait -- /bin/true` starts two programs, the command line itself
+/// and COMMAND: the monitor and the runner are forks of the command line,
+/// not new `exec`s of the whole binary (`supervisor::spawn::SpawnMode`).
+#[test]
+fn a_launch_execs_only_the_command_line_and_command() {
+    let env = Env::new();
+    let args = ["run", "--wait", "--", "/bin/true"];
+    let Some(trace) = traced(&env, "execve", &args) else {
+        return;
+    };
+    let execs: Vec<&str> = calls(&trace, "execve")
         .into_iter()
-        .find(|l| l.contains(&format!("\"{role}\"")))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no {role} was started:\n{trace}"))
+        .filter(|l| l.ends_with("= 0"))
+        .collect();
+    let ours = execs
+        .iter()
+        .filter(|l| l.contains(env!("CARGO_BIN_EXE_subagents")));
+    assert_eq!(
+        ours.count(),
+        1,
+        "the binary was executed more than once:\n{trace}"
+    );
+    let helpers = execs
+        .iter()
+        .filter(|l| l.contains("\"__monitor\"") || l.contains("\"__runner\""));
+    assert_eq!(
+        helpers.count(),
+        0,
+        "a monitor or runner was exec'ed:\n{trace}"
+    );
+    assert_eq!(
+        execs.len(),
+        2,
+        "the command line and COMMAND only:\n{trace}"
+    );
 }
 
 #[test]
@@ -168,12 +218,12 @@ fn the_monitor_and_the_runner_sync_only_what_a_crash_must_keep() {
     ) else {
         return;
     };
-    let monitor = fsyncs_of(&trace, pid_of_role(&trace, "__monitor"));
+    let monitor = fsyncs_of(&trace, &pid_of_role(&env, "__monitor"));
     assert!(
         monitor <= MONITOR_FSYNCS,
         "the monitor made {monitor} fsyncs (at most {MONITOR_FSYNCS}):\n{trace}"
     );
-    let runner = fsyncs_of(&trace, pid_of_role(&trace, "__runner"));
+    let runner = fsyncs_of(&trace, &pid_of_role(&env, "__runner"));
     assert!(
         runner <= RUNNER_FSYNCS,
         "the runner of one step made {runner} fsyncs (at most {RUNNER_FSYNCS}):\n{trace}"
@@ -670,10 +720,10 @@ fn the_monitor_and_the_runner_release_their_code_pages_before_waiting() {
         return;
     };
     for role in ["__monitor", "__runner"] {
-        let pid = pid_of_role(&trace, role);
+        let pid = pid_of_role(&env, role);
         let released = calls(&trace, "madvise")
             .into_iter()
-            .filter(|l| l.split_whitespace().next() == Some(pid))
+            .filter(|l| l.split_whitespace().next() == Some(pid.as_str()))
             .filter(|l| l.contains("MADV_DONTNEED") && l.ends_with("= 0"))
             .count();
         // At least the binary's code and its read-only data, and the C library's code.
