@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod answers;
 pub mod api;
 pub(crate) mod budget;
 pub(crate) mod damaged;

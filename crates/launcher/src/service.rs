@@ -88,8 +88,9 @@ impl Launcher {
     pub fn status(&self, run: &str) -> Result<RunView> {
         let run = &self.handle(run)?;
         let mut warnings = Vec::new();
-        let (run, observation) = load_observed(&self.layout, run, &mut warnings)
+        let (mut run, observation) = load_observed(&self.layout, run, &mut warnings)
             .map_err(|e| crate::damaged::status_error(&self.layout, run, e))?;
+        crate::answers::attach(&mut run);
         // Freeing the session's over slots reads every slot's owner; an
         // active run has no slot to give back, so asking about it costs the
         // same however many runs are active (a full pool is reconciled by
