@@ -163,7 +163,11 @@ impl Stream {
                     self.captured.completed = false;
                     self.captured.answer = None;
                     self.captured.error = result.or_else(|| {
-                        let subtype = if subtype.is_empty() { "error" } else { &subtype };
+                        let subtype = if subtype.is_empty() {
+                            "error"
+                        } else {
+                            &subtype
+                        };
                         Some(format!("claude ended with {subtype}"))
                     });
                 } else {
@@ -196,11 +200,7 @@ impl Stream {
                     _ => {}
                 }
             }
-            Some("turn.completed") => {
-                if self.failed.is_none() {
-                    self.complete(None);
-                }
-            }
+            Some("turn.completed") if self.failed.is_none() => self.complete(None),
             Some("turn.failed") => {
                 let message = event.get("error").and_then(|e| text(e, "message"));
                 self.failed = Some(message.unwrap_or_else(|| "codex turn failed".into()));
@@ -236,12 +236,10 @@ impl Stream {
                 let name = text(event, "toolName").unwrap_or_default();
                 self.captured.activity = first_line(&tool_label(&name, event.get("args")));
             }
-            Some("agent_end") => {
-                if self.captured.error.is_none() {
-                    let messages = event.get("messages").and_then(Value::as_array);
-                    let last = messages.and_then(|m| m.iter().rev().find_map(assistant_text));
-                    self.complete(self.text.clone().or(last));
-                }
+            Some("agent_end") if self.captured.error.is_none() => {
+                let messages = event.get("messages").and_then(Value::as_array);
+                let last = messages.and_then(|m| m.iter().rev().find_map(assistant_text));
+                self.complete(self.text.clone().or(last));
             }
             _ => {}
         }
@@ -453,21 +451,28 @@ mod tests {
         let c = capture(RunnerKind::Claude, &out);
         assert_eq!(c.answer, None);
         assert!(!c.completed);
-        assert_eq!(c.error.as_deref(), Some("Not logged in · Please run /login"));
+        assert_eq!(
+            c.error.as_deref(),
+            Some("Not logged in · Please run /login")
+        );
         // A subtype without a result text: the subtype names the failure.
         let out = stream(&[
             r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"tool_use","name":"Bash","input":{"command":"cargo test\nmore"}}]}}"#,
             r#"{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":3}"#,
         ]);
         let c = capture(RunnerKind::Claude, &out);
-        assert_eq!(c.error.as_deref(), Some("claude ended with error_max_turns"));
+        assert_eq!(
+            c.error.as_deref(),
+            Some("claude ended with error_max_turns")
+        );
         assert_eq!(c.activity.as_deref(), Some("tool Bash: cargo test"));
         assert_eq!(c.answer, None);
     }
 
     #[test]
     fn codex_failures_are_its_own_words() {
-        let reconnecting = r#"{"type":"error","message":"Reconnecting... 2/5 (stream disconnected)"}"#;
+        let reconnecting =
+            r#"{"type":"error","message":"Reconnecting... 2/5 (stream disconnected)"}"#;
         let out = stream(&[
             r#"{"type":"thread.started","thread_id":"t1"}"#,
             reconnecting,
@@ -476,11 +481,17 @@ mod tests {
             r#"{"type":"error","message":"later noise"}"#,
         ]);
         let c = capture(RunnerKind::Codex, &out);
-        assert_eq!(c.error.as_deref(), Some("unexpected status 401 Unauthorized"));
+        assert_eq!(
+            c.error.as_deref(),
+            Some("unexpected status 401 Unauthorized")
+        );
         assert_eq!(c.answer, None);
         assert_eq!(c.activity.as_deref(), Some("half"));
         let c = capture(RunnerKind::Codex, &stream(&[reconnecting]));
-        assert_eq!(c.error.as_deref(), Some("Reconnecting... 2/5 (stream disconnected)"));
+        assert_eq!(
+            c.error.as_deref(),
+            Some("Reconnecting... 2/5 (stream disconnected)")
+        );
     }
 
     #[test]
@@ -532,13 +543,22 @@ mod tests {
         assert_eq!(s.captured().answer.as_deref(), Some("done"));
         assert_eq!(s.captured().session_id.as_deref(), Some("s1"));
         // A last line without its newline still counts when it is whole.
-        assert_eq!(capture(RunnerKind::Claude, line).answer.as_deref(), Some("done"));
+        assert_eq!(
+            capture(RunnerKind::Claude, line).answer.as_deref(),
+            Some("done")
+        );
     }
 
     #[test]
     fn activity_is_one_bounded_line() {
         let long = "x".repeat(500);
-        assert_eq!(first_line(&format!("\n  {long}\nsecond")).unwrap().chars().count(), ACTIVITY_CHARS + 1);
+        assert_eq!(
+            first_line(&format!("\n  {long}\nsecond"))
+                .unwrap()
+                .chars()
+                .count(),
+            ACTIVITY_CHARS + 1
+        );
         assert_eq!(first_line(" \n"), None);
         assert_eq!(bounded("héllo", 2), "hé…");
     }

@@ -76,6 +76,7 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
         runs.iter().filter_map(|r| r.status.session_id.as_deref()),
         &active,
     );
+    runs.iter_mut().for_each(crate::answers::attach_preview);
     Ok(ListOutcome {
         runs,
         unreadable: listing.unreadable,
@@ -185,7 +186,7 @@ pub fn stream(
         let mut unreadable = rows.unreadable;
         let mut array = JsonArray::default();
         for row in rows.rows {
-            let summary = match row {
+            let mut summary = match row {
                 JsonRow::Whole(summary) => *summary,
                 JsonRow::Frozen(name) => {
                     match listing::list::load(layout, &name, false, now, &reload) {
@@ -200,6 +201,7 @@ pub fn stream(
                     }
                 }
             };
+            crate::answers::attach_preview(&mut summary);
             array.push(
                 &mut out,
                 &serde_json::to_value(&summary).unwrap_or_default(),

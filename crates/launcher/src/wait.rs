@@ -349,7 +349,6 @@ fn load_all(layout: &Layout, ids: &[String]) -> Result<Vec<RunSummary>> {
 
 /// `waiting 12s: <id> running step 1/2, ...` (the terminal's progress line).
 pub fn progress_line(runs: &[RunSummary], elapsed: Duration) -> String {
-
     let parts: Vec<String> = runs
         .iter()
         .map(|r| {

@@ -200,7 +200,10 @@ pub fn describe(run: &RunSummary) -> String {
     lines.join("\n")
 }
 
-fn extra_str<'a>(fields: &'a serde_json::Map<String, serde_json::Value>, key: &str) -> Option<&'a str> {
+fn extra_str<'a>(
+    fields: &'a serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Option<&'a str> {
     fields.get(key).and_then(serde_json::Value::as_str)
 }
 
@@ -211,10 +214,18 @@ fn agent_lines(s: &launcher::RunStatus, now: u64) -> Vec<String> {
     if let Some(id) = extra_str(&s.extra, "agentSessionId") {
         lines.push(format!("  Agent session: {id}"));
     }
-    let running = s.steps().iter().enumerate().filter(|(_, st)| st.status == "running");
+    let running = s
+        .steps()
+        .iter()
+        .enumerate()
+        .filter(|(_, st)| st.status == "running");
     for (i, step) in running {
         let n = s.steps().len();
-        if let Some(at) = step.extra.get("lastOutputAt").and_then(serde_json::Value::as_u64) {
+        if let Some(at) = step
+            .extra
+            .get("lastOutputAt")
+            .and_then(serde_json::Value::as_u64)
+        {
             let ago = launcher::format::format_duration(now.saturating_sub(at));
             lines.push(format!("  Step {}/{n} last output: {ago} ago", i + 1));
         }
@@ -222,14 +233,11 @@ fn agent_lines(s: &launcher::RunStatus, now: u64) -> Vec<String> {
             lines.push(format!("  Step {}/{n} activity: {activity}", i + 1));
         }
     }
-    if s.state == RunState::Complete {
-        let preview = extra_str(&s.extra, "answerPreview").and_then(|p| p.lines().next());
-        if let Some(first) = preview {
-            lines.push(format!("  Answer: {first}"));
-        }
-        if let Some(path) = extra_str(&s.extra, "answerPath") {
-            lines.push(format!("  Answer file: {path}"));
-        }
+    // The answer's file, not its text (which may quote the task).
+    if s.state == RunState::Complete
+        && let Some(path) = extra_str(&s.extra, "answerPath")
+    {
+        lines.push(format!("  Answer file: {path}"));
     }
     lines
 }

@@ -227,17 +227,32 @@ mod tests {
 
     #[test]
     fn a_run_that_did_not_complete_shows_its_reason_last() {
-        let mut failed = run("bbbb", RunState::Failed, NOW - 2_000, Some(NOW - 1_000), &["failed"]);
+        let mut failed = run(
+            "bbbb",
+            RunState::Failed,
+            NOW - 2_000,
+            Some(NOW - 1_000),
+            &["failed"],
+        );
         let long = format!("Not logged in · Please run /login\n{}", "x".repeat(200));
         failed.status.extra.insert("reason".into(), long.into());
-        let mut done = run("aaaa", RunState::Complete, NOW - 2_000, Some(NOW), &["complete"]);
+        let mut done = run(
+            "aaaa",
+            RunState::Complete,
+            NOW - 2_000,
+            Some(NOW),
+            &["complete"],
+        );
         done.status.extra.insert("reason".into(), "stale".into());
         let table = render(&[done, failed], NOW, None, false);
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[0].ends_with("CWD  REASON"), "{table}");
         assert!(lines[1].ends_with("/home/me/project"), "{table}");
         let reason = lines[2].split("/home/me/project  ").nth(1).unwrap();
-        assert!(reason.starts_with("Not logged in · Please run /login\\nxxx"), "{reason}");
+        assert!(
+            reason.starts_with("Not logged in · Please run /login\\nxxx"),
+            "{reason}"
+        );
         // 80 characters and `…`, the newline escaped as two.
         assert_eq!(reason.chars().count(), REASON_CHARS + 2, "{reason}");
     }

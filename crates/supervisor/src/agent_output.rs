@@ -73,7 +73,7 @@ pub fn answer_path(config: &LaunchConfig, i: usize) -> PathBuf {
 /// it): records a preset's answer and session; says what the output tells
 /// of the step.
 pub fn after_step(config: &LaunchConfig, i: usize, ok: bool) -> StepReport {
-    let stderr = read_capped(&log_path(config, i, "stderr"));
+    let stderr = read_ends(&log_path(config, i, "stderr"));
     let Some(kind) = preset_kind(config) else {
         return StepReport {
             answer: None,
@@ -84,10 +84,7 @@ pub fn after_step(config: &LaunchConfig, i: usize, ok: bool) -> StepReport {
     let captured = capture(kind, &stdout);
     // output-<i>.log gets the answer, else the CLI's last words on stderr;
     // the event stream stays out of the output either way.
-    let output = captured
-        .answer
-        .clone()
-        .or_else(|| stderr_tail(&stderr));
+    let output = captured.answer.clone().or_else(|| stderr_tail(&stderr));
     if let Some(text) = &output {
         let mut text = text.clone();
         if !text.ends_with('\n') {
@@ -169,6 +166,34 @@ fn stderr_tail(text: &str) -> Option<String> {
     (!tail.is_empty()).then_some(tail)
 }
 
+/// Most bytes of stderr read from either end: its first line (pi's error)
+/// and its last lines are what is used of it.
+const STDERR_END_BYTES: u64 = 64 * 1024;
+
+/// The whole of a short file; the first and last [`STDERR_END_BYTES`] of a
+/// long one (the lines cut at either side dropped).
+fn read_ends(path: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    if len <= 2 * STDERR_END_BYTES {
+        return read_capped(path);
+    }
+    let mut head = Vec::new();
+    let _ = (&mut file).take(STDERR_END_BYTES).read_to_end(&mut head);
+    let mut tail = Vec::new();
+    if file.seek(SeekFrom::Start(len - STDERR_END_BYTES)).is_ok() {
+        let _ = file.read_to_end(&mut tail);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let tail = String::from_utf8_lossy(&tail);
+    let head = head.rsplit_once('\n').map_or("", |(whole, _)| whole);
+    let tail = tail.split_once('\n').map_or("", |(_, whole)| whole);
+    format!("{head}\n{tail}")
+}
+
 fn read_capped(path: &std::path::Path) -> String {
     use std::io::Read;
     let mut bytes = Vec::new();
@@ -179,7 +204,11 @@ fn read_capped(path: &std::path::Path) -> String {
 }
 
 /// The session file of a running step's CLI, once it wrote one.
-pub(crate) fn live_session_file(config: &LaunchConfig, kind: RunnerKind, id: &str) -> Option<PathBuf> {
+pub(crate) fn live_session_file(
+    config: &LaunchConfig,
+    kind: RunnerKind,
+    id: &str,
+) -> Option<PathBuf> {
     session_file(config, kind, id)
 }
 
@@ -345,19 +374,20 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let config = preset(tmp.path(), "codex");
         let answer: String = (1..=5000).map(|i| format!("answer line {i}\n")).collect();
-        let event = json!({"type": "item.completed", "item": {"type": "agent_message", "text": answer}});
+        let event =
+            json!({"type": "item.completed", "item": {"type": "agent_message", "text": answer}});
         let stream = format!("{event}\n{{\"type\":\"turn.completed\"}}\n");
         std::fs::write(log_path(&config, 0, "stdout"), &stream).unwrap();
         let report = after_step(&config, 0, true);
         let path = tmp.path().join("answer.md");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), answer);
-        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        );
         assert_eq!(mode & 0o777, 0o600);
         let answer_ref = report.answer.unwrap();
         assert_eq!(answer_ref.path, path);
         assert_eq!(answer_ref.bytes, answer.len() as u64);
-        assert!(answer_ref.preview.starts_with("answer line 1\nanswer line 2\n"));
-        assert_eq!(answer_ref.preview.chars().count(), crate::transitions::PREVIEW_CHARS);
         assert_eq!(report.words, None);
 
         // The same stream from a step that failed: no answer.
@@ -373,7 +403,11 @@ mod tests {
         let task = tmp.path().join("task.md");
         std::fs::write(&task, "the secret task text\n").unwrap();
         config.steps[0].task_file = Some(task);
-        std::fs::write(log_path(&config, 0, "stdout"), "{\"type\":\"session\",\"id\":\"p1\"}\n").unwrap();
+        std::fs::write(
+            log_path(&config, 0, "stdout"),
+            "{\"type\":\"session\",\"id\":\"p1\"}\n",
+        )
+        .unwrap();
         let help = "No API key found for the selected model.\n\nUse /login to log in. See:\n  /docs/providers.md\n";
         std::fs::write(log_path(&config, 0, "stderr"), help).unwrap();
         let words = after_step(&config, 0, false).words.unwrap();
@@ -388,13 +422,41 @@ mod tests {
         std::fs::write(log_path(&config, 0, "stderr"), "").unwrap();
         let report = after_step(&config, 0, false);
         assert_eq!(report.answer, None);
-        assert_eq!(report.words.as_deref(), Some("the stream ended before its final message"));
+        assert_eq!(
+            report.words.as_deref(),
+            Some("the stream ended before its final message")
+        );
         // A plain command: its last stderr line, escaped, without the task text.
         let mut config = launch_config(tmp.path());
         config.steps[0].task_file = Some(tmp.path().join("task.md"));
-        std::fs::write(log_path(&config, 0, "stderr"), "warning: x\nerror: the secret task text\tfailed\n").unwrap();
+        std::fs::write(
+            log_path(&config, 0, "stderr"),
+            "warning: x\nerror: the secret task text\tfailed\n",
+        )
+        .unwrap();
         let report = after_step(&config, 0, false);
-        assert_eq!(report.words.as_deref(), Some("error: [prompt redacted]\\tfailed"));
+        assert_eq!(
+            report.words.as_deref(),
+            Some("error: [prompt redacted]\\tfailed")
+        );
+    }
+
+    #[test]
+    fn a_long_stderr_is_read_at_both_ends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stderr");
+        let middle = "noise line\n".repeat(100_000);
+        std::fs::write(&path, format!("first words\n{middle}last words\n")).unwrap();
+        let text = read_ends(&path);
+        assert!(text.len() < 3 * STDERR_END_BYTES as usize, "{}", text.len());
+        assert_eq!(
+            stderr_line(&text, RunnerKind::Pi).as_deref(),
+            Some("first words")
+        );
+        assert_eq!(
+            stderr_line(&text, RunnerKind::Codex).as_deref(),
+            Some("last words")
+        );
     }
 
     #[test]

@@ -571,7 +571,8 @@ impl<'a> Execution<'a> {
                 self.steps[i].pid = Some(pid);
                 self.steps[i].deadline = timeout.map(|t| Instant::now() + Duration::from_millis(t));
                 self.write_step_started(i, pid, now);
-                self.watches.insert(i, crate::live::Watch::new(self.config, i));
+                self.watches
+                    .insert(i, crate::live::Watch::new(self.config, i));
                 let agent = &self.config.steps[i].agent;
                 let _ = group_index;
                 self.event(
@@ -911,7 +912,11 @@ impl<'a> Execution<'a> {
         };
         // The run's error is its failing step's reason (named in a run of
         // several steps), not a generic "step failed".
-        let i = self.steps.iter().position(|r| std::ptr::eq(r, run)).unwrap_or(0);
+        let i = self
+            .steps
+            .iter()
+            .position(|r| std::ptr::eq(r, run))
+            .unwrap_or(0);
         let (status, error, _) = step_verdict(self.config, i, run);
         let reason = step_reason(status, error.as_deref(), run)
             .unwrap_or_else(|| format!("step {} failed", step.agent));
@@ -1343,7 +1348,10 @@ mod tests {
         let culprit = ended(Ended::Exited(2), None);
         assert_eq!(
             verdict_of(&c, vec![casualty, culprit], None),
-            (RunState::Failed, Some("second: command ended with exit code 2".into()))
+            (
+                RunState::Failed,
+                Some("second: command ended with exit code 2".into())
+            )
         );
         let ok = || ended(Ended::Exited(0), None);
         assert_eq!(

@@ -129,45 +129,28 @@ pub fn step_started(
     s
 }
 
-/// Where a step's answer is kept, and its start for listings.
+/// Where a step's answer is kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnswerRef {
     /// `answer.md` (`answer-<i>.md`) of a preset, `output-<i>.log` of a command.
     pub path: std::path::PathBuf,
-    /// The answer's first characters (at most [`PREVIEW_CHARS`]).
-    pub preview: String,
     /// The answer's length in bytes.
     pub bytes: u64,
 }
 
-/// Longest answer preview recorded in `status.json`, in characters.
-pub const PREVIEW_CHARS: usize = 240;
-
 impl AnswerRef {
     /// The reference of `answer`, kept at `path`.
     pub fn of(path: std::path::PathBuf, answer: &str) -> Self {
-        let preview = match answer.char_indices().nth(PREVIEW_CHARS) {
-            Some((at, _)) => answer[..at].to_owned(),
-            None => answer.to_owned(),
-        };
         Self {
             path,
-            preview,
             bytes: answer.len() as u64,
         }
     }
 
-    /// The reference of the file at `path`, from its first bytes.
+    /// The reference of the file at `path`.
     pub fn of_file(path: std::path::PathBuf) -> Option<Self> {
-        use std::io::Read;
-        let file = std::fs::File::open(&path).ok()?;
-        let bytes = file.metadata().ok()?.len();
-        let mut head = Vec::new();
-        file.take(PREVIEW_CHARS as u64 * 4).read_to_end(&mut head).ok()?;
-        let head = String::from_utf8_lossy(&head).into_owned();
-        let mut answer = Self::of(path, head.trim_end_matches('\u{fffd}'));
-        answer.bytes = bytes;
-        Some(answer)
+        let bytes = std::fs::metadata(&path).ok()?.len();
+        Some(Self { path, bytes })
     }
 }
 
@@ -224,13 +207,13 @@ pub fn step_ended(
             Some(reason) => step.extra.insert("reason".into(), json!(reason)),
             None => step.extra.remove("reason"),
         };
-        for key in ["answerPath", "answerPreview", "answerBytes"] {
+        // No preview of the answer here: it may quote the task, which
+        // stays out of the status (listings read the answer file's start).
+        for key in ["answerPath", "answerBytes"] {
             step.extra.remove(key);
         }
         if let Some(answer) = &end.answer {
             step.extra.insert("answerPath".into(), json!(answer.path));
-            step.extra
-                .insert("answerPreview".into(), json!(answer.preview));
             step.extra.insert("answerBytes".into(), json!(answer.bytes));
         }
         if let (Some(process), Some((code, signal))) =
@@ -315,12 +298,15 @@ pub fn finished(
     }
     // The run's answer (our extension) is its last step's: a single run's
     // or a chain's; a parallel run's answers stay on its steps.
-    let last = s.steps().last().filter(|_| s.mode.as_deref() != Some("parallel"));
-    let answer: Vec<(&str, Value)> = ["answerPath", "answerPreview", "answerBytes"]
+    let last = s
+        .steps()
+        .last()
+        .filter(|_| s.mode.as_deref() != Some("parallel"));
+    let answer: Vec<(&str, Value)> = ["answerPath", "answerBytes"]
         .iter()
         .filter_map(|k| Some((*k, last?.extra.get(*k)?.clone())))
         .collect();
-    for key in ["answerPath", "answerPreview", "answerBytes"] {
+    for key in ["answerPath", "answerBytes"] {
         s.extra.remove(key);
     }
     if state == RunState::Complete {
@@ -492,10 +478,20 @@ mod tests {
         let s = step_ended(s, &config, 1, &done, 31);
         let step = &s.steps()[1];
         assert_eq!(step.extra["answerPath"], "/runs/r/answer-1.md");
-        assert_eq!(step.extra["answerPreview"], "the answer");
+        assert!(
+            !step.extra.contains_key("answerPreview"),
+            "the answer may quote the task"
+        );
         assert_eq!(step.extra["answerBytes"], 10);
         assert!(!step.extra.contains_key("reason"));
-        let over = finished(s.clone(), RunState::Failed, Some("a: Not logged in".into()), false, false, 40);
+        let over = finished(
+            s.clone(),
+            RunState::Failed,
+            Some("a: Not logged in".into()),
+            false,
+            false,
+            40,
+        );
         assert_eq!(over.extra["reason"], "a: Not logged in");
         let over = finished(over, RunState::Complete, None, false, false, 41);
         assert!(!over.extra.contains_key("reason"));

@@ -31,7 +31,8 @@ record() {
 # A definition's `env: {FAKE_SCENARIO: …}` picks what the CLI prints:
 # `error` (the CLI's own failure event), `cut` (killed in the middle of a
 # line after an interim message), `long` (a 5,000-line answer), `gate`
-# (prints its session and a tool use, then waits for $FAKE_GATE to exist).
+# (prints its session and a tool use, then waits for $FAKE_GATE to exist;
+# every scenario waits so when $FAKE_GATE is set).
 scenario=${FAKE_SCENARIO:-}
 
 # The answer of a `long` run, else $1.
@@ -45,7 +46,7 @@ answer_for() {
 
 # Waits (in the fake, for its test) until $FAKE_GATE exists.
 hold_at_gate() {
-    [ "$scenario" = gate ] || return 0
+    [ -n "${FAKE_GATE:-}" ] || return 0
     while [ ! -e "${FAKE_GATE:?FAKE_GATE is not set}" ]; do sleep 0.05; done
 }
 

@@ -247,13 +247,13 @@ fn single(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
             StepEnd {
                 reason: Some("Not logged in · Please run /login".into()),
                 ..ended(
-                "failed",
-                Some("command ended with exit code 3"),
-                3,
-                T0 + 200,
-                T0 + 1200,
-                (Some(3), None),
-            )
+                    "failed",
+                    Some("command ended with exit code 3"),
+                    3,
+                    T0 + 200,
+                    T0 + 1200,
+                    (Some(3), None),
+                )
             },
             false,
             false,

@@ -99,7 +99,11 @@ impl Fixture {
         let out = self.run(&args);
         let stdout = String::from_utf8(out.stdout).unwrap();
         let id = stdout.lines().next().unwrap_or_default().to_owned();
-        (out.status.code(), id, String::from_utf8(out.stderr).unwrap())
+        (
+            out.status.code(),
+            id,
+            String::from_utf8(out.stderr).unwrap(),
+        )
     }
 }
 
@@ -132,7 +136,11 @@ fn each_cli_answer_is_kept_whole_in_answer_md_and_returned_by_status_and_wait() 
         assert_eq!(waited["state"], "complete", "{waited}");
         let id = waited["id"].as_str().unwrap().to_owned();
         let path = f.env.run_dir(&id).join("answer.md");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), expected, "{runner}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            expected,
+            "{runner}"
+        );
         assert_eq!(mode(&path) & 0o777, 0o600);
         assert_eq!(waited["answer"], expected.as_str(), "{runner}");
         assert_eq!(waited["answerTruncated"], false);
@@ -161,7 +169,11 @@ fn each_cli_failure_shows_its_own_words_on_the_wait_line() {
     let f = Fixture::new();
     let cases = [
         ("claude", "error", "claude ended with error_max_turns"),
-        ("claude", "not-logged-in", "Not logged in · Please run /login"),
+        (
+            "claude",
+            "not-logged-in",
+            "Not logged in · Please run /login",
+        ),
         (
             "codex",
             "error",
@@ -183,7 +195,10 @@ fn each_cli_failure_shows_its_own_words_on_the_wait_line() {
         let text = String::from_utf8(f.run(&["status", &id]).stdout).unwrap();
         assert!(text.contains(&format!("  Reason: {words}")), "{text}");
         let table = String::from_utf8(f.run(&["list", "--all", "--short"]).stdout).unwrap();
-        let row = table.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("{table}"));
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&id))
+            .unwrap_or_else(|| panic!("{table}"));
         assert!(row.ends_with(words), "{table}");
     }
 }
@@ -234,11 +249,20 @@ fn the_session_and_latest_activity_show_while_the_step_runs() {
             status["steps"][0]["lastActivity"] == activity
         });
         assert_eq!(status["state"], "running", "{status}");
-        let session = status["steps"][0]["agentSessionId"].as_str().unwrap().to_owned();
+        let session = status["steps"][0]["agentSessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         assert_eq!(status["agentSessionId"], session.as_str(), "{status}");
-        assert!(status["steps"][0]["lastOutputAt"].as_u64().is_some(), "{status}");
+        assert!(
+            status["steps"][0]["lastOutputAt"].as_u64().is_some(),
+            "{status}"
+        );
         let text = String::from_utf8(f.run(&["status", &id]).stdout).unwrap();
-        assert!(text.contains(&format!("  Agent session: {session}")), "{text}");
+        assert!(
+            text.contains(&format!("  Agent session: {session}")),
+            "{text}"
+        );
         assert!(text.contains(&format!("activity: {activity}")), "{text}");
         std::fs::write(&gate, "").unwrap();
         let done = f.json(&["wait", &id, "--json"]);
@@ -251,7 +275,12 @@ fn the_session_and_latest_activity_show_while_the_step_runs() {
 fn a_command_answer_is_its_output_file_else_stdout_and_its_reason_the_last_stderr_line() {
     let f = Fixture::new();
     let out = f.json(&[
-        "run", "--wait", "--json", "--", "sh", "-c",
+        "run",
+        "--wait",
+        "--json",
+        "--",
+        "sh",
+        "-c",
         "echo progress; echo 'the written answer' > \"$SUBAGENTS_OUTPUT_FILE\"",
     ]);
     assert_eq!(out["answer"], "the written answer\n", "{out}");
@@ -260,19 +289,29 @@ fn a_command_answer_is_its_output_file_else_stdout_and_its_reason_the_last_stder
     let path = out["answerPath"].as_str().unwrap();
     assert!(path.ends_with("/output-0.log"), "{path}");
 
-    let script = "echo out; echo 'warming up' >&2; echo 'disk quota exceeded' >&2; echo >&2; exit 3";
+    let script =
+        "echo out; echo 'warming up' >&2; echo 'disk quota exceeded' >&2; echo >&2; exit 3";
     let out = f.run(&["run", "--wait", "--", "sh", "-c", script]);
     assert_eq!(out.status.code(), Some(1));
     let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(stderr.trim_end(), format!("{id} failed: disk quota exceeded (exit 3)"));
+    assert_eq!(
+        stderr.trim_end(),
+        format!("{id} failed: disk quota exceeded (exit 3)")
+    );
     let status = f.env.status_json(&id);
-    assert!(status.get("answerPath").is_none(), "a failed step has no answer");
+    assert!(
+        status.get("answerPath").is_none(),
+        "a failed step has no answer"
+    );
     // Nothing on stderr: the exit code is the reason, said once.
     let out = f.run(&["run", "--wait", "--", "sh", "-c", "exit 4"]);
     let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(stderr.trim_end(), format!("{id} failed: command ended with exit code 4"));
+    assert_eq!(
+        stderr.trim_end(),
+        format!("{id} failed: command ended with exit code 4")
+    );
 }
 
 /// The directory of the real CLIs, or why these tests are skipped.
@@ -281,9 +320,11 @@ fn real_clis() -> Option<PathBuf> {
         Some(dir) => vec![PathBuf::from(dir)],
         None => std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect(),
     };
-    let found = dirs
-        .into_iter()
-        .find(|d| ["claude", "codex", "pi"].iter().all(|c| d.join(c).is_file()));
+    let found = dirs.into_iter().find(|d| {
+        ["claude", "codex", "pi"]
+            .iter()
+            .all(|c| d.join(c).is_file())
+    });
     if found.is_none() {
         eprintln!(
             "skipped: the real claude, codex and pi are not installed \
@@ -325,9 +366,71 @@ fn the_real_clis_offline_fail_with_their_own_reason_on_the_wait_line() {
     assert!(line.starts_with(&format!("{id} failed: ")), "{line}");
     assert_eq!(line.lines().count(), 1, "{line}");
     assert!(
-        ["Reconnecting", "Connection failed", "stream disconnected", "401", "Unauthorized"]
-            .iter()
-            .any(|w| line.contains(w)),
+        [
+            "Reconnecting",
+            "Connection failed",
+            "stream disconnected",
+            "401",
+            "Unauthorized"
+        ]
+        .iter()
+        .any(|w| line.contains(w)),
         "{line}"
+    );
+}
+
+#[test]
+fn old_readers_keep_the_new_fields_and_new_readers_take_a_status_without_them() {
+    let f = Fixture::new();
+    let gate = f.home.path().join("gate-compat");
+    f.agent("compat", "codex", "gate", Some(&gate));
+    let launched = f.json(&["run", "--agent", "compat", "--task", TASK, "--json"]);
+    let id = launched["runId"].as_str().unwrap().to_owned();
+    let file = f.env.run_dir(&id).join("status.json");
+    poll(Duration::from_secs(60), || {
+        f.env.status_json(&id)["steps"][0]["lastActivity"].is_string()
+    });
+    std::fs::write(&gate, "").unwrap();
+    f.run(&["wait", &id]);
+    f.env.settled(&id);
+    // A reader that types none of the new keys keeps them, and writes them back.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let parsed = status::model::parse_status(&file, &text).unwrap();
+    let step = &parsed.steps()[0].extra;
+    for key in ["answerPath", "answerBytes", "lastOutputAt", "lastActivity"] {
+        assert!(step.contains_key(key), "{key}: {text}");
+    }
+    let again = serde_json::to_value(&parsed).unwrap();
+    assert_eq!(again["answerPath"], parsed.extra["answerPath"]);
+    let out = f.run(&["validate", "--kind", "status", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+
+    // A status written before answers and reasons: no answer, the error
+    // as the reason, nothing else changes.
+    let mut old: Value = serde_json::from_str(&text).unwrap();
+    let strip = |v: &mut Value| {
+        let map = v.as_object_mut().unwrap();
+        for key in [
+            "answerPath",
+            "answerBytes",
+            "reason",
+            "lastOutputAt",
+            "lastActivity",
+        ] {
+            map.remove(key);
+        }
+    };
+    strip(&mut old);
+    strip(&mut old["steps"][0]);
+    old["state"] = "failed".into();
+    old["error"] = "Step failed: compat".into();
+    std::fs::write(&file, serde_json::to_vec(&old).unwrap()).unwrap();
+    let status = f.json(&["status", &id, "--json"]);
+    assert!(status.get("answer").is_none(), "{status}");
+    let out = f.run(&["wait", &id]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with(&format!("{id} failed: Step failed: compat")),
+        "{stdout}"
     );
 }
