@@ -246,7 +246,7 @@ mod tests {
         done.status.extra.insert("reason".into(), "stale".into());
         let table = render(&[done, failed], NOW, None, false);
         let lines: Vec<&str> = table.lines().collect();
-        assert!(lines[0].ends_with("CWD  REASON"), "{table}");
+        assert!(lines[0].ends_with(" REASON"), "{table}");
         assert!(lines[1].ends_with("/home/me/project"), "{table}");
         let reason = lines[2].split("/home/me/project  ").nth(1).unwrap();
         assert!(
