@@ -1,17 +1,29 @@
-//! Reads a preset CLI's event stream back: its final answer and its session
-//! id; and finds the session file the CLI keeps for that id.
+//! Reads a preset CLI's event stream back: its final answer, its session
+//! id, its own words when it fails and its latest activity; and finds the
+//! session file the CLI keeps for that id.
 //!
 //! The shapes (seen from the CLIs themselves, which print them before any
 //! network call):
 //!
 //! * claude `stream-json`: `{"type":"system","subtype":"init","session_id":…}`
-//!   first, `{"type":"result","result":"<answer>","session_id":…}` last.
-//! * codex `--json`: `{"type":"thread.started","thread_id":…}`, then
-//!   `{"type":"item.completed","item":{"type":"agent_message","text":…}}`.
+//!   first, `assistant` messages (text and `tool_use` parts), then
+//!   `{"type":"result","subtype":…,"is_error":…,"result":"<answer>"}` last. A
+//!   result with `is_error` or a subtype other than `success` (e.g.
+//!   `error_max_turns`, which may carry no `result`) is a failure in the
+//!   result's words, else its subtype's.
+//! * codex `--json`: `{"type":"thread.started","thread_id":…}`,
+//!   `item.completed` items (`agent_message` text, `command_execution`, …),
+//!   `turn.completed` at the end of a good turn; `turn.failed` (`error.message`)
+//!   and `error` events (`message`) in the CLI's words.
 //! * pi `--mode json`: `{"type":"session","id":…}` first, then events; the
-//!   answer is the text of the last assistant `message_end` (or `agent_end`).
+//!   answer is the text of the last assistant `message_end`, the stream is
+//!   complete at `agent_end`; an assistant message whose `stopReason` is
+//!   `error` or `aborted` carries the failure as `errorMessage`.
 //!
-//! Lines that are not JSON objects (warnings, progress) are skipped.
+//! A stream is *complete* only once its final event came (claude `result`,
+//! codex `turn.completed`, pi `agent_end`); the text of a stream cut before
+//! it is no answer. Lines that are not JSON objects (warnings, progress, a
+//! line cut in the middle) are skipped.
 
 use std::path::{Path, PathBuf};
 
@@ -19,72 +31,242 @@ use serde_json::Value;
 
 use crate::definition::RunnerKind;
 
+/// Longest [`Captured::activity`] kept, in characters.
+pub const ACTIVITY_CHARS: usize = 200;
+
 /// What a run's output says about the agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Captured {
-    /// The agent's final answer.
+    /// The agent's final answer: only when the stream completed without an
+    /// error.
     pub answer: Option<String>,
     /// The CLI's session id.
     pub session_id: Option<String>,
+    /// The CLI's own words for its failure, when it printed any.
+    pub error: Option<String>,
+    /// The stream ended with its final event.
+    pub completed: bool,
+    /// The first line of the latest assistant message or tool use (at most
+    /// [`ACTIVITY_CHARS`] characters, not escaped).
+    pub activity: Option<String>,
 }
 
-/// Reads the event stream `stdout` of a `kind` run.
-pub fn capture(kind: RunnerKind, stdout: &str) -> Captured {
-    let mut captured = Captured::default();
-    for event in stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .filter(Value::is_object)
-    {
-        let (answer, id) = match kind {
-            RunnerKind::Claude => claude_event(&event),
-            RunnerKind::Codex => codex_event(&event),
-            RunnerKind::Pi => pi_event(&event),
-            RunnerKind::Command => (None, None),
+/// An event stream read as it grows: [`Stream::feed`] takes bytes as the
+/// CLI writes them (a line cut between two reads is kept until its end
+/// comes), [`Stream::captured`] says what is known so far.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    kind: RunnerKind,
+    partial: Vec<u8>,
+    captured: Captured,
+    /// The latest assistant text, the answer once the stream completes.
+    text: Option<String>,
+    /// A turn failure (codex `turn.failed`), which wins over `error` events.
+    failed: Option<String>,
+}
+
+/// Longest line kept while its end has not come (a longer one is dropped).
+const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+impl Stream {
+    /// An empty stream of a `kind` CLI.
+    pub fn new(kind: RunnerKind) -> Self {
+        Self {
+            kind,
+            partial: Vec::new(),
+            captured: Captured::default(),
+            text: None,
+            failed: None,
+        }
+    }
+
+    /// Reads the complete lines of `bytes` (after what came before).
+    pub fn feed(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        while let Some(at) = rest.iter().position(|b| *b == b'\n') {
+            let (line, tail) = rest.split_at(at);
+            if self.partial.is_empty() {
+                self.line(line);
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                whole.extend_from_slice(line);
+                self.line(&whole);
+            }
+            rest = &tail[1..];
+        }
+        if self.partial.len() + rest.len() <= MAX_LINE_BYTES {
+            self.partial.extend_from_slice(rest);
+        } else {
+            self.partial.clear();
+        }
+    }
+
+    /// What the stream said so far.
+    pub fn captured(&self) -> &Captured {
+        &self.captured
+    }
+
+    /// The end of the stream: a last line without its newline is read too
+    /// (if it is a whole JSON object, it was not cut).
+    pub fn finish(mut self) -> Captured {
+        let last = std::mem::take(&mut self.partial);
+        self.line(&last);
+        self.captured
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let Ok(text) = std::str::from_utf8(line) else {
+            return;
         };
-        if answer.is_some() {
-            captured.answer = answer;
+        let Ok(event) = serde_json::from_str::<Value>(text.trim()) else {
+            return;
+        };
+        if !event.is_object() {
+            return;
         }
-        if captured.session_id.is_none() {
-            captured.session_id = id;
+        match self.kind {
+            RunnerKind::Claude => self.claude(&event),
+            RunnerKind::Codex => self.codex(&event),
+            RunnerKind::Pi => self.pi(&event),
+            RunnerKind::Command => {}
         }
     }
-    captured
-}
 
-fn text(value: &Value, key: &str) -> Option<String> {
-    value.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
-fn claude_event(event: &Value) -> (Option<String>, Option<String>) {
-    let answer = (text(event, "type").as_deref() == Some("result"))
-        .then(|| text(event, "result"))
-        .flatten();
-    (answer, text(event, "session_id"))
-}
-
-fn codex_event(event: &Value) -> (Option<String>, Option<String>) {
-    match text(event, "type").as_deref() {
-        Some("thread.started") => (None, text(event, "thread_id")),
-        Some("item.completed") => {
-            let item = event.get("item").unwrap_or(&Value::Null);
-            let message = text(item, "type").as_deref() == Some("agent_message");
-            (message.then(|| text(item, "text")).flatten(), None)
+    fn session(&mut self, id: Option<String>) {
+        if self.captured.session_id.is_none() {
+            self.captured.session_id = id;
         }
-        _ => (None, None),
     }
-}
 
-fn pi_event(event: &Value) -> (Option<String>, Option<String>) {
-    match text(event, "type").as_deref() {
-        Some("session") => (None, text(event, "id")),
-        Some("message_end") => (event.get("message").and_then(assistant_text), None),
-        Some("agent_end") => {
-            let messages = event.get("messages").and_then(Value::as_array);
-            let last = messages.and_then(|m| m.iter().rev().find_map(assistant_text));
-            (last, None)
+    fn said(&mut self, text: String) {
+        self.captured.activity = first_line(&text);
+        self.text = Some(text);
+    }
+
+    fn complete(&mut self, answer: Option<String>) {
+        self.captured.completed = true;
+        self.captured.answer = answer.or_else(|| self.text.clone());
+    }
+
+    fn claude(&mut self, event: &Value) {
+        self.session(text(event, "session_id"));
+        match text(event, "type").as_deref() {
+            Some("assistant") => {
+                let message = event.get("message").unwrap_or(&Value::Null);
+                self.message_parts(message, "tool_use", "input");
+            }
+            Some("result") => {
+                let subtype = text(event, "subtype").unwrap_or_default();
+                let is_error = event.get("is_error").and_then(Value::as_bool) == Some(true);
+                let result = text(event, "result").filter(|r| !r.trim().is_empty());
+                if is_error || (!subtype.is_empty() && subtype != "success") {
+                    self.captured.completed = false;
+                    self.captured.answer = None;
+                    self.captured.error = result.or_else(|| {
+                        let subtype = if subtype.is_empty() {
+                            "error"
+                        } else {
+                            &subtype
+                        };
+                        Some(format!("claude ended with {subtype}"))
+                    });
+                } else {
+                    self.complete(result);
+                }
+            }
+            _ => {}
         }
-        _ => (None, None),
+    }
+
+    fn codex(&mut self, event: &Value) {
+        match text(event, "type").as_deref() {
+            Some("thread.started") => self.session(text(event, "thread_id")),
+            Some("item.started" | "item.completed") => {
+                let item = event.get("item").unwrap_or(&Value::Null);
+                let completed = text(event, "type").as_deref() == Some("item.completed");
+                match text(item, "type").as_deref() {
+                    Some("agent_message") if completed => {
+                        if let Some(t) = text(item, "text") {
+                            self.said(t);
+                        }
+                    }
+                    Some("command_execution") => {
+                        let command = text(item, "command").unwrap_or_default();
+                        self.captured.activity = first_line(&format!("$ {command}"));
+                    }
+                    Some(kind @ ("file_change" | "mcp_tool_call" | "web_search")) => {
+                        self.captured.activity = Some(kind.replace('_', " "));
+                    }
+                    _ => {}
+                }
+            }
+            Some("turn.completed") if self.failed.is_none() => self.complete(None),
+            Some("turn.failed") => {
+                let message = event.get("error").and_then(|e| text(e, "message"));
+                self.failed = Some(message.unwrap_or_else(|| "codex turn failed".into()));
+                self.captured.error = self.failed.clone();
+                self.captured.completed = false;
+                self.captured.answer = None;
+            }
+            Some("error") if self.failed.is_none() => {
+                self.captured.error = text(event, "message").or(self.captured.error.take());
+            }
+            _ => {}
+        }
+    }
+
+    fn pi(&mut self, event: &Value) {
+        match text(event, "type").as_deref() {
+            Some("session") => self.session(text(event, "id")),
+            Some("message_end") => {
+                let message = event.get("message").unwrap_or(&Value::Null);
+                if text(message, "role").as_deref() != Some("assistant") {
+                    return;
+                }
+                let stop = text(message, "stopReason").unwrap_or_default();
+                if stop == "error" || stop == "aborted" {
+                    let words = text(message, "errorMessage").filter(|m| !m.trim().is_empty());
+                    self.captured.error = Some(words.unwrap_or_else(|| format!("pi {stop}")));
+                    self.text = None;
+                    return;
+                }
+                self.message_parts(message, "toolCall", "arguments");
+            }
+            Some("tool_execution_start") => {
+                let name = text(event, "toolName").unwrap_or_default();
+                self.captured.activity = first_line(&tool_label(&name, event.get("args")));
+            }
+            Some("agent_end") if self.captured.error.is_none() => {
+                let messages = event.get("messages").and_then(Value::as_array);
+                let last = messages.and_then(|m| m.iter().rev().find_map(assistant_text));
+                self.complete(self.text.clone().or(last));
+            }
+            _ => {}
+        }
+    }
+
+    /// An assistant message: its text is what the agent said, a tool call
+    /// (`tool_kind`, arguments under `args_key`) what it is doing.
+    fn message_parts(&mut self, message: &Value, tool_kind: &str, args_key: &str) {
+        let Some(parts) = message.get("content").and_then(Value::as_array) else {
+            return;
+        };
+        let said: Vec<&str> = parts
+            .iter()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        if !said.is_empty() {
+            self.said(said.join(""));
+        }
+        let tool = parts
+            .iter()
+            .rev()
+            .find(|p| p.get("type").and_then(Value::as_str) == Some(tool_kind));
+        if let Some(tool) = tool {
+            let name = text(tool, "name").unwrap_or_default();
+            self.captured.activity = first_line(&tool_label(&name, tool.get(args_key)));
+        }
     }
 }
 
@@ -101,6 +283,42 @@ fn assistant_text(message: &Value) -> Option<String> {
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
     (!parts.is_empty()).then(|| parts.join(""))
+}
+
+/// Reads the whole event stream `stdout` of a `kind` run.
+pub fn capture(kind: RunnerKind, stdout: &str) -> Captured {
+    let mut stream = Stream::new(kind);
+    stream.feed(stdout.as_bytes());
+    stream.finish()
+}
+
+fn text(value: &Value, key: &str) -> Option<String> {
+    value.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// `tool NAME: <its main argument>` (a command, a path, a pattern).
+fn tool_label(name: &str, args: Option<&Value>) -> String {
+    let main = ["command", "file_path", "path", "pattern", "url", "query"]
+        .iter()
+        .find_map(|key| args.and_then(|a| a.get(*key)).and_then(Value::as_str));
+    match main {
+        Some(arg) => format!("tool {name}: {arg}"),
+        None => format!("tool {name}"),
+    }
+}
+
+/// The first non-blank line of `text`, trimmed, at most [`ACTIVITY_CHARS`].
+pub fn first_line(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(bounded(line, ACTIVITY_CHARS))
+}
+
+/// `text` cut to `chars` characters, with `…` when it was longer.
+pub fn bounded(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }
 
 /// Where each CLI keeps its sessions, from its environment:
@@ -210,10 +428,139 @@ mod tests {
             "\n",
             r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}"#,
             "\n",
+            r#"{"type":"agent_end","messages":[]}"#,
+            "\n",
         );
         let c = capture(RunnerKind::Pi, out);
         assert_eq!(c.answer.as_deref(), Some("ab"));
         assert_eq!(c.session_id.as_deref(), Some("p1"));
+    }
+
+    /// `lines` joined, each ending with a newline.
+    fn stream(lines: &[&str]) -> String {
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    #[test]
+    fn a_claude_error_result_is_its_reason_and_no_answer() {
+        let out = stream(&[
+            r#"{"type":"system","subtype":"init","session_id":"s1"}"#,
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"Not logged in · Please run /login"}]},"session_id":"s1","error":"authentication_failed"}"#,
+            r#"{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login","session_id":"s1"}"#,
+        ]);
+        let c = capture(RunnerKind::Claude, &out);
+        assert_eq!(c.answer, None);
+        assert!(!c.completed);
+        assert_eq!(
+            c.error.as_deref(),
+            Some("Not logged in · Please run /login")
+        );
+        // A subtype without a result text: the subtype names the failure.
+        let out = stream(&[
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"tool_use","name":"Bash","input":{"command":"cargo test\nmore"}}]}}"#,
+            r#"{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":3}"#,
+        ]);
+        let c = capture(RunnerKind::Claude, &out);
+        assert_eq!(
+            c.error.as_deref(),
+            Some("claude ended with error_max_turns")
+        );
+        assert_eq!(c.activity.as_deref(), Some("tool Bash: cargo test"));
+        assert_eq!(c.answer, None);
+    }
+
+    #[test]
+    fn codex_failures_are_its_own_words() {
+        let reconnecting =
+            r#"{"type":"error","message":"Reconnecting... 2/5 (stream disconnected)"}"#;
+        let out = stream(&[
+            r#"{"type":"thread.started","thread_id":"t1"}"#,
+            reconnecting,
+            r#"{"type":"item.completed","item":{"type":"agent_message","text":"half"}}"#,
+            r#"{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized"}}"#,
+            r#"{"type":"error","message":"later noise"}"#,
+        ]);
+        let c = capture(RunnerKind::Codex, &out);
+        assert_eq!(
+            c.error.as_deref(),
+            Some("unexpected status 401 Unauthorized")
+        );
+        assert_eq!(c.answer, None);
+        assert_eq!(c.activity.as_deref(), Some("half"));
+        let c = capture(RunnerKind::Codex, &stream(&[reconnecting]));
+        assert_eq!(
+            c.error.as_deref(),
+            Some("Reconnecting... 2/5 (stream disconnected)")
+        );
+    }
+
+    #[test]
+    fn a_pi_error_message_is_its_reason() {
+        let out = stream(&[
+            r#"{"type":"session","id":"p1"}"#,
+            r#"{"type":"tool_execution_start","toolCallId":"c1","toolName":"read","args":{"path":"src/lib.rs"}}"#,
+            r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"429 rate limited"}}"#,
+            r#"{"type":"agent_end","messages":[]}"#,
+        ]);
+        let c = capture(RunnerKind::Pi, &out);
+        assert_eq!(c.error.as_deref(), Some("429 rate limited"));
+        assert_eq!(c.answer, None);
+        assert!(!c.completed);
+        assert_eq!(c.activity.as_deref(), Some("tool read: src/lib.rs"));
+    }
+
+    #[test]
+    fn a_stream_cut_before_its_final_event_has_no_answer() {
+        let codex = concat!(
+            r#"{"type":"thread.started","thread_id":"t1"}"#,
+            "\n",
+            r#"{"type":"item.completed","item":{"type":"agent_message","text":"interim"}}"#,
+            "\n",
+            r#"{"type":"turn.comp"#,
+        );
+        let c = capture(RunnerKind::Codex, codex);
+        assert_eq!((c.answer, c.completed), (None, false));
+        assert_eq!(c.session_id.as_deref(), Some("t1"));
+        let pi = stream(&[
+            r#"{"type":"session","id":"p1"}"#,
+            r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"interim"}]}}"#,
+        ]);
+        assert_eq!(capture(RunnerKind::Pi, &pi).answer, None);
+        let claude = stream(&[
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"interim"}]}}"#,
+        ]);
+        assert_eq!(capture(RunnerKind::Claude, &claude).answer, None);
+    }
+
+    #[test]
+    fn a_line_split_between_reads_is_read_once_whole() {
+        let line = r#"{"type":"result","subtype":"success","result":"done","session_id":"s1"}"#;
+        let mut s = Stream::new(RunnerKind::Claude);
+        let (a, b) = line.split_at(20);
+        s.feed(a.as_bytes());
+        assert_eq!(s.captured().session_id, None);
+        s.feed(format!("{b}\n").as_bytes());
+        assert_eq!(s.captured().answer.as_deref(), Some("done"));
+        assert_eq!(s.captured().session_id.as_deref(), Some("s1"));
+        // A last line without its newline still counts when it is whole.
+        assert_eq!(
+            capture(RunnerKind::Claude, line).answer.as_deref(),
+            Some("done")
+        );
+    }
+
+    #[test]
+    fn activity_is_one_bounded_line() {
+        let long = "x".repeat(500);
+        assert_eq!(
+            first_line(&format!("\n  {long}\nsecond"))
+                .unwrap()
+                .chars()
+                .count(),
+            ACTIVITY_CHARS + 1
+        );
+        assert_eq!(first_line(" \n"), None);
+        assert_eq!(bounded("héllo", 2), "hé…");
     }
 
     #[test]

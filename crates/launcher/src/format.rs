@@ -1,6 +1,8 @@
 //! The text forms of runs the front-ends print: `status`'s renderers,
 //! re-exported one by one so the binary reaches no protocol crate itself.
 
+/// Text cut to a number of characters, with `…` when it was longer.
+pub use agents::capture::bounded;
 pub use listing::format::{
     COMMAND_LABEL_KEY, NAME_KEY, command_label, dispatch_line, fanout_line, format_duration,
     format_run_list, progress_label, queue_label, run_label, run_lines, shorten, state_label,

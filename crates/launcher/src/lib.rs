@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod answers;
 pub mod api;
 pub mod brief;
 pub(crate) mod budget;

@@ -86,6 +86,7 @@ pub fn collect(layout: &Layout, query: &ListQuery) -> Result<ListOutcome> {
         runs.iter().filter_map(|r| r.status.session_id.as_deref()),
         &active,
     );
+    runs.iter_mut().for_each(crate::answers::attach_preview);
     Ok(ListOutcome {
         runs,
         unreadable: listing.unreadable,
@@ -202,7 +203,7 @@ pub fn stream(
             pretty: format == ListFormat::Json,
         };
         for row in rows.rows {
-            let summary = match row {
+            let mut summary = match row {
                 JsonRow::Whole(summary) => *summary,
                 JsonRow::Frozen(name) => {
                     match listing::list::load(layout, &name, false, now, &reload) {
@@ -217,6 +218,7 @@ pub fn stream(
                     }
                 }
             };
+            crate::answers::attach_preview(&mut summary);
             array.push(
                 &mut out,
                 &serde_json::to_value(&summary).unwrap_or_default(),

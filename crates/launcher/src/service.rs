@@ -91,6 +91,7 @@ impl Launcher {
         let (mut run, observation) = load_observed(&self.layout, run, &mut warnings)
             .map_err(|e| crate::damaged::status_error(&self.layout, run, e))?;
         run.status = crate::executor::with_dispatch(&run.async_dir, run.status);
+        crate::answers::attach(&mut run);
         // Freeing the session's over slots reads every slot's owner; an
         // active run has no slot to give back, so asking about it costs the
         // same however many runs are active (a full pool is reconciled by

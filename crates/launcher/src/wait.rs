@@ -201,9 +201,12 @@ pub fn outcome_line(run: &RunSummary) -> String {
         .iter()
         .enumerate()
         .find(|(_, st)| st.error.is_some() || st.exit_code.is_some_and(|c| c != 0));
+    // The reason the runner recorded (the agent's own words) comes first.
     let reason = s
-        .error
-        .as_deref()
+        .extra
+        .get("reason")
+        .and_then(serde_json::Value::as_str)
+        .or(s.error.as_deref())
         .or_else(|| failing.and_then(|(_, st)| st.error.as_deref()));
     if let Some(reason) = reason.filter(|_| s.state != RunState::Complete) {
         line.push_str(&format!(": {}", atomic_file::escape(reason)));
@@ -218,7 +221,12 @@ pub fn outcome_line(run: &RunSummary) -> String {
             (None, Some(code)) => Some(format!("exit {code}")),
             _ => None,
         };
-        if let Some(end) = end {
+        // A reason that is the exit itself ("… exit code 3") needs no repeat.
+        let repeated = |end: &str| {
+            let end = end.replace("exit ", "exit code ");
+            reason.is_some_and(|r| r.ends_with(&end))
+        };
+        if let Some(end) = end.filter(|e| !repeated(e)) {
             if s.steps().len() > 1 {
                 line.push_str(&format!(" (step {} {end})", i + 1));
             } else {
@@ -227,6 +235,34 @@ pub fn outcome_line(run: &RunSummary) -> String {
         }
     }
     line
+}
+
+/// Longest activity a progress line shows, in characters.
+const PROGRESS_ACTIVITY_CHARS: usize = 120;
+
+/// What a running run is doing, for progress: `, 1m5s in, last output 3s
+/// ago, doing: <the agent's latest activity>` (each part when known).
+fn progress_detail(run: &RunSummary, now: u64) -> String {
+    let s = &run.status;
+    if !s.state.is_active() {
+        return String::new();
+    }
+    let mut detail = String::new();
+    if let Some(start) = s.started_at {
+        let elapsed = crate::format::format_duration(now.saturating_sub(start));
+        detail.push_str(&format!(", {elapsed} in"));
+    }
+    let step = s.current_step.and_then(|i| s.steps().get(i));
+    let field = |key: &str| step.and_then(|st| st.extra.get(key));
+    if let Some(at) = field("lastOutputAt").and_then(serde_json::Value::as_u64) {
+        let quiet = crate::format::format_duration(now.saturating_sub(at));
+        detail.push_str(&format!(", last output {quiet} ago"));
+    }
+    if let Some(activity) = field("lastActivity").and_then(serde_json::Value::as_str) {
+        let activity = crate::format::bounded(activity, PROGRESS_ACTIVITY_CHARS);
+        detail.push_str(&format!(", doing: {activity}"));
+    }
+    detail
 }
 
 /// Blocks until every run is terminal; exit 124 past `timeout`.
@@ -287,6 +323,8 @@ fn wait_until(
         // settled now: a monitor that exits between the two looks would
         // settle its run unreported.
         if reported.iter().all(|done| *done) {
+            let mut runs = runs;
+            runs.iter_mut().for_each(crate::answers::attach);
             return Ok(runs);
         }
         if report(WaitEvent::Pending(&runs, started.elapsed())).is_break() {
@@ -365,7 +403,9 @@ pub fn progress_line(runs: &[RunSummary], elapsed: Duration) -> String {
                 // Over by its status; its monitor has not finished with it.
                 format!("finishing ({})", r.status.state)
             };
-            format!("{} {state}{}", r.id, step.unwrap_or_default())
+            let mut part = format!("{} {state}{}", r.id, step.unwrap_or_default());
+            part.push_str(&progress_detail(r, now_ms()));
+            atomic_file::escape(&part)
         })
         .collect();
     format!("waiting {}s: {}", elapsed.as_secs(), parts.join(", "))

@@ -152,10 +152,14 @@ pub fn describe(run: &RunSummary) -> String {
             lines[i + 1] = step_line(i, step, s.state, now);
         }
     }
+    if let Some(reason) = extra_str(&s.extra, "reason").filter(|_| s.state != RunState::Complete) {
+        lines.push(format!("  Reason: {reason}"));
+    }
     lines.push(format!("  State: {}", s.state));
     if let Some(queue) = launcher::format::queue_label(s) {
         lines.push(format!("  Queue: {queue} (waiting for a capacity slot)"));
     }
+    lines.extend(agent_lines(s, now));
     if s.timed_out == Some(true) {
         let after = s
             .timeout_ms
@@ -178,7 +182,9 @@ pub fn describe(run: &RunSummary) -> String {
     }
     let failing = failing_step(s.steps(), s.state);
     if let Some((i, step)) = failing {
-        let error = step.error.as_deref().unwrap_or("exited non-zero");
+        let error = extra_str(&step.extra, "reason")
+            .or(step.error.as_deref())
+            .unwrap_or("exited non-zero");
         lines.push(format!(
             "  Failed step: {} {}: {error}",
             launcher::format::step_number(i, steps.len()),
@@ -213,6 +219,48 @@ pub fn describe(run: &RunSummary) -> String {
     // Every recorded string (an agent label, an error) stays on its line.
     let lines: Vec<String> = lines.iter().map(|l| launcher::escape(l)).collect();
     lines.join("\n")
+}
+
+fn extra_str<'a>(
+    fields: &'a serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Option<&'a str> {
+    fields.get(key).and_then(serde_json::Value::as_str)
+}
+
+/// The agent's side of a run: its CLI session (known while it runs), what
+/// a running step last did and when its output last came, the answer.
+fn agent_lines(s: &launcher::RunStatus, now: u64) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(id) = extra_str(&s.extra, "agentSessionId") {
+        lines.push(format!("  Agent session: {id}"));
+    }
+    let running = s
+        .steps()
+        .iter()
+        .enumerate()
+        .filter(|(_, st)| st.status == "running");
+    for (i, step) in running {
+        let n = s.steps().len();
+        if let Some(at) = step
+            .extra
+            .get("lastOutputAt")
+            .and_then(serde_json::Value::as_u64)
+        {
+            let ago = launcher::format::format_duration(now.saturating_sub(at));
+            lines.push(format!("  Step {}/{n} last output: {ago} ago", i + 1));
+        }
+        if let Some(activity) = extra_str(&step.extra, "lastActivity") {
+            lines.push(format!("  Step {}/{n} activity: {activity}", i + 1));
+        }
+    }
+    // The answer's file, not its text (which may quote the task).
+    if s.state == RunState::Complete
+        && let Some(path) = extra_str(&s.extra, "answerPath")
+    {
+        lines.push(format!("  Answer file: {path}"));
+    }
+    lines
 }
 
 /// The first step that failed on its own (not one skipped or stopped

@@ -26,25 +26,38 @@ pub fn use_color(choice: ColorChoice, is_terminal: bool, no_color: Option<&str>)
     }
 }
 
-const HEADINGS: [&str; 7] = ["ID", "STATE", "AGENT", "STEPS", "STARTED", "TIME", "CWD"];
+const HEADINGS: [&str; 8] = [
+    "ID", "STATE", "AGENT", "STEPS", "STARTED", "TIME", "CWD", "REASON",
+];
 
-/// The table: a heading line and one line per run.
+/// Longest reason a row shows, in characters (`status` shows it whole).
+const REASON_CHARS: usize = 80;
+
+/// The table: a heading line and one line per run; the `REASON` column
+/// only when a run that did not complete has one.
 pub fn render(runs: &[RunSummary], now: u64, home: Option<&Path>, color: bool) -> String {
-    let rows: Vec<[String; 7]> = runs.iter().map(|r| row(r, now, home)).collect();
-    let mut widths = HEADINGS.map(str::len);
+    let mut rows: Vec<Vec<String>> = runs.iter().map(|r| row(r, now, home)).collect();
+    let mut headings: Vec<String> = HEADINGS.map(str::to_owned).to_vec();
+    if rows.iter().all(|r| r.last().is_some_and(String::is_empty)) {
+        headings.pop();
+        rows.iter_mut().for_each(|r| {
+            r.pop();
+        });
+    }
+    let mut widths: Vec<usize> = headings.iter().map(String::len).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let mut lines = vec![line(&HEADINGS.map(str::to_owned), &widths, None, color)];
+    let mut lines = vec![line(&headings, &widths, None, color)];
     for (row, run) in rows.iter().zip(runs) {
         lines.push(line(row, &widths, Some(run.status.state), color));
     }
     lines.join("\n")
 }
 
-fn line(cells: &[String; 7], widths: &[usize; 7], state: Option<RunState>, color: bool) -> String {
+fn line(cells: &[String], widths: &[usize], state: Option<RunState>, color: bool) -> String {
     let mut out = String::new();
     for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
         let last = i == cells.len() - 1;
@@ -74,7 +87,7 @@ fn state_color(state: RunState) -> &'static str {
     }
 }
 
-fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
+fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> Vec<String> {
     let s = &run.status;
     let steps = s.steps();
     let done = steps
@@ -112,7 +125,14 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         Some(line) => format!("{state} [{}]", launcher::escape(&line)),
         None => state,
     };
-    [
+    let reason = s
+        .extra
+        .get("reason")
+        .and_then(|r| r.as_str())
+        .filter(|_| !s.state.is_active() && s.state != RunState::Complete)
+        .map(|r| launcher::escape(&launcher::format::bounded(r, REASON_CHARS)))
+        .unwrap_or_default();
+    vec![
         launcher::escape(&run.id),
         state,
         launcher::escape(&agent),
@@ -120,6 +140,7 @@ fn row(run: &RunSummary, now: u64, home: Option<&Path>) -> [String; 7] {
         started,
         time,
         launcher::escape(&cwd),
+        reason,
     ]
 }
 
@@ -207,5 +228,37 @@ mod tests {
         assert!(!use_color(ColorChoice::Auto, false, None));
         let runs = [run("a", RunState::Failed, NOW, Some(NOW), &["failed"])];
         assert!(render(&runs, NOW, None, true).contains("\x1b[31mfailed\x1b[0m"));
+    }
+
+    #[test]
+    fn a_run_that_did_not_complete_shows_its_reason_last() {
+        let mut failed = run(
+            "bbbb",
+            RunState::Failed,
+            NOW - 2_000,
+            Some(NOW - 1_000),
+            &["failed"],
+        );
+        let long = format!("Not logged in · Please run /login\n{}", "x".repeat(200));
+        failed.status.extra.insert("reason".into(), long.into());
+        let mut done = run(
+            "aaaa",
+            RunState::Complete,
+            NOW - 2_000,
+            Some(NOW),
+            &["complete"],
+        );
+        done.status.extra.insert("reason".into(), "stale".into());
+        let table = render(&[done, failed], NOW, None, false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].ends_with(" REASON"), "{table}");
+        assert!(lines[1].ends_with("/home/me/project"), "{table}");
+        let reason = lines[2].split("/home/me/project  ").nth(1).unwrap();
+        assert!(
+            reason.starts_with("Not logged in · Please run /login\\nxxx"),
+            "{reason}"
+        );
+        // 80 characters and `…`, the newline escaped as two.
+        assert_eq!(reason.chars().count(), REASON_CHARS + 2, "{reason}");
     }
 }

@@ -276,8 +276,38 @@ fn run_lines(run: &RunSummary, now: u64) -> Vec<Line<'static>> {
             "    Executor: {place}"
         ))));
     }
+    for line in agent_lines(s) {
+        lines.push(Line::from(launcher::escape(&line)));
+    }
     if let Some(fanout) = fanout_line(s.run_fanout_budget.as_ref()) {
         lines.push(Line::from(format!("    {fanout}")));
+    }
+    lines
+}
+
+/// A run's agent lines: why it did not complete; while it runs, its CLI
+/// session and the latest activity.
+fn agent_lines(s: &launcher::RunStatus) -> Vec<String> {
+    let text = |fields: &serde_json::Map<String, serde_json::Value>, key: &str| {
+        fields.get(key).and_then(|v| v.as_str()).map(str::to_owned)
+    };
+    let mut lines = Vec::new();
+    if !s.state.is_active() && s.state != launcher::RunState::Complete {
+        if let Some(reason) = text(&s.extra, "reason") {
+            lines.push(format!("    reason: {reason}"));
+        }
+        return lines;
+    }
+    if let Some(id) = text(&s.extra, "agentSessionId") {
+        lines.push(format!("    session {id}"));
+    }
+    let activity = s
+        .steps()
+        .iter()
+        .filter(|st| st.status == "running")
+        .find_map(|st| text(&st.extra, "lastActivity"));
+    if let Some(activity) = activity {
+        lines.push(format!("    doing: {activity}"));
     }
     lines
 }
@@ -307,7 +337,9 @@ fn quiet_for(run: &RunSummary, i: usize, step: &launcher::Step, now: u64) -> Str
             (meta.len() > 0).then_some(at.ok()?.as_millis() as u64)
         })
         .max();
-    let recorded = step.extra.get("lastActivityAt").and_then(|v| v.as_u64());
+    let recorded = ["lastOutputAt", "lastActivityAt"]
+        .iter()
+        .find_map(|key| step.extra.get(*key).and_then(|v| v.as_u64()));
     match logged.or(recorded) {
         Some(at) => format!(
             "  · last output {} ago",

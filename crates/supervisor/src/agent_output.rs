@@ -11,12 +11,13 @@
 use std::path::PathBuf;
 
 use agents::RunnerKind;
-use agents::capture::{capture, locate_session_file, session_store};
+use agents::capture::{Captured, capture, locate_session_file, session_store};
 use serde_json::{Value, json};
 use status::model::update_status;
 use status::{events, now_ms};
 
 use crate::config::LaunchConfig;
+pub use crate::transitions::AnswerRef;
 use crate::transitions::{log_path, output_path};
 
 /// Cap on the event stream read back (the answer is near its end anyway).
@@ -77,33 +78,115 @@ pub fn started_fields(config: &LaunchConfig, fields: &mut Value) {
     }
 }
 
-/// Runs after step `i` ended: extracts the answer and the session.
-pub fn after_step(config: &LaunchConfig, i: usize) {
+/// What a step's output says, for its end's record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepReport {
+    /// The step's answer, when it completed with one.
+    pub answer: Option<AnswerRef>,
+    /// The agent's (or the COMMAND's) own words for a failure: the CLI's
+    /// error, else its last (pi: first) stderr line; a preset stream that
+    /// did not complete says so. Bounded and escaped, never the task text.
+    pub words: Option<String>,
+}
+
+/// `answer.md` of a single-step run, `answer-<i>.md` of step `i` of a
+/// composite one: where an agent preset's final answer is kept.
+pub fn answer_path(config: &LaunchConfig, i: usize) -> PathBuf {
+    if config.steps.len() == 1 {
+        config.run_dir.join("answer.md")
+    } else {
+        config.run_dir.join(format!("answer-{i}.md"))
+    }
+}
+
+/// Runs after step `i` ended (`ok`: it exited 0 and nothing interrupted
+/// it): records a preset's answer and session; says what the output tells
+/// of the step.
+pub fn after_step(config: &LaunchConfig, i: usize, ok: bool) -> StepReport {
+    let stderr = read_ends(&log_path(config, i, "stderr"));
     let Some(kind) = step_kind(config, i) else {
-        return;
+        return StepReport {
+            answer: None,
+            words: stderr_line(&stderr, RunnerKind::Command).map(|l| clean(config, i, &l)),
+        };
     };
     let stdout = read_capped(&log_path(config, i, "stdout"));
     let captured = capture(kind, &stdout);
-    // No answer (the CLI failed before one): its last words on stderr are
-    // the best summary; the event stream stays out of the output either way.
-    let answer = captured
-        .answer
-        .clone()
-        .or_else(|| stderr_tail(&read_capped(&log_path(config, i, "stderr"))));
-    if let Some(answer) = &answer {
-        let mut text = answer.clone();
+    // output-<i>.log gets the answer, else the CLI's last words on stderr;
+    // the event stream stays out of the output either way.
+    let output = captured.answer.clone().or_else(|| stderr_tail(&stderr));
+    if let Some(text) = &output {
+        let mut text = text.clone();
         if !text.ends_with('\n') {
             text.push('\n');
         }
         let _ = atomic_file::write_private(&output_path(config, i), text.as_bytes());
     }
+    let answer = match (&captured.answer, ok) {
+        (Some(answer), true) => write_answer(config, i, answer),
+        _ => None,
+    };
+    let words = preset_words(&captured, &stderr, kind).map(|w| clean(config, i, &w));
     let id = captured
         .session_id
         .or_else(|| known_session_id(config, i).cloned())
         .filter(|id| agents::preset::is_plain_session_id(id));
-    let Some(id) = id else { return };
-    let file = session_file(config, i, kind, &id);
-    record(config, i, kind, &id, file.as_ref());
+    if let Some(id) = id {
+        let file = session_file(config, i, kind, &id);
+        record(config, i, kind, &id, file.as_ref());
+    }
+    StepReport { answer, words }
+}
+
+/// The reason a preset's output gives: the CLI's own error, else its
+/// stderr (and, for a stream cut before its final event, that it was cut).
+fn preset_words(captured: &Captured, stderr: &str, kind: RunnerKind) -> Option<String> {
+    if let Some(error) = &captured.error {
+        return Some(error.clone());
+    }
+    let line = stderr_line(stderr, kind);
+    if captured.completed {
+        return line;
+    }
+    Some(match line {
+        Some(line) => format!("{line} (the stream ended before its final message)"),
+        None => "the stream ended before its final message".to_owned(),
+    })
+}
+
+/// The stderr line that says why a COMMAND failed: the last non-blank one;
+/// pi prints its error first and help after it, so its first.
+fn stderr_line(stderr: &str, kind: RunnerKind) -> Option<String> {
+    let mut lines = stderr.lines().map(str::trim).filter(|l| !l.is_empty());
+    let line = if kind == RunnerKind::Pi {
+        lines.next()
+    } else {
+        lines.next_back()
+    };
+    line.map(str::to_owned)
+}
+
+/// Longest reason kept, in characters.
+pub const REASON_CHARS: usize = 500;
+
+/// `text` as a recorded reason or activity: one escaped line, bounded,
+/// without the step's task text.
+pub fn clean(config: &LaunchConfig, i: usize, text: &str) -> String {
+    let mut text = text.to_owned();
+    let task = config.steps[i]
+        .task_file
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    if let Some(task) = task.as_deref().map(str::trim).filter(|t| t.len() >= 8) {
+        text = text.replace(task, status::PROMPT_REDACTED);
+    }
+    atomic_file::escape(&agents::capture::bounded(text.trim(), REASON_CHARS))
+}
+
+fn write_answer(config: &LaunchConfig, i: usize, answer: &str) -> Option<AnswerRef> {
+    let path = answer_path(config, i);
+    atomic_file::write_private(&path, answer.as_bytes()).ok()?;
+    Some(AnswerRef::of(path, answer))
 }
 
 /// The last 20 non-blank lines of `text`, if any.
@@ -113,6 +196,34 @@ fn stderr_tail(text: &str) -> Option<String> {
     (!tail.is_empty()).then_some(tail)
 }
 
+/// Most bytes of stderr read from either end: its first line (pi's error)
+/// and its last lines are what is used of it.
+const STDERR_END_BYTES: u64 = 64 * 1024;
+
+/// The whole of a short file; the first and last [`STDERR_END_BYTES`] of a
+/// long one (the lines cut at either side dropped).
+fn read_ends(path: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    if len <= 2 * STDERR_END_BYTES {
+        return read_capped(path);
+    }
+    let mut head = Vec::new();
+    let _ = (&mut file).take(STDERR_END_BYTES).read_to_end(&mut head);
+    let mut tail = Vec::new();
+    if file.seek(SeekFrom::Start(len - STDERR_END_BYTES)).is_ok() {
+        let _ = file.read_to_end(&mut tail);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let tail = String::from_utf8_lossy(&tail);
+    let head = head.rsplit_once('\n').map_or("", |(whole, _)| whole);
+    let tail = tail.split_once('\n').map_or("", |(_, whole)| whole);
+    format!("{head}\n{tail}")
+}
+
 fn read_capped(path: &std::path::Path) -> String {
     use std::io::Read;
     let mut bytes = Vec::new();
@@ -120,6 +231,16 @@ fn read_capped(path: &std::path::Path) -> String {
         let _ = file.take(MAX_STREAM_BYTES).read_to_end(&mut bytes);
     }
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The session file of a running step's CLI, once it wrote one.
+pub(crate) fn live_session_file(
+    config: &LaunchConfig,
+    i: usize,
+    kind: RunnerKind,
+    id: &str,
+) -> Option<PathBuf> {
+    session_file(config, i, kind, id)
 }
 
 /// The CLI's own session file; for a revival whose CLI wrote it elsewhere,
@@ -248,7 +369,7 @@ mod tests {
         stream.push('\n');
         std::fs::write(log_path(&config, 0, "stdout"), stream).unwrap();
 
-        after_step(&config, 0);
+        after_step(&config, 0, true);
 
         let output = std::fs::read_to_string(output_path(&config, 0)).unwrap();
         assert_eq!(output, "the answer\n");
@@ -276,12 +397,102 @@ mod tests {
         std::fs::write(log_path(&config, 0, "stdout"), "not json\n").unwrap();
         let stderr: String = (1..=25).map(|i| format!("line {i}\n\n")).collect();
         std::fs::write(log_path(&config, 0, "stderr"), stderr).unwrap();
-        after_step(&config, 0);
+        after_step(&config, 0, true);
         let expected: String = (6..=25).map(|i| format!("line {i}\n")).collect();
         let output = std::fs::read_to_string(output_path(&config, 0)).unwrap();
         assert_eq!(output, expected);
         // No session id anywhere: nothing recorded.
         assert!(status::model::read_status(tmp.path()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_completed_answer_is_kept_in_answer_md_and_a_failure_has_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = preset(tmp.path(), "codex");
+        let answer: String = (1..=5000).map(|i| format!("answer line {i}\n")).collect();
+        let event =
+            json!({"type": "item.completed", "item": {"type": "agent_message", "text": answer}});
+        let stream = format!("{event}\n{{\"type\":\"turn.completed\"}}\n");
+        std::fs::write(log_path(&config, 0, "stdout"), &stream).unwrap();
+        let report = after_step(&config, 0, true);
+        let path = tmp.path().join("answer.md");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), answer);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        let answer_ref = report.answer.unwrap();
+        assert_eq!(answer_ref.path, path);
+        assert_eq!(answer_ref.bytes, answer.len() as u64);
+        assert_eq!(report.words, None);
+
+        // The same stream from a step that failed: no answer.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(after_step(&config, 0, false).answer, None);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn the_words_of_a_failure_are_the_clis_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut config = preset(tmp.path(), "pi");
+        let task = tmp.path().join("task.md");
+        std::fs::write(&task, "the secret task text\n").unwrap();
+        config.steps[0].task_file = Some(task);
+        std::fs::write(
+            log_path(&config, 0, "stdout"),
+            "{\"type\":\"session\",\"id\":\"p1\"}\n",
+        )
+        .unwrap();
+        let help = "No API key found for the selected model.\n\nUse /login to log in. See:\n  /docs/providers.md\n";
+        std::fs::write(log_path(&config, 0, "stderr"), help).unwrap();
+        let words = after_step(&config, 0, false).words.unwrap();
+        assert_eq!(
+            words,
+            "No API key found for the selected model. (the stream ended before its final message)"
+        );
+        // A codex stream cut mid-line with nothing on stderr.
+        let config = preset(tmp.path(), "codex");
+        let cut = "{\"type\":\"thread.started\",\"thread_id\":\"t1\"}\n{\"type\":\"item.completed\",\"item\":{\"type\":\"agent_message\",\"text\":\"interim\"}}\n{\"type\":\"turn.comp";
+        std::fs::write(log_path(&config, 0, "stdout"), cut).unwrap();
+        std::fs::write(log_path(&config, 0, "stderr"), "").unwrap();
+        let report = after_step(&config, 0, false);
+        assert_eq!(report.answer, None);
+        assert_eq!(
+            report.words.as_deref(),
+            Some("the stream ended before its final message")
+        );
+        // A plain command: its last stderr line, escaped, without the task text.
+        let mut config = launch_config(tmp.path());
+        config.steps[0].task_file = Some(tmp.path().join("task.md"));
+        std::fs::write(
+            log_path(&config, 0, "stderr"),
+            "warning: x\nerror: the secret task text\tfailed\n",
+        )
+        .unwrap();
+        let report = after_step(&config, 0, false);
+        assert_eq!(
+            report.words.as_deref(),
+            Some("error: [prompt redacted]\\tfailed")
+        );
+    }
+
+    #[test]
+    fn a_long_stderr_is_read_at_both_ends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stderr");
+        let middle = "noise line\n".repeat(100_000);
+        std::fs::write(&path, format!("first words\n{middle}last words\n")).unwrap();
+        let text = read_ends(&path);
+        assert!(text.len() < 3 * STDERR_END_BYTES as usize, "{}", text.len());
+        assert_eq!(
+            stderr_line(&text, RunnerKind::Pi).as_deref(),
+            Some("first words")
+        );
+        assert_eq!(
+            stderr_line(&text, RunnerKind::Codex).as_deref(),
+            Some("last words")
+        );
     }
 
     #[test]

@@ -20,7 +20,10 @@
 //!   functions of the current status and injected facts.
 //! * [`config`] is what travels from launcher to monitor to runner on stdin.
 //! * [`agent_output`] reads a preset run's CLI output back after its step:
-//!   the final answer into `output-<i>.log`, the CLI's session into the status.
+//!   the final answer into `answer.md` and `output-<i>.log`, the CLI's
+//!   session into the status, the failure's reason in the agent's words.
+//! * [`live`] reads a running step's logs as they grow: when output last
+//!   came, the agent's latest activity, its session id as soon as printed.
 //! * [`durable`] keeps state writes going through a full disk (retry with
 //!   backoff, space reserved for the step-end evidence).
 //! * [`handover`] carries the runner's outcome to its monitor when the
@@ -44,6 +47,7 @@ pub mod durable;
 pub mod fault;
 pub mod handover;
 pub mod idle;
+pub mod live;
 pub mod monitor;
 pub mod observer;
 #[cfg(test)]

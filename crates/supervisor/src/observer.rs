@@ -1143,13 +1143,24 @@ fn stopped(s: RunStatus, reason: &str, now: u64) -> RunStatus {
 pub struct Restored {
     /// `complete` when every step completed, else `failed`.
     pub state: RunState,
-    /// `Step failed: <agent>` for the first step that did not complete.
+    /// The reason the first step that did not complete recorded (named in
+    /// a run of several steps), else `Step failed: <agent>`.
     pub error: Option<String>,
     /// Step index → the step status its end names.
     pub steps: BTreeMap<usize, String>,
     /// Where the step ends were found, for the repair message:
     /// `events.jsonl`, `status.json`, the candidate, or several of them.
     pub source: String,
+}
+
+/// The error of a restored run whose step `i` did not complete.
+fn restored_error(status: &RunStatus, i: usize) -> String {
+    let step = &status.steps()[i];
+    match step.extra.get("reason").and_then(Value::as_str) {
+        Some(reason) if status.steps().len() == 1 => reason.to_owned(),
+        Some(reason) => format!("{}: {reason}", step.agent),
+        None => format!("Step failed: {}", step.agent),
+    }
 }
 
 /// Events are evidence: when `events.jsonl` records the end of every step
@@ -1193,10 +1204,7 @@ pub fn outcome_from_evidence(
     let first_bad = (0..count).find(|i| ends[i] != "complete");
     let (state, error) = match first_bad {
         None => (RunState::Complete, None),
-        Some(i) => (
-            RunState::Failed,
-            Some(format!("Step failed: {}", status.steps()[i].agent)),
-        ),
+        Some(i) => (RunState::Failed, Some(restored_error(status, i))),
     };
     Some(Restored {
         state,

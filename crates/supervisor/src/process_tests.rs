@@ -419,7 +419,10 @@ fn a_failed_chain_step_ends_the_run_and_the_next_never_starts() {
     assert!(exit.success(), "{exit:?} {stderr}");
     let s = run.status();
     assert_eq!(s.state, RunState::Failed);
-    assert_eq!(s.error.as_deref(), Some("Step failed: first"));
+    assert_eq!(
+        s.error.as_deref(),
+        Some("first: command ended with exit code 3")
+    );
     assert_eq!(step_field(&s, 0).status, "failed");
     assert_eq!(step_field(&s, 0).exit_code, Some(3));
     assert_eq!(step_field(&s, 1).status, "pending");
@@ -492,7 +495,10 @@ fn a_step_past_its_limit_is_terminated_and_reported_timed_out_without_its_siblin
     );
     // A step's limit is not the run's.
     assert_eq!(s.timed_out, None);
-    assert_eq!(s.error.as_deref(), Some("Step failed: slow"));
+    assert_eq!(
+        s.error.as_deref(),
+        Some("slow: Subagent timed out after 300ms.")
+    );
 }
 
 #[test]

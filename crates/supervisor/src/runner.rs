@@ -37,7 +37,7 @@ use crate::handover;
 use crate::procs::{Ended, Signals, Wake, empty_group, reap_all, signal_group};
 use crate::spawn::Launched;
 pub use crate::transitions::output_path;
-use crate::transitions::{self, log_path};
+use crate::transitions::{self, AnswerRef, log_path};
 
 /// How long a COMMAND's group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -305,6 +305,8 @@ struct StepRun {
     output_at: u64,
     /// The `lastOutputAt` last written to the status.
     recorded_output_at: Option<u64>,
+    /// What its output said once it ended.
+    report: crate::agent_output::StepReport,
 }
 
 impl StepRun {
@@ -336,6 +338,8 @@ struct Execution<'a> {
     ends: BTreeMap<usize, (transitions::StepEnd, u64)>,
     /// When the running steps' output is looked at next.
     next_output_check: Instant,
+    /// Each running step's logs, as far as they were read.
+    watches: BTreeMap<usize, crate::live::Watch>,
 }
 
 impl<'a> Execution<'a> {
@@ -364,6 +368,7 @@ impl<'a> Execution<'a> {
             own,
             ends: BTreeMap::new(),
             next_output_check: Instant::now() + OUTPUT_CHECK,
+            watches: BTreeMap::new(),
         }
         .stopped_before_start()
     }
@@ -485,6 +490,7 @@ impl<'a> Execution<'a> {
             Wake::Deadline => self.handle_deadlines(active),
             Wake::Child => {}
         }
+        self.look_at_output(active);
         self.exits.extend(reap_all());
         let ended: Vec<usize> = active
             .iter()
@@ -518,7 +524,40 @@ impl<'a> Execution<'a> {
         };
         let output = (!active.is_empty()).then_some(self.next_output_check);
         let idle = active.iter().map(|i| self.idle_due(*i));
-        step_times.chain([run, output]).chain(idle).flatten().min()
+        let looks = active
+            .iter()
+            .filter_map(|i| self.watches.get(i).map(crate::live::Watch::due));
+        step_times
+            .chain([run, output])
+            .chain(idle)
+            .flatten()
+            .chain(looks)
+            .min()
+    }
+
+    /// Records what the running steps' output said since the last look
+    /// (each step at most once per `live::TICK`).
+    fn look_at_output(&mut self, active: &[usize]) {
+        let now = now_ms();
+        for i in active {
+            let Some(live) = self
+                .watches
+                .get_mut(i)
+                .and_then(|w| w.look(self.config, now))
+            else {
+                continue;
+            };
+            let config = self.config;
+            let _ = self.own.update(&config.run_dir, false, |s| {
+                let s = s?;
+                // Only a step still running gains live fields.
+                let running = s.steps().get(*i).is_some_and(|st| st.status == "running");
+                Some(match running {
+                    true => transitions::step_live(s, *i, &live, now),
+                    false => s,
+                })
+            });
+        }
     }
 
     /// When running step `i` has been silent for its idle limit (ms since the epoch).
@@ -651,6 +690,8 @@ impl<'a> Execution<'a> {
                 self.steps[i].output_at = now;
                 self.steps[i].deadline = timeout.map(|t| Instant::now() + Duration::from_millis(t));
                 self.write_step_started(i, pid, now);
+                self.watches
+                    .insert(i, crate::live::Watch::new(self.config, i));
                 let agent = &self.config.steps[i].agent;
                 let _ = group_index;
                 let mut fields = json!({"stepIndex": i, "agent": agent});
@@ -702,12 +743,18 @@ impl<'a> Execution<'a> {
     /// Records a step's end: proves its group is gone, fills its output,
     /// writes its status and event.
     fn end_step(&mut self, i: usize, exit: Ended) {
+        self.watches.remove(&i);
         self.steps[i].ended = Some(exit);
         self.steps[i].closed_at = now_ms();
         let pgid = self.steps[i].pid.unwrap_or_default();
         self.steps[i].tree = Some(self.verify_group_gone(pgid));
-        crate::agent_output::after_step(self.config, i);
+        let ok = self.steps[i].succeeded();
+        self.steps[i].report = crate::agent_output::after_step(self.config, i, ok);
         let filled = fill_output(self.config, i);
+        if ok && crate::agent_output::preset_kind(self.config).is_none() {
+            // A command's answer is its output file, as filled.
+            self.steps[i].report.answer = AnswerRef::of_file(output_path(self.config, i));
+        }
         self.write_step_end(i);
         if filled.is_err() {
             // The root was full or read-only; the step end's write waited
@@ -742,6 +789,7 @@ impl<'a> Execution<'a> {
     fn write_step_end(&mut self, i: usize) {
         let (status, error, exit_code) = step_verdict(self.config, i, &self.steps[i]);
         let run = &self.steps[i];
+        let reason = step_reason(status, error.as_deref(), run);
         let now = now_ms();
         let end = transitions::StepEnd {
             status,
@@ -751,6 +799,8 @@ impl<'a> Execution<'a> {
             closed_at: run.closed_at,
             timed_out: run.interruption == Some(Interruption::TimedOut),
             process: run.ended.map(|e| (e.code(), e.signal())),
+            reason,
+            answer: run.report.answer.clone(),
         };
         self.ends.insert(i, (end.clone(), now));
         // As the step's start: the run's final status write syncs the
@@ -944,6 +994,17 @@ impl<'a> Execution<'a> {
             }
             Some(Interruption::TimedOut) => {
                 let message = timed_out(self.config.timeout_ms.unwrap_or(0));
+                // What the agent last said before the deadline (a CLI that
+                // retries a connection it never gets says so).
+                let words = self
+                    .steps
+                    .iter()
+                    .filter(|r| r.interruption == Some(Interruption::TimedOut))
+                    .find_map(|r| r.report.words.clone());
+                let message = match words {
+                    Some(words) => format!("{message} Last words: {words}"),
+                    None => message,
+                };
                 return (RunState::Failed, Some(message));
             }
             _ => {}
@@ -955,41 +1016,37 @@ impl<'a> Execution<'a> {
         let failed = pairs()
             .find(|(run, _)| started(run) && real(run))
             .or_else(|| pairs().find(|(run, _)| started(run)));
-        if let Some((run, step)) = failed
-            && run.interruption.is_none()
-            && let Some(ended @ Ended::Signaled(_)) = run.ended
-        {
-            // The reference: a child killed by a signal nobody here sent means stopped.
-            return (
-                RunState::Stopped,
-                Some(format!(
-                    "Step {} ended with {}.",
-                    step.agent,
-                    ended.describe()
-                )),
-            );
-        }
-        match failed {
-            None if all_succeeded => (RunState::Complete, None),
-            None => (
-                RunState::Failed,
-                Some("Run ended before every step ran.".into()),
-            ),
-            Some((run, step)) => match &run.spawn_error {
-                Some(error) if self.config.steps.len() == 1 => {
-                    (RunState::Failed, Some(error.clone()))
-                }
-                None if self.config.steps.len() == 1
-                    && run.interruption == Some(Interruption::Idle) =>
-                {
-                    (RunState::Failed, step_verdict(self.config, 0, run).1)
-                }
-                _ => (
+        let Some((run, step)) = failed else {
+            return match all_succeeded {
+                true => (RunState::Complete, None),
+                false => (
                     RunState::Failed,
-                    Some(format!("Step failed: {}", step.agent)),
+                    Some("Run ended before every step ran.".into()),
                 ),
-            },
-        }
+            };
+        };
+        // The run's error is its failing step's reason (named in a run of
+        // several steps), not a generic "step failed".
+        let i = self
+            .steps
+            .iter()
+            .position(|r| std::ptr::eq(r, run))
+            .unwrap_or(0);
+        let (status, error, _) = step_verdict(self.config, i, run);
+        let reason = step_reason(status, error.as_deref(), run)
+            .unwrap_or_else(|| format!("step {} failed", step.agent));
+        let reason = match self.config.steps.len() {
+            1 => reason,
+            _ => format!("{}: {reason}", step.agent),
+        };
+        // The reference: a child killed by a signal nobody here sent means stopped.
+        let signaled = run.interruption.is_none() && matches!(run.ended, Some(Ended::Signaled(_)));
+        let state = if signaled {
+            RunState::Stopped
+        } else {
+            RunState::Failed
+        };
+        (state, Some(reason))
     }
 
     fn append_end_events(&self, state: RunState, error: Option<&str>, now: u64) {
@@ -1142,6 +1199,32 @@ fn step_verdict(
             ended.code().map_or(1, i64::from),
         ),
         (None, None) => ("pending", None, 1),
+    }
+}
+
+/// Why a step that did not complete ended: a stop, a timeout (with the
+/// agent's last words) or a fail-fast trip as its error says; a failure
+/// in the agent's or COMMAND's own words when it gave any, else its error
+/// (the exit code or signal).
+fn step_reason(status: &str, error: Option<&str>, run: &StepRun) -> Option<String> {
+    if status == "complete" || status == "pending" {
+        return None;
+    }
+    let error = error.map(str::to_owned);
+    let words = run.report.words.clone();
+    match run.interruption {
+        Some(Interruption::TimedOut) => match (error, words) {
+            (Some(error), Some(words)) => Some(format!("{error} Last words: {words}")),
+            (error, words) => error.or(words),
+        },
+        Some(_) => error,
+        None if run.spawn_error.is_some() => error,
+        None => match (words, run.ended) {
+            (Some(words), Some(ended @ Ended::Signaled(_))) => {
+                Some(format!("{words} ({})", ended.describe()))
+            }
+            (words, _) => words.or(error),
+        },
     }
 }
 
@@ -1443,7 +1526,10 @@ mod tests {
         let culprit = ended(Ended::Exited(2), None);
         assert_eq!(
             verdict_of(&c, vec![casualty, culprit], None),
-            (RunState::Failed, Some("Step failed: second".into()))
+            (
+                RunState::Failed,
+                Some("second: command ended with exit code 2".into())
+            )
         );
         let ok = || ended(Ended::Exited(0), None);
         assert_eq!(
@@ -1462,7 +1548,7 @@ mod tests {
             verdict_of(&c, vec![ok(), outside], None),
             (
                 RunState::Stopped,
-                Some("Step second ended with signal SIGKILL.".into())
+                Some("second: command ended with signal SIGKILL".into())
             )
         );
         // A stop read after every step completed took no effect.
@@ -1512,7 +1598,10 @@ mod tests {
         let ok = ended(Ended::Exited(0), None);
         assert_eq!(
             verdict_of(&config(None, None), vec![ok, unstartable()], None),
-            (RunState::Failed, Some("Step failed: second".into()))
+            (
+                RunState::Failed,
+                Some("second: failed to start command 'x': not found".into())
+            )
         );
     }
 

@@ -174,6 +174,31 @@ pub fn spell_duration(ms: u64) -> String {
     text
 }
 
+/// Where a step's answer is kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerRef {
+    /// `answer.md` (`answer-<i>.md`) of a preset, `output-<i>.log` of a command.
+    pub path: std::path::PathBuf,
+    /// The answer's length in bytes.
+    pub bytes: u64,
+}
+
+impl AnswerRef {
+    /// The reference of `answer`, kept at `path`.
+    pub fn of(path: std::path::PathBuf, answer: &str) -> Self {
+        Self {
+            path,
+            bytes: answer.len() as u64,
+        }
+    }
+
+    /// The reference of the file at `path`.
+    pub fn of_file(path: std::path::PathBuf) -> Option<Self> {
+        let bytes = std::fs::metadata(&path).ok()?.len();
+        Some(Self { path, bytes })
+    }
+}
+
 /// How one step ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepEnd {
@@ -191,6 +216,12 @@ pub struct StepEnd {
     pub timed_out: bool,
     /// The child's exit code and signal name, if it ran.
     pub process: Option<(Option<i32>, Option<String>)>,
+    /// Why a step that did not complete ended, in the agent's own words
+    /// when it gave any (`steps[i].reason`, our extension).
+    pub reason: Option<String>,
+    /// The answer of a step that completed with one (`steps[i].answerPath`,
+    /// `answerPreview`, `answerBytes`, our extension).
+    pub answer: Option<AnswerRef>,
 }
 
 /// Step `i` ended.
@@ -217,6 +248,19 @@ pub fn step_ended(
         step.stopped = (end.status == "stopped").then_some(true);
         step.extra
             .insert("outputFile".into(), json!(output_path(config, i)));
+        match &end.reason {
+            Some(reason) => step.extra.insert("reason".into(), json!(reason)),
+            None => step.extra.remove("reason"),
+        };
+        // No preview of the answer here: it may quote the task, which
+        // stays out of the status (listings read the answer file's start).
+        for key in ["answerPath", "answerBytes"] {
+            step.extra.remove(key);
+        }
+        if let Some(answer) = &end.answer {
+            step.extra.insert("answerPath".into(), json!(answer.path));
+            step.extra.insert("answerBytes".into(), json!(answer.bytes));
+        }
         if let (Some(process), Some((code, signal))) =
             (step.external_process.as_mut(), &end.process)
         {
@@ -224,6 +268,50 @@ pub fn step_ended(
             process.duration_ms = Some(end.closed_at.saturating_sub(process.started_at));
             process.exit_code = *code;
             process.process_signal = signal.clone();
+        }
+    }
+    s
+}
+
+/// What the runner saw of a running step's output (`steps[i]`'s
+/// `lastOutputAt`, `lastActivity`, `agentSessionId`, `sessionFile`; our
+/// extension). `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepLive {
+    /// When its stdout or stderr last grew (ms).
+    pub last_output_at: Option<u64>,
+    /// The first line of its latest assistant message or tool use.
+    pub activity: Option<String>,
+    /// The agent CLI's session id, once printed.
+    pub session_id: Option<String>,
+    /// The CLI's session file, once written.
+    pub session_file: Option<String>,
+}
+
+/// Step `i` is running and its output said `live`. The session goes on
+/// the run too, where `resume` and listings read it.
+pub fn step_live(mut s: RunStatus, i: usize, live: &StepLive, now: u64) -> RunStatus {
+    s.last_update = Some(now);
+    if let Some(at) = live.last_output_at {
+        s.last_activity_at = Some(at.max(s.last_activity_at.unwrap_or(0)));
+    }
+    if let Some(id) = &live.session_id {
+        s.extra.insert("agentSessionId".into(), json!(id));
+    }
+    if let Some(file) = &live.session_file {
+        s.session_file = Some(file.clone());
+    }
+    if let Some(step) = s.steps.as_mut().and_then(|steps| steps.get_mut(i)) {
+        let fields = [
+            ("lastOutputAt", live.last_output_at.map(|t| json!(t))),
+            ("lastActivity", live.activity.as_ref().map(|a| json!(a))),
+            ("agentSessionId", live.session_id.as_ref().map(|v| json!(v))),
+            ("sessionFile", live.session_file.as_ref().map(|v| json!(v))),
+        ];
+        for (key, value) in fields {
+            if let Some(value) = value {
+                step.extra.insert(key.into(), value);
+            }
         }
     }
     s
@@ -245,6 +333,7 @@ pub fn finished(
     s.last_update = Some(now);
     s.timed_out = timed_out.then_some(true);
     s.stopped = (state == RunState::Stopped).then_some(true);
+
     if stopped {
         s.error = Some(
             s.stop_reason
@@ -252,6 +341,30 @@ pub fn finished(
                 .unwrap_or_else(|| "Subagent stopped by user.".to_owned()),
         );
     }
+    // The run's answer (our extension) is its last step's: a single run's
+    // or a chain's; a parallel run's answers stay on its steps.
+    let last = s
+        .steps()
+        .last()
+        .filter(|_| s.mode.as_deref() != Some("parallel"));
+    let answer: Vec<(&str, Value)> = ["answerPath", "answerBytes"]
+        .iter()
+        .filter_map(|k| Some((*k, last?.extra.get(*k)?.clone())))
+        .collect();
+    for key in ["answerPath", "answerBytes"] {
+        s.extra.remove(key);
+    }
+    if state == RunState::Complete {
+        for (key, value) in answer {
+            s.extra.insert(key.into(), value);
+        }
+    }
+    // The run's reason (our extension) is its error: the failing step's
+    // reason, the stop reason or the timeout.
+    match s.error.clone().filter(|_| state != RunState::Complete) {
+        Some(reason) => s.extra.insert("reason".into(), json!(reason)),
+        None => s.extra.remove("reason"),
+    };
     s
 }
 
@@ -386,6 +499,8 @@ mod tests {
             closed_at: 25,
             timed_out: false,
             process,
+            reason: None,
+            answer: None,
         }
     }
 
@@ -411,6 +526,58 @@ mod tests {
             let s = step_ended(base(), &config, 3, &other, 30);
             assert_eq!(s.current_step, Some(0), "{other:?}");
         }
+    }
+
+    #[test]
+    fn a_step_records_its_reason_answer_and_live_output_and_the_run_its_reason() {
+        let config = launch_config(Path::new("/runs/r"));
+        let s = step_started(queued(&config, None, None, 1), &config, 0, 60, None, 20);
+        let live = StepLive {
+            last_output_at: Some(22),
+            activity: Some("tool Bash: ls".into()),
+            session_id: Some("s-1".into()),
+            session_file: None,
+        };
+        let s = step_live(s, 0, &live, 23);
+        let step = &s.steps()[0];
+        assert_eq!(step.extra["lastOutputAt"], 22);
+        assert_eq!(step.extra["lastActivity"], "tool Bash: ls");
+        assert_eq!(step.extra["agentSessionId"], "s-1");
+        assert!(!step.extra.contains_key("sessionFile"));
+        assert_eq!(s.extra["agentSessionId"], "s-1");
+        assert_eq!((s.last_activity_at, s.last_update), (Some(22), Some(23)));
+
+        let failed = StepEnd {
+            reason: Some("Not logged in".into()),
+            ..end("failed", Some((Some(1), None)))
+        };
+        let s = step_ended(s, &config, 0, &failed, 30);
+        assert_eq!(s.steps()[0].extra["reason"], "Not logged in");
+        assert!(!s.steps()[0].extra.contains_key("answerPath"));
+        let done = StepEnd {
+            answer: Some(AnswerRef::of("/runs/r/answer-1.md".into(), "the answer")),
+            ..end("complete", Some((Some(0), None)))
+        };
+        let s = step_ended(s, &config, 1, &done, 31);
+        let step = &s.steps()[1];
+        assert_eq!(step.extra["answerPath"], "/runs/r/answer-1.md");
+        assert!(
+            !step.extra.contains_key("answerPreview"),
+            "the answer may quote the task"
+        );
+        assert_eq!(step.extra["answerBytes"], 10);
+        assert!(!step.extra.contains_key("reason"));
+        let over = finished(
+            s.clone(),
+            RunState::Failed,
+            Some("a: Not logged in".into()),
+            false,
+            false,
+            40,
+        );
+        assert_eq!(over.extra["reason"], "a: Not logged in");
+        let over = finished(over, RunState::Complete, None, false, false, 41);
+        assert!(!over.extra.contains_key("reason"));
     }
 
     #[test]

@@ -150,7 +150,7 @@ fn captured_status(
     let mut config = config.clone();
     let store = scratch.path().join("claude").display().to_string();
     config.env.insert("CLAUDE_CONFIG_DIR".into(), store);
-    supervisor::agent_output::after_step(&config, 0);
+    supervisor::agent_output::after_step(&config, 0, true);
     let path = config.run_dir.join("status.json");
     out.push(
         scratch
@@ -207,7 +207,7 @@ fn composite_status(
         json!({"type": "result", "subtype": "success", "result": "No problems found.", "session_id": SESSION}),
     );
     std::fs::write(config.run_dir.join("external-0.stdout.log"), stream)?;
-    supervisor::agent_output::after_step(&config, 0);
+    supervisor::agent_output::after_step(&config, 0, true);
     let path = config.run_dir.join("status.json");
     out.push(
         scratch

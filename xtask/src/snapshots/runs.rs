@@ -139,6 +139,9 @@ fn ended(
         closed_at: end,
         timed_out: false,
         process: Some((process.0, process.1.map(str::to_owned))),
+        // A step that did not complete says why (here: its error).
+        reason: error.filter(|_| status != "complete").map(str::to_owned),
+        answer: None,
     }
 }
 
@@ -239,27 +242,48 @@ fn single(scratch: &Scratch, out: &mut Vec<Artifact>) -> anyhow::Result<()> {
         &started,
         "`transitions::step_started`: COMMAND spawned",
     )?;
+    let live = transitions::StepLive {
+        last_output_at: Some(T0 + 400),
+        activity: Some("tool Bash: cargo test".into()),
+        session_id: Some("0b1c2d3e-agent-session".into()),
+        session_file: Some("/home/alice/.claude/projects/p/0b1c2d3e-agent-session.jsonl".into()),
+    };
+    let live = transitions::step_live(started.clone(), 0, &live, T0 + 450);
+    rec.record(
+        "single-step-live",
+        &live,
+        "`transitions::step_live`: the runner saw output, an activity and the CLI's session",
+    )?;
     let cases: [Ending; 4] = [
         (
             "single-complete",
             RunState::Complete,
             None,
-            ended("complete", None, 0, T0 + 200, T0 + 1200, (Some(0), None)),
+            StepEnd {
+                answer: Some(transitions::AnswerRef::of(
+                    config.run_dir.join("answer.md"),
+                    "The parser drops the last token.\nFix: keep it.\n",
+                )),
+                ..ended("complete", None, 0, T0 + 200, T0 + 1200, (Some(0), None))
+            },
             false,
             false,
         ),
         (
             "single-failed",
             RunState::Failed,
-            Some("Step failed: worker"),
-            ended(
-                "failed",
-                Some("command ended with exit code 3"),
-                3,
-                T0 + 200,
-                T0 + 1200,
-                (Some(3), None),
-            ),
+            Some("Not logged in · Please run /login"),
+            StepEnd {
+                reason: Some("Not logged in · Please run /login".into()),
+                ..ended(
+                    "failed",
+                    Some("command ended with exit code 3"),
+                    3,
+                    T0 + 200,
+                    T0 + 1200,
+                    (Some(3), None),
+                )
+            },
             false,
             false,
         ),

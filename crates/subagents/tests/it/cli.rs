@@ -80,7 +80,8 @@ fn a_failing_command_fails_and_wait_exits_1() {
     assert_eq!(wait.status.code(), Some(1), "{wait:?}");
     let status = env.status_json(&id);
     assert_eq!(status["state"], "failed");
-    assert_eq!(status["error"], "Step failed: sh");
+    assert_eq!(status["error"], "oops");
+    assert_eq!(status["reason"], "oops");
     assert_eq!(status["steps"][0]["exitCode"], 3);
     assert_eq!(status["steps"][0]["externalProcess"]["exitCode"], 3);
     assert_eq!(status["processTerminal"]["state"], "observed", "{status}");

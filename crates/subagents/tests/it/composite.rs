@@ -121,7 +121,7 @@ fn fail_fast_stops_the_siblings_of_a_failed_task() {
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let status = env.status_json(&id);
     assert_eq!(status["state"], "failed");
-    assert_eq!(status["error"], "Step failed: bad");
+    assert_eq!(status["error"], "bad: command ended with exit code 7");
     let steps = &status["steps"];
     assert_eq!(steps[1]["exitCode"], 7);
     // Recorded `failed` (as the reference records it), shown as what

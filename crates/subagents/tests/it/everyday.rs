@@ -78,7 +78,7 @@ fn run_wait_json_and_wait_json_return_the_final_summary() {
     assert_eq!(waited[0]["state"], "failed");
     assert_eq!(
         first_line(&env.run(&["wait", id])),
-        format!("{id} failed: Step failed: sh (exit 3)")
+        format!("{id} failed: command ended with exit code 3")
     );
 }
 

@@ -5,6 +5,7 @@
 mod common;
 
 mod agents;
+mod answers;
 mod cli;
 mod compat;
 mod compat_fixtures;

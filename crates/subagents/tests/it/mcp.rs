@@ -929,3 +929,82 @@ fn a_wait_cancelled_from_another_thread_returns_while_its_run_goes_on() {
     release(gate);
     env.settled(&id);
 }
+
+/// An agent run through MCP: `wait`'s progress says what the agent is
+/// doing while it runs, and `wait` and `status` return its whole answer
+/// (5,000 lines) with `answerPath` and `answerTruncated`.
+#[tokio::test]
+async fn an_agent_runs_answer_and_activity_come_back_through_mcp() {
+    let env = Env::new();
+    let home = tempfile::tempdir().unwrap();
+    let gate = home.path().join("gate");
+    let agents = Path::new(env.work()).join(".subagents/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let definition = format!(
+        "---\nrunner: codex\nenv:\n  FAKE_SCENARIO: long\n  FAKE_GATE: \"{}\"\n---\nYou fix.\n",
+        gate.display()
+    );
+    std::fs::write(agents.join("fixer.md"), definition).unwrap();
+    let path = format!(
+        "{}:{}",
+        fakes_dir().canonicalize().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let home_dir = home.path().display().to_string();
+    let vars = [
+        ("PATH", path.as_str()),
+        ("HOME", home_dir.as_str()),
+        ("FAKE_RECORD_DIR", home_dir.as_str()),
+    ];
+    let client = Client::default();
+    let server = connect_with(&env, &[], &vars, client.clone()).await;
+    let launched = server
+        .ok("run", json!({"agent": "fixer", "task": SECRET}))
+        .await;
+    let id = launched["runId"].as_str().unwrap().to_owned();
+    // Open the gate once a progress notification names the agent's activity.
+    let seen = client.progress.clone();
+    let opener = tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let doing = seen.lock().unwrap().iter().any(|p| {
+                p.message.as_deref().is_some_and(|m| {
+                    m.contains("doing: $ bash -lc ls") && m.contains("last output")
+                })
+            });
+            if doing || tokio::time::Instant::now() > deadline {
+                std::fs::write(&gate, "").unwrap();
+                return doing;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let waited = server
+        .ok("wait", json!({"runs": [&id], "timeout": "90s"}))
+        .await;
+    assert!(
+        opener.await.unwrap(),
+        "{:?}",
+        client.progress.lock().unwrap()
+    );
+    let expected: String = (1..=5000)
+        .map(|i| format!("line {i} of the long answer"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let run = &waited["runs"][0];
+    assert_eq!(run["state"], "complete", "{run}");
+    assert_eq!(run["answer"], expected.as_str());
+    assert_eq!(run["answerTruncated"], false);
+    let answer_path = env.run_dir(&id).join("answer.md").display().to_string();
+    assert_eq!(run["answerPath"], answer_path.as_str());
+    let status = server.ok("status", json!({"run": &id})).await;
+    assert_eq!(status["answer"], expected.as_str());
+    assert_eq!(status["steps"][0]["answerPath"], answer_path.as_str());
+    // The progress lines never carry the task.
+    for p in client.progress.lock().unwrap().iter() {
+        assert!(
+            !p.message.as_deref().unwrap_or("").contains(SECRET),
+            "{p:?}"
+        );
+    }
+}

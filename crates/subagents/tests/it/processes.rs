@@ -113,7 +113,7 @@ sleep 1; echo survived"#;
     assert_eq!(code, Some(1));
     let status = env.settled(&id);
     assert_eq!(status["state"], "failed");
-    assert_eq!(status["error"], "Step failed: bad");
+    assert_eq!(status["error"], "bad: command ended with exit code 7");
     let steps = &status["steps"];
     assert_eq!(steps[0]["exitCode"], 7, "{status}");
     assert_eq!(steps[1]["status"], "complete", "{status}");
@@ -138,7 +138,7 @@ fn a_chain_stops_at_its_first_failed_step() {
     assert_eq!(code, Some(1));
     let status = env.settled(&id);
     assert_eq!(status["state"], "failed");
-    assert_eq!(status["error"], "Step failed: broken");
+    assert_eq!(status["error"], "broken: command ended with exit code 3");
     assert_eq!(status["steps"][1]["exitCode"], 3);
     for i in [2, 3] {
         let step = &status["steps"][i];
@@ -287,7 +287,10 @@ fn a_step_timeout_ends_that_step_only() {
     assert_eq!(code, Some(1));
     let status = env.settled(&id);
     assert_eq!(status["state"], "failed");
-    assert_eq!(status["error"], "Step failed: slow", "{status}");
+    assert_eq!(
+        status["error"], "slow: Subagent timed out after 1000ms.",
+        "{status}"
+    );
     let steps = &status["steps"];
     assert_eq!(steps[0]["status"], "failed");
     assert_eq!(steps[0]["error"], "timed out after 1s");
