@@ -92,7 +92,7 @@ pub struct RunRequest {
     /// Default: `$SUBAGENTS_EXECUTOR` (config key `executor`), else the
     /// agent definition's, else `local`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub executor: Option<crate::executor::ExecutorKind>,
+    pub executor: Option<ExecutorKind>,
     /// The Slurm partition (with `executor: "slurm"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_partition: Option<String>,
@@ -105,6 +105,28 @@ pub struct RunRequest {
     /// else false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<bool>,
+}
+
+/// Which executor a request asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// A detached process tree on this machine.
+    #[default]
+    Local,
+    /// A Slurm batch job (`sbatch`) on a cluster that shares the state root.
+    Slurm,
+}
+
+impl ExecutorKind {
+    /// Parses `local` or `slurm`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "local" => Some(Self::Local),
+            "slurm" => Some(Self::Slurm),
+            _ => None,
+        }
+    }
 }
 
 /// A launched run, as the runner reported it ready.
@@ -122,7 +144,7 @@ pub struct Launched {
     pub runner_process_instance_id: String,
     /// The executor, when not local.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub executor: Option<crate::executor::ExecutorKind>,
+    pub executor: Option<ExecutorKind>,
     /// The Slurm job id, for a run submitted to Slurm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,

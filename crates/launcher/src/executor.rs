@@ -16,11 +16,10 @@
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use supervisor::config::LaunchConfig;
 use supervisor::slurm;
 
+pub use crate::api::ExecutorKind;
 use crate::api::{Launched, RunRequest};
 use crate::error::{Error, Result};
 
@@ -30,28 +29,6 @@ pub const EXECUTOR_ENV: &str = "SUBAGENTS_EXECUTOR";
 
 /// The config file a Slurm job's monitor reads instead of stdin.
 pub const LAUNCH_CONFIG_FILE: &str = "launch-config.json";
-
-/// Which executor a request asks for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecutorKind {
-    /// A detached process tree on this machine.
-    #[default]
-    Local,
-    /// A Slurm batch job (`sbatch`) on a cluster that shares the state root.
-    Slurm,
-}
-
-impl ExecutorKind {
-    /// Parses `local` or `slurm`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "local" => Some(Self::Local),
-            "slurm" => Some(Self::Slurm),
-            _ => None,
-        }
-    }
-}
 
 /// The executor of one launch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -323,55 +300,6 @@ pub fn time_limit_minutes(timeout_ms: Option<u64>) -> Option<u64> {
     Some(ms.div_ceil(60_000) + 2)
 }
 
-/// `stop` of a run held by Slurm: the request is recorded, the batch
-/// script (the monitor, which hands it to the runner) gets SIGTERM so the
-/// steps end gracefully and the run ends `stopped`; after the grace the
-/// whole job is cancelled. Returns once the run's proof is final (the
-/// monitor's, or the observer's from Slurm's record) or the wait is over.
-pub fn stop_dispatched(
-    layout: &status::Layout,
-    id: &str,
-    record: &dispatch::Dispatch,
-    reason: &str,
-) -> Result {
-    let dir = layout.run_dir(id);
-    crate::service::request_stop(&dir, id, reason)?;
-    let job = &record.job_id;
-    let pending = slurm::query(job).is_ok_and(|j| j.is_some_and(|j| j.state == "PENDING"));
-    let signalled = if pending {
-        slurm::cancel(job)
-    } else {
-        slurm::signal_batch_term(job)
-    };
-    let signalled =
-        signalled.map_err(|why| Error::failed(format!("failed to stop run '{id}': {why}")));
-    let grace = supervisor::runner::KILL_GRACE + std::time::Duration::from_secs(3);
-    if signalled.is_err() || !crate::service::wait_terminal(layout, id, grace)? {
-        slurm::cancel(job)
-            .map_err(|why| Error::failed(format!("failed to stop run '{id}': {why}")))?;
-    }
-    let options = supervisor::observer::Options {
-        stop_reason: Some(reason.to_owned()),
-        ..crate::runs::observer_options(layout)
-    };
-    // Slurm's TERM→KILL grace (`KillWait`) and the cgroup's cleanup come
-    // before the job leaves COMPLETING.
-    let deadline = std::time::Instant::now() + STOP_SETTLE;
-    loop {
-        let observation = supervisor::observer::observe(&dir, &options);
-        let settled = matches!(
-            observation,
-            supervisor::observer::Observation::Final
-                | supervisor::observer::Observation::Finalized { .. }
-        );
-        if settled || std::time::Instant::now() >= deadline {
-            return Ok(());
-        }
-        // Slurm tells no one when a job ends: it is asked again.
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-}
-
 /// The key under which `status`, `list` and `top` show a dispatched run's
 /// record and Slurm's view of it (never written to `status.json`).
 pub const DISPATCH_VIEW_KEY: &str = "dispatch";
@@ -404,9 +332,6 @@ pub fn with_dispatch(dir: &Path, mut status: status::RunStatus) -> status::RunSt
     status.extra.insert(DISPATCH_VIEW_KEY.into(), view);
     status
 }
-
-/// How long `stop` waits for Slurm to report a cancelled job over.
-const STOP_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {

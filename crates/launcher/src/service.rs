@@ -319,7 +319,7 @@ pub fn stop(layout: &Layout, id: &str, reason: &str) -> Result<StopOutcome> {
     let dir = run.async_dir.clone();
     let was_over = !run.status.state.is_active();
     if !was_over && let Ok(Some(record)) = dispatch::read(&dir) {
-        crate::executor::stop_dispatched(layout, &run.id, &record, reason)?;
+        stop_dispatched(layout, &run.id, &record, reason)?;
         return stopped_outcome(layout, &run.id, was_over, warnings);
     }
     if !was_over && let Some(host) = run.status.foreign_host() {
@@ -544,3 +544,56 @@ pub fn capacity(
         warnings,
     })
 }
+
+/// `stop` of a run held by Slurm: the request is recorded, the batch
+/// script (the monitor, which hands it to the runner) gets SIGTERM so the
+/// steps end gracefully and the run ends `stopped`; after the grace the
+/// whole job is cancelled. Returns once the run's proof is final (the
+/// monitor's, or the observer's from Slurm's record) or the wait is over.
+pub fn stop_dispatched(
+    layout: &status::Layout,
+    id: &str,
+    record: &dispatch::Dispatch,
+    reason: &str,
+) -> Result {
+    let dir = layout.run_dir(id);
+    request_stop(&dir, id, reason)?;
+    let job = &record.job_id;
+    let pending =
+        supervisor::slurm::query(job).is_ok_and(|j| j.is_some_and(|j| j.state == "PENDING"));
+    let signalled = if pending {
+        supervisor::slurm::cancel(job)
+    } else {
+        supervisor::slurm::signal_batch_term(job)
+    };
+    let signalled =
+        signalled.map_err(|why| crate::Error::failed(format!("failed to stop run '{id}': {why}")));
+    let grace = supervisor::runner::KILL_GRACE + std::time::Duration::from_secs(3);
+    if signalled.is_err() || !wait_terminal(layout, id, grace)? {
+        supervisor::slurm::cancel(job)
+            .map_err(|why| crate::Error::failed(format!("failed to stop run '{id}': {why}")))?;
+    }
+    let options = supervisor::observer::Options {
+        stop_reason: Some(reason.to_owned()),
+        ..crate::runs::observer_options(layout)
+    };
+    // Slurm's TERM→KILL grace (`KillWait`) and the cgroup's cleanup come
+    // before the job leaves COMPLETING.
+    let deadline = std::time::Instant::now() + STOP_SETTLE;
+    loop {
+        let observation = supervisor::observer::observe(&dir, &options);
+        let settled = matches!(
+            observation,
+            supervisor::observer::Observation::Final
+                | supervisor::observer::Observation::Finalized { .. }
+        );
+        if settled || std::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        // Slurm tells no one when a job ends: it is asked again.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// How long `stop` waits for Slurm to report a cancelled job over.
+const STOP_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
