@@ -722,6 +722,31 @@ mod units_and_values {
     use super::*;
 
     #[test]
+    fn a_name_with_a_space_or_a_slash_and_a_command_for_another_runner_are_refused() {
+        let parse = |yaml: &str| {
+            parse_definition(
+                &format!("---\n{yaml}\n---\n"),
+                Path::new("/a/x.md"),
+                RunnerKind::Pi,
+            )
+        };
+        for name in ["'a b'", "a/b"] {
+            let err = parse(&format!("name: {name}")).unwrap_err().to_string();
+            assert!(
+                err.contains("must not contain spaces or '/'"),
+                "{name}: {err}"
+            );
+        }
+        let err = parse("runner: pi\ncommand: [echo]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'command' is only for runner 'command'"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn every_duration_unit_counts() {
         assert_eq!(parse_duration_ms("500ms"), Some(500));
         assert_eq!(parse_duration_ms("90s"), Some(90_000));
