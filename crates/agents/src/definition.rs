@@ -758,3 +758,71 @@ mod optional_fields {
         );
     }
 }
+
+#[cfg(test)]
+mod units_and_values {
+    use super::*;
+
+    #[test]
+    fn a_name_with_a_space_or_a_slash_and_a_command_for_another_runner_are_refused() {
+        let parse = |yaml: &str| {
+            parse_definition(
+                &format!("---\n{yaml}\n---\n"),
+                Path::new("/a/x.md"),
+                RunnerKind::Pi,
+            )
+        };
+        for name in ["'a b'", "a/b"] {
+            let err = parse(&format!("name: {name}")).unwrap_err().to_string();
+            assert!(
+                err.contains("must not contain spaces or '/'"),
+                "{name}: {err}"
+            );
+        }
+        let err = parse("runner: pi\ncommand: [echo]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'command' is only for runner 'command'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_duration_unit_counts() {
+        assert_eq!(parse_duration_ms("500ms"), Some(500));
+        assert_eq!(parse_duration_ms("90s"), Some(90_000));
+        assert_eq!(parse_duration_ms("90"), Some(90_000));
+        assert_eq!(parse_duration_ms("20m"), Some(1_200_000));
+        assert_eq!(parse_duration_ms("1h"), Some(3_600_000));
+        assert_eq!(parse_duration_ms("1d"), None);
+    }
+
+    #[test]
+    fn env_numbers_and_booleans_become_text_and_a_bad_name_is_refused() {
+        let def = parse_definition(
+            "---\nenv: {N: 3, B: true, S: x}\n---\n",
+            Path::new("/a/x.md"),
+            RunnerKind::Pi,
+        )
+        .unwrap();
+        let env: Vec<(&str, &str)> = def
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(env, [("B", "true"), ("N", "3"), ("S", "x")]);
+        for bad in ["'A=B': x", "'': x"] {
+            let err = parse_definition(
+                &format!("---\nenv: {{{bad}}}\n---\n"),
+                Path::new("/a/x.md"),
+                RunnerKind::Pi,
+            )
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("is not a variable name"),
+                "{bad}: {err}"
+            );
+        }
+    }
+}
