@@ -67,6 +67,24 @@ pub struct RunBrief {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The failure in the agent's own words (see `reason` of the steps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The run's final answer, up to the documented cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// The file that holds the whole answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_path: Option<String>,
+    /// The answer was cut at the cap (the whole is in `answerPath`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_truncated: Option<bool>,
+    /// The answer's first characters (`list`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_preview: Option<String>,
+    /// The agent CLI's session id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_session_id: Option<String>,
     /// The run's output file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_file: Option<String>,
@@ -113,6 +131,28 @@ pub struct StepBrief {
     /// A stop ended the step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<bool>,
+    /// The failure in the agent's own words (its CLI's error, else the
+    /// command's last stderr line, else the exit code or signal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The step's final answer, up to the documented cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// The file that holds the whole answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_path: Option<String>,
+    /// The answer was cut at the cap (the whole is in `answerPath`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_truncated: Option<bool>,
+    /// The agent CLI's session id, recorded as soon as the CLI printed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_session_id: Option<String>,
+    /// The last time the step wrote output (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_output_at: Option<u64>,
+    /// The agent's latest activity (escaped, bounded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_activity: Option<String>,
     /// The step's output file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_file: Option<String>,
@@ -146,6 +186,12 @@ impl RunBrief {
             stopped: s.stopped,
             stop_reason: s.stop_reason.clone(),
             error: s.error.clone(),
+            reason: text(&s.extra, "reason"),
+            answer: text(&s.extra, "answer"),
+            answer_path: text(&s.extra, "answerPath"),
+            answer_truncated: flag(&s.extra, "answerTruncated"),
+            answer_preview: text(&s.extra, "answerPreview"),
+            agent_session_id: text(&s.extra, "agentSessionId"),
             output_file: s.output_file.clone(),
             resumed_from: text(&s.extra, "resumedFrom"),
             steps: s.steps().iter().map(StepBrief::of).collect(),
@@ -169,11 +215,22 @@ impl StepBrief {
             error: step.error.clone(),
             timed_out: step.timed_out,
             stopped: step.stopped,
+            reason: text(&step.extra, "reason"),
+            answer: text(&step.extra, "answer"),
+            answer_path: text(&step.extra, "answerPath"),
+            answer_truncated: flag(&step.extra, "answerTruncated"),
+            agent_session_id: text(&step.extra, "agentSessionId"),
+            last_output_at: step.extra.get("lastOutputAt").and_then(Value::as_u64),
+            last_activity: text(&step.extra, "lastActivity"),
             output_file: text(&step.extra, "outputFile"),
             stdout_path: process.map(|p| p.stdout_path.clone()),
             stderr_path: process.map(|p| p.stderr_path.clone()),
         }
     }
+}
+
+fn flag(map: &Map<String, Value>, key: &str) -> Option<bool> {
+    map.get(key).and_then(Value::as_bool)
 }
 
 fn text(map: &Map<String, Value>, key: &str) -> Option<String> {

@@ -497,7 +497,7 @@ fn a_step_past_its_limit_is_terminated_and_reported_timed_out_without_its_siblin
     assert_eq!(s.timed_out, None);
     assert_eq!(
         s.error.as_deref(),
-        Some("slow: Subagent timed out after 300ms.")
+        Some("slow: timed out after 300ms")
     );
 }
 

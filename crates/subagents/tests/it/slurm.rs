@@ -374,6 +374,8 @@ fn slurm_options_without_the_slurm_executor_are_a_usage_error() {
     let env = Env::new();
     let out = env.run(&["run", "--slurm-partition", "main", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = env.run(&["run", "--slurm-arg", "--exclusive", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let out = env.run(&[
         "run",
         "--executor",
