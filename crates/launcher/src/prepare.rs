@@ -201,7 +201,7 @@ fn settle_idle(
         ms = crate::presets::idle_timeout_ms(def)?;
     }
     if ms.is_none() {
-        let var = crate::settings::IDLE_TIMEOUT_ENV;
+        let var = IDLE_TIMEOUT_ENV;
         if let Some(text) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
             let parsed = crate::spec::duration_ms(&text).map_err(|e| {
                 Error::bad_duration(
@@ -443,6 +443,10 @@ fn resolve_queue(request: Option<bool>, spec: Option<bool>) -> Result<bool> {
         .with_hint("set it to true, false, 1 or 0, or unset it; `subagents config` shows where it comes from")
     })
 }
+
+/// The variable of the default idle limit (config `idle_timeout`), read by
+/// the launcher itself: an agent's own `idleTimeout` wins over it.
+pub const IDLE_TIMEOUT_ENV: &str = "SUBAGENTS_IDLE_TIMEOUT";
 
 /// The environment variable of the `queue` config key.
 pub const QUEUE_ENV: &str = "SUBAGENTS_QUEUE";

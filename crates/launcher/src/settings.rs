@@ -24,9 +24,7 @@ pub const KEYS: [(&str, &str, bool); 9] = [
     ("executor", crate::executor::EXECUTOR_ENV, false),
 ];
 
-/// The variable of the default idle limit (config `idle_timeout`), read by
-/// the launcher itself: an agent's own `idleTimeout` wins over it.
-pub const IDLE_TIMEOUT_ENV: &str = "SUBAGENTS_IDLE_TIMEOUT";
+pub use crate::prepare::IDLE_TIMEOUT_ENV;
 
 /// Where the file is looked for.
 pub fn path() -> Option<PathBuf> {

@@ -190,7 +190,14 @@ pub fn parse_plan(value: &Value) -> Result<Plan, String> {
 fn parse_parallel(obj: &Map<String, Value>) -> Result<Plan, String> {
     only_keys(
         obj,
-        &["mode", "tasks", "concurrency", "failFast", "idleTimeout", "queue"],
+        &[
+            "mode",
+            "tasks",
+            "concurrency",
+            "failFast",
+            "idleTimeout",
+            "queue",
+        ],
         "",
     )?;
     let idle = top_idle_timeout(obj)?;

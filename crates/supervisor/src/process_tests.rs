@@ -495,10 +495,7 @@ fn a_step_past_its_limit_is_terminated_and_reported_timed_out_without_its_siblin
     );
     // A step's limit is not the run's.
     assert_eq!(s.timed_out, None);
-    assert_eq!(
-        s.error.as_deref(),
-        Some("slow: timed out after 300ms")
-    );
+    assert_eq!(s.error.as_deref(), Some("slow: timed out after 300ms"));
 }
 
 #[test]

@@ -287,10 +287,7 @@ fn a_step_timeout_ends_that_step_only() {
     assert_eq!(code, Some(1));
     let status = env.settled(&id);
     assert_eq!(status["state"], "failed");
-    assert_eq!(
-        status["error"], "slow: timed out after 1s",
-        "{status}"
-    );
+    assert_eq!(status["error"], "slow: timed out after 1s", "{status}");
     let steps = &status["steps"];
     assert_eq!(steps[0]["status"], "failed");
     assert_eq!(steps[0]["error"], "timed out after 1s");

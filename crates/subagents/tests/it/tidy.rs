@@ -1081,7 +1081,6 @@ const UNTESTED_FLAGS: &[(&str, &str)] = &[
     ("budget doctor", "--json"),
     ("mcp", "--fanout-limit"),
     ("mcp", "--max-active"),
-    ("mcp", "--session"),
     ("mcp", "--session-dir"),
     ("resume", "--task-file"),
 ];
