@@ -388,6 +388,18 @@ fn slurm_options_without_the_slurm_executor_are_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let out = env.run(&["run", "--slurm-arg", "--exclusive", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
+    // Slurm queues its jobs; our queue is for local runs (docs/cluster.md §6).
+    let out = env.run(&["run", "--executor", "slurm", "--queue", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`queue` does not apply to a Slurm run"),
+        "{out:?}"
+    );
+    assert!(
+        std::fs::read_dir(env.root().join("async-subagent-runs"))
+            .map(|d| d.count() == 0)
+            .unwrap_or(true)
+    );
     let out = env.run(&[
         "run",
         "--executor",
