@@ -1002,7 +1002,7 @@ impl<'a> Execution<'a> {
                     .filter(|r| r.interruption == Some(Interruption::TimedOut))
                     .find_map(|r| r.report.words.clone());
                 let message = match words {
-                    Some(words) => format!("{message} Last words: {words}"),
+                    Some(words) => format!("{message}; last words: {words}"),
                     None => message,
                 };
                 return (RunState::Failed, Some(message));
@@ -1214,7 +1214,7 @@ fn step_reason(status: &str, error: Option<&str>, run: &StepRun) -> Option<Strin
     let words = run.report.words.clone();
     match run.interruption {
         Some(Interruption::TimedOut) => match (error, words) {
-            (Some(error), Some(words)) => Some(format!("{error} Last words: {words}")),
+            (Some(error), Some(words)) => Some(format!("{error}; last words: {words}")),
             (error, words) => error.or(words),
         },
         Some(_) => error,
