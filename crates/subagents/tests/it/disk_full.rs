@@ -461,7 +461,7 @@ fn a_root_read_only_while_the_command_exits_ends_complete_once_writable() {
 }
 
 /// What a run whose root turned read-only past the runner's retry budget
-/// (4 s), and writable only once the runner gave up, ends with: the run is
+/// (8 s), and writable only once the runner gave up, ends with: the run is
 /// started with `run_args`, its COMMANDs wait on `gates` (the step `last`
 /// started last), and the status is returned once the monitor exited by
 /// itself.
@@ -511,10 +511,10 @@ fn a_monitor_that_outlives_its_runner_on_a_read_only_root_ends_the_run_once_writ
     };
     let work = tempfile::tempdir().unwrap();
     let gate = fifo(work.path());
-    // The runner gives up after 4 s; its monitor retries 4 s more.
+    // The runner gives up after 8 s; its monitor retries 8 s more (wide enough that a loaded machine still makes the root writable within the monitor's budget).
     let run = Run {
         root: &tmpfs.path().join("state"),
-        retry_ms: "4000",
+        retry_ms: "8000",
     };
     let script = format!(
         "echo before; read line < '{}'; echo after; exit 0",
@@ -541,7 +541,7 @@ fn a_failure_seen_while_the_root_was_read_only_keeps_its_exit_code() {
     let gate = fifo(work.path());
     let run = Run {
         root: &tmpfs.path().join("state"),
-        retry_ms: "4000",
+        retry_ms: "8000",
     };
     let script = format!("read line < '{}'; exit 3", gate.display());
     let args = ["--", "sh", "-c", &script];
@@ -564,7 +564,7 @@ fn a_chain_that_ended_while_the_root_was_read_only_keeps_every_step() {
     let gate = fifo(work.path());
     let run = Run {
         root: &tmpfs.path().join("state"),
-        retry_ms: "4000",
+        retry_ms: "8000",
     };
     let spec = serde_json::json!({"mode": "chain", "steps": [
         {"agent": "first", "command": ["sh", "-c", "echo one; exit 0"]},
@@ -604,7 +604,7 @@ fn a_parallel_run_that_ended_while_the_root_was_read_only_keeps_each_exit_code()
     );
     let run = Run {
         root: &tmpfs.path().join("state"),
-        retry_ms: "4000",
+        retry_ms: "8000",
     };
     let waits = |gate: &Path, code: u8| {
         serde_json::json!([
