@@ -511,7 +511,8 @@ fn a_monitor_that_outlives_its_runner_on_a_read_only_root_ends_the_run_once_writ
     };
     let work = tempfile::tempdir().unwrap();
     let gate = fifo(work.path());
-    // The runner gives up after 8 s; its monitor retries 8 s more (wide enough that a loaded machine still makes the root writable within the monitor's budget).
+    // The runner gives up after 8 s; its monitor retries 8 s more: wide
+    // enough that a loaded machine makes the root writable in time.
     let run = Run {
         root: &tmpfs.path().join("state"),
         retry_ms: "8000",
