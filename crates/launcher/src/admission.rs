@@ -36,35 +36,6 @@ pub fn pools(layout: &Layout) -> Capacity {
 /// `--max-active N` in the same session counts it.
 const UNLIMITED: u32 = u32::MAX;
 
-/// Takes a slot for `run_id` (also without a limit, so every top-level run
-/// of the session is counted); exit 3 with the snapshot when the session is
-/// full, exit 1 naming the slot when it cannot be written: a run that is not
-/// counted would let the session run over its limit.
-pub fn acquire(
-    layout: &Layout,
-    session: &str,
-    limit: Option<u32>,
-    run_id: &str,
-    run_dir: &Path,
-) -> Result<Option<SlotHandle>> {
-    observe_holders_of_a_full_pool(layout, session, limit);
-    let limited = limit.filter(|l| *l > 0);
-    let request = Acquire {
-        session_id: session,
-        limit: Some(limited.unwrap_or(UNLIMITED)),
-        run_id,
-        kind: Kind::Runner,
-        async_dir: run_dir,
-        live_workflows: &HashSet::new(),
-    };
-    pools(layout).acquire(&request).map_err(|e| match e {
-        CapacityError::Exhausted(_) => capacity_error(e),
-        other => Error::failed(format!(
-            "failed to launch run: failed to take an active-run capacity slot: {other}"
-        )),
-    })
-}
-
 /// What a launch was given by [`admit`].
 pub enum Admitted {
     /// A slot (`None`: a nested launch, which takes none).
@@ -73,9 +44,12 @@ pub enum Admitted {
     Queued(capacity::Queued),
 }
 
-/// [`acquire`] that never takes a slot past the runs waiting in the
+/// Takes a slot for `run_id` (also without a limit, so every top-level run
+/// of the session is counted), never past the runs waiting in the
 /// session's queue; with `queue`, a launch that gets no slot joins the
-/// queue instead of being refused.
+/// queue instead of being refused. Exit 3 with the snapshot when the
+/// session is full, exit 1 naming the slot when it cannot be written: a run
+/// that is not counted would let the session run over its limit.
 pub fn admit(
     layout: &Layout,
     session: &str,
