@@ -14,6 +14,9 @@
 #   setsid /bin/true                       (two process starts: the floor of a detached start)
 #   run -- true, run --wait on a tmpfs root (/dev/shm: every fsync free; the
 #                                          difference to ext4 is what the durable writes cost)
+#   run -- true, run --wait, fsync free    (ext4 root, every fsync a no-op through the
+#                                          LD_PRELOAD shim bench/spawn/nofsync.c, built with cc:
+#                                          what the launch costs when durable writes cost nothing)
 #   BASELINE_BIN run -- true, run --wait   (with BASELINE_BIN=<an older build>)
 #
 # and then the first `list --all` after LIST_RUNS (1,000) finished runs
@@ -42,7 +45,7 @@ PUEUED_PID=
 cleanup() {
     set +e
     [ -n "$PUEUED_PID" ] && kill "$PUEUED_PID" 2>/dev/null && wait "$PUEUED_PID" 2>/dev/null
-    for root in "$W"/root "$W"/base-root "$SHM"/root; do
+    for root in "$W"/root "$W"/base-root "$W"/free-root "$SHM"/root; do
         idx="$root/async-subagent-runs/.active-runs"
         [ -d "$idx" ] || continue
         for id in $(ls -A "$idx"); do "$BIN" --root "$root" stop "$id" >/dev/null 2>&1; done
@@ -82,6 +85,12 @@ rows=(
     "run, tmpfs root=$BIN --root $SHM/root run -- true"
     "run --wait, tmpfs root=$BIN --root $SHM/root run --wait -- true"
 )
+if cc -O2 -shared -fPIC -o "$W/nofsync.so" "$BENCH_DIR/spawn/nofsync.c" 2>/dev/null; then
+    rows+=(
+        "run, fsync free=LD_PRELOAD=$W/nofsync.so $BIN --root $W/free-root run -- true"
+        "run --wait, fsync free=LD_PRELOAD=$W/nofsync.so $BIN --root $W/free-root run --wait -- true"
+    )
+fi
 if [ -n "${BASELINE_BIN:-}" ]; then
     rows+=(
         "baseline run=$BASELINE_BIN --root $W/base-root run -- true"
@@ -91,6 +100,8 @@ fi
 load
 python3 "$BENCH_DIR/interleave.py" "$ROUNDS" "${rows[@]}" | tee -a "$out"
 load
+# What batching the launcher's durable writes could save at best, on the root's filesystem.
+python3 "$BENCH_DIR/fsync-batch.py" "$W" "$ROUNDS" | tee -a "$out"
 
 # The first `list --all` after LIST_RUNS finished runs: a root with one
 # finished run cloned to LIST_RUNS, no listing index yet; a fresh copy each time.

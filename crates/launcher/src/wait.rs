@@ -63,6 +63,8 @@ fn watch_dirs_into(dirs: &[PathBuf], tx: Sender<()>) -> Option<notify::Recommend
 struct MonitorWatches {
     tx: Sender<()>,
     watched: HashSet<(u32, u64)>,
+    /// The monitors a thread blocks on through a pidfd.
+    by_pidfd: HashSet<(u32, u64)>,
     stop: Option<(Arc<OwnedFd>, OwnedFd)>,
 }
 
@@ -74,6 +76,7 @@ impl MonitorWatches {
         Self {
             tx,
             watched: HashSet::new(),
+            by_pidfd: HashSet::new(),
             stop,
         }
     }
@@ -88,10 +91,27 @@ impl MonitorWatches {
                 // No pipe: the periodic re-check notices the exit.
                 return;
             };
-            if self.watched.insert((monitor.pid, monitor.start_time)) {
-                watch_exit(monitor, self.tx.clone(), stop.clone());
+            let key = (monitor.pid, monitor.start_time);
+            if self.watched.insert(key) && watch_exit(monitor, self.tx.clone(), stop.clone()) {
+                self.by_pidfd.insert(key);
             }
         }
+    }
+
+    /// Whether the exit of a live monitor of this boot, watched here, will
+    /// wake the waiter for each of `runs`: a run is settled only once its
+    /// monitor is gone, so no file event of such a run needs a look sooner.
+    /// A run with no monitor yet, one of another boot or machine (a Slurm
+    /// job's), or one whose monitor is gone needs the directory watch.
+    fn cover<'r>(&self, mut runs: impl Iterator<Item = &'r RunSummary>) -> bool {
+        self.stop.is_some()
+            && runs.all(|run| {
+                run.status.monitor_identity.as_ref().is_some_and(|m| {
+                    m.is_of_this_boot()
+                        && self.by_pidfd.contains(&(m.pid, m.start_time))
+                        && m.liveness() == process_identity::Liveness::Alive
+                })
+            })
     }
 }
 
@@ -99,21 +119,26 @@ impl MonitorWatches {
 /// thread also ends when `stop` hangs up (the wait is over). When the
 /// recorded process is already gone, or pidfds are unavailable, it sends
 /// at once (one extra look; the periodic re-check covers the rest).
-fn watch_exit(process: &process_identity::ProcessIdentity, tx: Sender<()>, stop: Arc<OwnedFd>) {
+/// Returns whether a thread now blocks on the process's exit.
+fn watch_exit(
+    process: &process_identity::ProcessIdentity,
+    tx: Sender<()>,
+    stop: Arc<OwnedFd>,
+) -> bool {
     // A pid of another boot or machine names nothing of ours here.
     if !process.is_of_this_boot() {
         let _ = tx.send(());
-        return;
+        return false;
     }
     let Some(pidfd) = open_pidfd(process.pid) else {
         let _ = tx.send(());
-        return;
+        return false;
     };
     // Checked after opening: if the pid was recycled before pidfd_open, the
     // recorded identity no longer matches and the descriptor is not ours.
     if process.liveness() != process_identity::Liveness::Alive {
         let _ = tx.send(());
-        return;
+        return false;
     }
     let spawned = std::thread::Builder::new()
         .name("wait-monitor".into())
@@ -134,7 +159,7 @@ fn watch_exit(process: &process_identity::ProcessIdentity, tx: Sender<()>, stop:
             {}
             let _ = tx.send(());
         });
-    drop(spawned);
+    spawned.is_ok()
 }
 
 fn open_pidfd(pid: u32) -> Option<OwnedFd> {
@@ -299,9 +324,12 @@ fn wait_until(
         .collect::<Result<_>>()?;
     let dirs: Vec<PathBuf> = ids.iter().map(|id| layout.run_dir(id)).collect();
     let (tx, events) = channel();
-    let _watcher = watch_dirs_into(&dirs, tx.clone());
+    // Made only when a pidfd cannot tell us a run is over: closing an
+    // inotify instance waits for a kernel grace period (about 10 ms here),
+    // which a short `run --wait` would otherwise spend at its exit.
+    let mut watcher = None;
     cancel.wake(tx.clone());
-    let mut monitors = MonitorWatches::new(tx);
+    let mut monitors = MonitorWatches::new(tx.clone());
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let mut reported = vec![false; ids.len()];
@@ -311,6 +339,9 @@ fn wait_until(
         }
         let runs = load_all(layout, &ids)?;
         monitors.add(&runs);
+        if watcher.is_none() && !monitors.cover(runs.iter().filter(|r| !is_settled(r))) {
+            watcher = watch_dirs_into(&dirs, tx.clone());
+        }
         for (run, done) in runs.iter().zip(reported.iter_mut()) {
             if !*done && is_settled(run) {
                 *done = true;
