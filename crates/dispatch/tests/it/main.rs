@@ -117,3 +117,15 @@ fn nix_mkfifo(path: &Path) {
         .unwrap();
     assert!(status.success());
 }
+
+#[test]
+fn an_executors_name_is_the_one_in_the_file() {
+    // `as_str` names the executor in status and listings; it must be the
+    // very word the file holds, or a reader of one would not match the other.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), &record()).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["executor"], Executor::Slurm.as_str());
+    assert_eq!(Executor::Slurm.as_str(), "slurm");
+}

@@ -3,3 +3,4 @@
 
 mod children;
 mod environ;
+mod machine;
