@@ -18,7 +18,10 @@ fn trimmed(path: &str) -> Option<String> {
 #[test]
 fn the_host_name_is_the_kernels() {
     let expected = trimmed("/proc/sys/kernel/hostname");
-    assert!(expected.is_some(), "this machine has no host name to compare");
+    assert!(
+        expected.is_some(),
+        "this machine has no host name to compare"
+    );
     assert_eq!(host_name(), expected);
 }
 

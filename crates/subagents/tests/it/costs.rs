@@ -670,6 +670,77 @@ fn wait_is_woken_by_the_monitors_exit_through_a_pidfd() {
     );
 }
 
+#[test]
+fn a_wait_on_runs_with_live_monitors_makes_no_inotify_instance() {
+    // Closing an inotify instance waits for a kernel grace period (about
+    // 10 ms), paid at the waiter's exit: a wait that a pidfd on each
+    // monitor can wake must not make one.
+    let env = Env::new();
+    let Some(trace) = traced(
+        &env,
+        "inotify_init1,pidfd_open",
+        &["run", "--wait", "--", "true"],
+    ) else {
+        return;
+    };
+    let launcher = first_pid(&trace).to_owned();
+    let mine = |name: &str| {
+        calls(&trace, name)
+            .into_iter()
+            .filter(|l| l.starts_with(&launcher))
+            .count()
+    };
+    assert!(
+        mine("pidfd_open") >= 1,
+        "the monitor was not watched:\n{trace}"
+    );
+    assert_eq!(
+        mine("inotify_init1"),
+        0,
+        "wait made an inotify instance:\n{trace}"
+    );
+}
+
+#[test]
+fn a_wait_on_a_run_of_another_machine_watches_its_directory() {
+    // A monitor of another machine (a Slurm job's, on its node) has no
+    // pidfd here: only its run directory's file events wake the waiter.
+    if !Path::new(STRACE).exists() {
+        eprintln!("skipped: {STRACE} is not installed");
+        return;
+    }
+    let env = Env::new();
+    let fifo = env.fifo("gate");
+    let id = env.ok(&["run", "--", "cat", fifo.to_str().unwrap()]);
+    let id = id.trim().to_owned();
+    let log = env.root().join("wait.strace");
+    let out = Command::new(STRACE)
+        .args(["-f", "-qq", "-e", "trace=inotify_init1", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_subagents"))
+        .arg("--root")
+        .arg(env.root())
+        .args(["wait", "--timeout", "1s", &id])
+        .env("SUBAGENTS_MACHINE_ID", "another-machine")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    drop(std::fs::OpenOptions::new().write(true).open(&fifo));
+    env.ok(&["wait", &id]);
+    let trace = std::fs::read_to_string(&log).unwrap_or_default();
+    if trace.is_empty() && !out.status.success() {
+        eprintln!("skipped: strace could not trace here");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert!(
+        calls(&trace, "inotify_init1")
+            .iter()
+            .any(|l| !l.contains("= -1")),
+        "no directory watch for a run of another machine:\n{trace}"
+    );
+}
+
 /// The size of the section named `name` in the ELF64 little-endian file
 /// `elf`, or `None` when it has no such section.
 fn elf_section_size(elf: &[u8], name: &str) -> Option<u64> {
