@@ -8,4 +8,5 @@ mod errors;
 mod foreign_owner;
 mod relative;
 mod short_append;
+mod syncs;
 mod writes;
