@@ -6,6 +6,7 @@
 mod batch_open_files;
 mod errors;
 mod foreign_owner;
+mod proc_files;
 mod relative;
 mod short_append;
 mod syncs;
