@@ -123,7 +123,7 @@ pub enum Command {
         /// What to do (default: list).
         #[command(subcommand)]
         action: Option<AgentsAction>,
-        /// Print JSON (list, show).
+        /// Print JSON (list, show; prompt: {snippet}).
         #[arg(long, global = true)]
         json: bool,
     },

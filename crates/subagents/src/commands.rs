@@ -728,8 +728,8 @@ pub fn agents(launcher: &Launcher, request: &AgentsRequest, json: bool) -> Resul
         eprintln!("subagents: {}", launcher::escape(line));
     }
     match &outcome {
-        AgentsOutcome::Prompt(prompt) => print!("{}", prompt.snippet),
         _ if json => print_json(&outcome),
+        AgentsOutcome::Prompt(prompt) => print!("{}", prompt.snippet),
         AgentsOutcome::List(list) => {
             if list.agents.is_empty() {
                 println!(

@@ -16,6 +16,7 @@ mod crash_matrix;
 mod damaged;
 mod disk_full;
 mod everyday;
+mod flags;
 mod handles;
 mod hostile;
 mod json;

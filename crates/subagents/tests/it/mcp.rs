@@ -1008,3 +1008,277 @@ async fn an_agent_runs_answer_and_activity_come_back_through_mcp() {
         );
     }
 }
+
+/// A config home with no config file: the developer's defaults stay out.
+fn no_config(env: &Env) -> String {
+    Path::new(env.work())
+        .join("no-config")
+        .display()
+        .to_string()
+}
+
+/// The server's own flags (`subagents mcp --session-dir --fanout-limit`,
+/// and `$SUBAGENTS_MAX_ACTIVE`) set every run it starts; `queue` waits over the limit
+/// instead of being refused; `capacity` reports any session against any limit.
+#[tokio::test]
+async fn the_servers_flags_set_the_runs_it_starts_and_queue_waits_for_a_slot() {
+    let env = Env::new();
+    let session_dir = Path::new(env.work()).join("session-home");
+    std::fs::create_dir_all(&session_dir).unwrap();
+    let config = no_config(&env);
+    let dir = session_dir.to_str().unwrap();
+    let server = connect(
+        &env,
+        &["--session-dir", dir, "--fanout-limit", "3"],
+        &[
+            ("XDG_CONFIG_HOME", &config),
+            ("SUBAGENTS_SESSION_ID", "flagged"),
+            // `--max-active` itself: a_capacity_refusal_carries_the_sessions_snapshot.
+            ("SUBAGENTS_MAX_ACTIVE", "1"),
+        ],
+    )
+    .await;
+    let gate = env.fifo("gate");
+    let held = server
+        .ok("run", json!({"command": gated(&gate, "true")}))
+        .await;
+    let held = held["runId"].as_str().unwrap().to_owned();
+    let status = env.status_json(&held);
+    assert_eq!(status["sessionId"], "flagged", "{status}");
+    assert_eq!(
+        status["sessionRoot"],
+        session_dir.to_str().unwrap(),
+        "{status}"
+    );
+    let budget = server.ok("budget", json!({"run": &held})).await;
+    assert_eq!(budget["limit"], 3, "{budget}");
+    assert_eq!(budget["used"], 1, "{budget}");
+
+    // Over --max-active: refused, or queued with `queue`.
+    let refused = server.error("run", json!({"command": ["true"]})).await;
+    assert_eq!(refused["error"]["code"], "LIMIT", "{refused}");
+    let queued = server
+        .ok("run", json!({"command": ["true"], "queue": true}))
+        .await;
+    assert!(queued["queuedForSlot"].is_object(), "{queued}");
+    let queued = queued["runId"].as_str().unwrap().to_owned();
+    assert_eq!(env.status_json(&queued)["state"], "queued");
+
+    let mine = server.ok("capacity", json!({})).await;
+    assert_eq!(
+        (mine["session"].as_str(), mine["used"].as_u64()),
+        (Some("flagged"), Some(1)),
+        "{mine}"
+    );
+    let other = server
+        .ok("capacity", json!({"session": "elsewhere", "limit": 5}))
+        .await;
+    assert_eq!(other["session"], "elsewhere", "{other}");
+    assert_eq!(other["used"], 0, "{other}");
+    assert_eq!(other["limit"], 5, "{other}");
+
+    release(gate);
+    let waited = server.ok("wait", json!({"runs": [&held, &queued]})).await;
+    assert_eq!(waited["runs"][0]["state"], "complete", "{waited}");
+    assert_eq!(waited["runs"][1]["state"], "complete", "{waited}");
+    assert_eq!(server.disconnect().await, Some(0));
+    env.settled(&held);
+    env.settled(&queued);
+}
+
+fn ids(listed: &Value) -> Vec<String> {
+    listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `list`'s filters and order, `dismiss` of several runs and of an active
+/// one (`force`), `stop`'s reason and full summary.
+#[tokio::test]
+async fn list_dismiss_and_stop_take_their_arguments() {
+    let env = Env::new();
+    let config = no_config(&env);
+    let server = connect(
+        &env,
+        &["--session", "lister"],
+        &[("XDG_CONFIG_HOME", &config)],
+    )
+    .await;
+    let gate = env.fifo("gate");
+    // Started first, still running: first by state, last by start.
+    let live = server
+        .ok("run", json!({"command": gated(&gate, "true")}))
+        .await;
+    let live = live["runId"].as_str().unwrap().to_owned();
+    let older = env
+        .ok(&["run", "--session", "s1", "--wait", "--", "true"])
+        .trim()
+        .to_owned();
+    let newer = env
+        .ok(&["run", "--session", "s2", "--wait", "--", "true"])
+        .trim()
+        .to_owned();
+    env.settled(&older);
+    env.settled(&newer);
+
+    let active = server.ok("list", json!({})).await;
+    assert_eq!(ids(&active), [live.as_str()], "{active}");
+    let every = server.ok("list", json!({"all": true})).await;
+    assert_eq!(ids(&every), [live.as_str(), &newer, &older], "{every}");
+    let by_start = server
+        .ok("list", json!({"all": true, "sort": "started"}))
+        .await;
+    assert_eq!(
+        ids(&by_start),
+        [newer.as_str(), &older, &live],
+        "{by_start}"
+    );
+    let first = server.ok("list", json!({"all": true, "limit": 1})).await;
+    assert_eq!(ids(&first), [live.as_str()], "{first}");
+    let s2 = server
+        .ok("list", json!({"all": true, "session": "s2"}))
+        .await;
+    assert_eq!(ids(&s2), [newer.as_str()], "{s2}");
+
+    let dismissed = server
+        .ok("dismiss", json!({"runs": [&older, &newer]}))
+        .await;
+    assert_eq!(
+        dismissed["runs"].as_array().unwrap().len(),
+        2,
+        "{dismissed}"
+    );
+    let hidden = server
+        .ok("list", json!({"all": true, "dismissed": true}))
+        .await;
+    assert_eq!(ids(&hidden), [newer.as_str(), &older], "{hidden}");
+    let shown = server.ok("list", json!({"all": true})).await;
+    assert_eq!(ids(&shown), [live.as_str()], "{shown}");
+    // An active run is dismissed only with `force`.
+    server.error("dismiss", json!({"run": &live})).await;
+    let forced = server
+        .ok("dismiss", json!({"run": &live, "force": true}))
+        .await;
+    assert_eq!(forced["runId"], live.as_str(), "{forced}");
+
+    let compact = server.ok("status", json!({"run": &live})).await;
+    assert!(
+        compact.get("runnerProcessInstanceId").is_none(),
+        "{compact}"
+    );
+    let stopped = server
+        .ok(
+            "stop",
+            json!({"run": &live, "reason": "enough of it", "detail": "full"}),
+        )
+        .await;
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    assert_eq!(stopped["stopReason"], "enough of it", "{stopped}");
+    assert!(stopped["runnerProcessInstanceId"].is_string(), "{stopped}");
+    assert_eq!(server.disconnect().await, Some(0));
+    env.settled(&live);
+}
+
+/// `run`'s `cwd`, `idleTimeout` and Slurm arguments, `logs`' `stderr`,
+/// `resume`'s `timeout`, `budget` of a descriptor file.
+#[tokio::test]
+async fn run_logs_resume_and_budget_take_their_arguments() {
+    let env = Env::new();
+    let config = no_config(&env);
+    let server = connect(&env, &[], &[("XDG_CONFIG_HOME", &config)]).await;
+    let dir = Path::new(env.work()).join("elsewhere");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = "pwd; echo to-err >&2";
+    let launched = server
+        .ok("run", json!({"command": ["sh", "-c", script], "cwd": &dir}))
+        .await;
+    let id = launched["runId"].as_str().unwrap().to_owned();
+    let waited = server.ok("wait", json!({"runs": [&id]})).await;
+    assert_eq!(waited["runs"][0]["state"], "complete", "{waited}");
+    let logs = server.ok("logs", json!({"run": &id})).await;
+    let out = logs["logs"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        Path::new(out.trim()).canonicalize().unwrap(),
+        dir.canonicalize().unwrap(),
+        "{logs}"
+    );
+    let errors = server.ok("logs", json!({"run": &id, "stderr": true})).await;
+    let all: String = errors["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(all.trim(), "to-err", "{errors}");
+
+    // The revival's own deadline, not the source's 30 minutes.
+    let resumed = server
+        .ok(
+            "resume",
+            json!({"run": &id, "task": "again", "timeout": "1h"}),
+        )
+        .await;
+    let revived = resumed["runId"].as_str().unwrap().to_owned();
+    assert_eq!(env.status_json(&revived)["timeoutMs"], 3_600_000);
+    assert_eq!(env.status_json(&id)["timeoutMs"], 1_800_000);
+    server.ok("wait", json!({"runs": [&revived]})).await;
+
+    let silent = server
+        .ok(
+            "run",
+            json!({"command": ["sleep", "600"], "idleTimeout": "1s"}),
+        )
+        .await;
+    let silent = silent["runId"].as_str().unwrap().to_owned();
+    let waited = server.ok("wait", json!({"runs": [&silent]})).await;
+    assert_eq!(waited["runs"][0]["state"], "failed", "{waited}");
+    assert_eq!(waited["runs"][0]["error"], "no output for 1s", "{waited}");
+
+    let descriptor = server
+        .ok("budget_create", json!({"rootRunId": "root-9", "limit": 4}))
+        .await;
+    let file = Path::new(env.work()).join("descriptor.json");
+    std::fs::write(&file, descriptor.to_string()).unwrap();
+    let budget = server.ok("budget", json!({"descriptor": &file})).await;
+    assert_eq!(budget, json!({"used": 0, "limit": 4, "remaining": 4}));
+
+    // The Slurm arguments are read (and refused here before anything is
+    // submitted): a partition needs the Slurm executor, which takes no
+    // `queue` and no sbatch option we set ourselves.
+    let before = env.run_count();
+    let error = server
+        .error(
+            "run",
+            json!({"command": ["true"], "slurmPartition": "main"}),
+        )
+        .await;
+    assert_eq!(error["error"]["code"], "USAGE", "{error}");
+    let error = server
+        .error(
+            "run",
+            json!({"command": ["true"], "executor": "slurm", "queue": true}),
+        )
+        .await;
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`queue` does not apply to a Slurm run"),
+        "{error}"
+    );
+    let error = server
+        .error(
+            "run",
+            json!({"command": ["true"], "executor": "slurm", "slurmArgs": ["--output=x"]}),
+        )
+        .await;
+    assert!(error.to_string().contains("not allowed"), "{error}");
+    assert_eq!(env.run_count(), before);
+    assert_eq!(server.disconnect().await, Some(0));
+    env.settled(&id);
+    env.settled(&revived);
+    env.settled(&silent);
+}

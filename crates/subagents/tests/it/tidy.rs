@@ -14,7 +14,11 @@
 //! * a CLI flag (read from the binary's `--help` pages) is named by no test
 //!   under `crates/subagents/tests`, unless it is in the list of the flags
 //!   untested when the check was written (`UNTESTED_FLAGS`), which may only
-//!   shrink.
+//!   shrink;
+//! * an MCP tool argument (read from a real server's `tools/list`), a spec
+//!   field (read from `crates/launcher/src/spec.rs`) or a config key and its
+//!   variable (read from `subagents config --json`) is named by no test, with
+//!   shrink-only lists of their own (all empty today).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -1058,32 +1062,34 @@ fn mentions(line: &str, flag: &str) -> bool {
     })
 }
 
+/// Commands a test starts through a helper rather than by name: `mcp.rs`
+/// starts `subagents mcp ARGS` with `connect(&env, ARGS, ..)`.
+const COMMAND_HELPERS: &[(&str, &[&str])] = &[("mcp", &["connect(", "connect_with("])];
+
 /// A flag of a command is tested when some test line names it within two
 /// lines of the command's name as a string literal (`&["list", "--limit",
-/// "2"]`); a flag of the top level counts wherever it is named.
+/// "2"]`, or a helper of [`COMMAND_HELPERS`]); a flag of the top level
+/// counts wherever it is named.
 fn tested(lines: &[String], command: &str, flag: &str) -> bool {
     let last = command.rsplit(' ').next().unwrap_or_default();
-    let quoted = format!("\"{last}\"");
+    let mut anchors = vec![format!("\"{last}\"")];
+    for (name, helpers) in COMMAND_HELPERS {
+        if *name == command {
+            anchors.extend(helpers.iter().map(|h| (*h).to_owned()));
+        }
+    }
     lines.iter().enumerate().any(|(i, line)| {
         mentions(line, flag)
             && (command.is_empty()
                 || lines[i.saturating_sub(2)..(i + 3).min(lines.len())]
                     .iter()
-                    .any(|l| l.contains(&quoted)))
+                    .any(|l| anchors.iter().any(|a| l.contains(a.as_str()))))
     })
 }
 
 /// The flags no test named when this check was written. A new flag must
 /// come with a test; a flag that gets one must leave this list.
-const UNTESTED_FLAGS: &[(&str, &str)] = &[
-    ("agents prompt", "--json"),
-    ("budget doctor", "--fanout-limit"),
-    ("budget doctor", "--json"),
-    ("mcp", "--fanout-limit"),
-    ("mcp", "--max-active"),
-    ("mcp", "--session-dir"),
-    ("resume", "--task-file"),
-];
+const UNTESTED_FLAGS: &[(&str, &str)] = &[];
 
 #[test]
 fn every_cli_flag_is_named_by_some_test() {
@@ -1116,5 +1122,432 @@ fn every_cli_flag_is_named_by_some_test() {
         stale.is_empty(),
         "flags in UNTESTED_FLAGS that are tested now or gone (remove them):\n{}",
         listing(&stale)
+    );
+}
+
+#[test]
+fn the_flag_check_catches_an_unnamed_flag() {
+    let lines: Vec<String> = [
+        "env.ok(&[\"list\", \"--limit\", \"2\"]);",
+        "",
+        "",
+        "let x = \"--limits\";",
+        "",
+        "env.ok(&[\"status\", &id, \"--json\"]);",
+        "let server = connect(&env, &[\"--max-active\", \"1\"], &[]).await;",
+    ]
+    .map(String::from)
+    .into();
+    assert!(tested(&lines, "list", "--limit"));
+    // Named, but as a longer flag or not near the command's name.
+    assert!(!tested(&lines, "budget", "--limits"));
+    assert!(!tested(&lines, "list", "--json"));
+    assert!(tested(&lines, "", "--json"));
+    // `connect(` starts `subagents mcp`, and nothing else.
+    assert!(tested(&lines, "mcp", "--max-active"));
+    assert!(!tested(&lines, "run", "--max-active"));
+}
+
+// Every MCP tool argument, spec field and config key named by a test, read
+// from their definitions as the flags are: the tools' input schemas from a
+// real server's `tools/list`, the spec's keys from `spec.rs`, the config keys
+// from `subagents config --json`.
+
+/// Whether a test line names `key` as a JSON object key: `"key":` in
+/// `json!` or a raw string, `\"key\":` inside an escaped one.
+fn names_key(line: &str, key: &str) -> bool {
+    line.contains(&format!("\"{key}\":")) || line.contains(&format!("\\\"{key}\\\":"))
+}
+
+/// Whether some line of `lines` satisfies `named` and has a line within
+/// `before` lines above it or `after` lines below it that satisfies `anchor`.
+fn named_near(
+    lines: &[String],
+    named: impl Fn(&str) -> bool,
+    anchor: impl Fn(&str) -> bool,
+    before: usize,
+    after: usize,
+) -> bool {
+    lines.iter().enumerate().any(|(i, line)| {
+        named(line)
+            && lines[i.saturating_sub(before)..(i + after + 1).min(lines.len())]
+                .iter()
+                .any(|l| anchor(l))
+    })
+}
+
+/// Every `(tool, argument)` of the MCP server's tools, from the input
+/// schemas a real `subagents mcp` lists.
+fn mcp_arguments() -> BTreeSet<(String, String)> {
+    use std::io::{BufRead, Write};
+    let root = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .arg("--root")
+        .arg(root.path())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let requests = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"tidy","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    ];
+    for request in requests {
+        writeln!(stdin, "{request}").unwrap();
+    }
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut found = BTreeSet::new();
+    for line in stdout.lines() {
+        let message: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if message["id"] != 2 {
+            continue;
+        }
+        for tool in message["result"]["tools"].as_array().unwrap() {
+            let name = tool["name"].as_str().unwrap();
+            let properties = tool["inputSchema"]["properties"].as_object();
+            for argument in properties.into_iter().flat_map(|p| p.keys()) {
+                found.insert((name.to_owned(), argument.clone()));
+            }
+        }
+        break;
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    found
+}
+
+/// The `(tool, argument)` pairs no test line names: the argument as a JSON
+/// key (`"tail":`) within two lines of the tool's name as a string literal
+/// (`server.ok("wait", json!({"runs": [id], "tail": 5}))`).
+fn untested_mcp_arguments(arguments: &BTreeSet<(String, String)>, lines: &[String]) -> Vec<String> {
+    arguments
+        .iter()
+        .filter(|(tool, argument)| {
+            let quoted = format!("\"{tool}\"");
+            !named_near(
+                lines,
+                |l| names_key(l, argument),
+                |l| l.contains(&quoted),
+                2,
+                2,
+            )
+        })
+        .map(|(tool, argument)| format!("{tool}.{argument}"))
+        .collect()
+}
+
+/// The MCP arguments no test named when this check was written. A new
+/// argument must come with a test; one that gets a test must leave this list.
+const UNTESTED_MCP_ARGUMENTS: &[&str] = &[];
+
+/// Fails on a name missing from `allowed` among `untested`, and on a stale
+/// entry of `allowed` (tested now, or gone).
+fn assert_only_allowed(what: &str, untested: &[String], allowed: &[&str], list: &str) {
+    let new: Vec<&String> = untested
+        .iter()
+        .filter(|u| !allowed.contains(&u.as_str()))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "{what} no test names (add a test):\n{}",
+        new.iter()
+            .map(|n| format!("    \"{n}\","))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let stale: Vec<&&str> = allowed
+        .iter()
+        .filter(|a| !untested.iter().any(|u| u == **a))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "entries of {list} that are tested now or gone (remove them): {stale:?}"
+    );
+}
+
+#[test]
+fn every_mcp_argument_is_named_by_some_test() {
+    let arguments = mcp_arguments();
+    assert!(
+        arguments.contains(&("run".to_owned(), "idleTimeout".to_owned()))
+            && arguments.contains(&("wait".to_owned(), "tail".to_owned()))
+            && arguments.len() > 30,
+        "too few arguments read: {arguments:?}"
+    );
+    let untested = untested_mcp_arguments(&arguments, &test_lines());
+    assert_only_allowed(
+        "MCP arguments",
+        &untested,
+        UNTESTED_MCP_ARGUMENTS,
+        "UNTESTED_MCP_ARGUMENTS",
+    );
+}
+
+#[test]
+fn the_mcp_argument_check_catches_an_unnamed_argument() {
+    let arguments: BTreeSet<(String, String)> =
+        [("wait", "tail"), ("wait", "timeout"), ("logs", "tail")]
+            .into_iter()
+            .map(|(t, a)| (t.to_owned(), a.to_owned()))
+            .collect();
+    let lines: Vec<String> = [
+        "let out = server",
+        "    .ok(\"wait\", json!({\"runs\": [id], \"tail\": 5}))",
+        "    .await;",
+        "",
+        "",
+        "let timeout = \"timeout\"; // no key, and \"logs\" is far from any",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        untested_mcp_arguments(&arguments, &lines),
+        ["logs.tail", "wait.timeout"]
+    );
+}
+
+/// The fields of a spec file as `scope.key`, read from the source of
+/// `spec.rs`: each `only_keys(..., &[...])` list of the top level and of a
+/// chain's parallel group (`spec.` and `group.`; `parallel` is the group's
+/// own key), and the serde fields of `StepSpec` (`step.`; camel case, but
+/// `#[serde(skip)]` fields, which no file holds).
+fn spec_fields(source: &str) -> BTreeSet<String> {
+    let mut fields = BTreeSet::new();
+    for (at, _) in source.match_indices("only_keys(") {
+        let rest = &source[at..];
+        let Some(open) = rest.find("&[") else {
+            continue;
+        };
+        let list = &rest[open + 2..open + 2 + rest[open + 2..].find(']').unwrap()];
+        let keys: Vec<&str> = list
+            .split(',')
+            .map(|k| k.trim().trim_matches('"'))
+            .filter(|k| !k.is_empty() && !k.starts_with('&'))
+            .collect();
+        let scope = if keys.contains(&"parallel") {
+            "group"
+        } else {
+            "spec"
+        };
+        fields.extend(keys.iter().map(|k| format!("{scope}.{k}")));
+    }
+    let at = source.find("pub struct StepSpec {").unwrap();
+    let mut skip = false;
+    for line in block_after(source, at).lines().map(str::trim) {
+        if line.starts_with("#[serde(skip") {
+            skip = true;
+        } else if let Some(field) = line.strip_prefix("pub ") {
+            let name: String = field.chars().take_while(|c| is_ident_char(*c)).collect();
+            if !skip {
+                fields.insert(format!("step.{}", camel_case(&name)));
+            }
+            skip = false;
+        }
+    }
+    fields
+}
+
+fn camel_case(name: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether a line opens a spec: a `"mode"` key of a spec's mode (a
+/// status file's `"mode": "single"` is no spec).
+fn opens_spec(line: &str) -> bool {
+    names_key(line, "mode") && (line.contains("parallel") || line.contains("chain"))
+}
+
+/// The spec fields no test line names: the key as a JSON key in a spec,
+/// a line within eight lines below the spec's `"mode"`.
+fn untested_spec_fields(fields: &BTreeSet<String>, lines: &[String]) -> Vec<String> {
+    fields
+        .iter()
+        .filter(|field| {
+            let key = field.split_once('.').map_or(field.as_str(), |(_, k)| k);
+            !named_near(lines, |l| names_key(l, key), opens_spec, 8, 0)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The spec fields no test named when this check was written (shrink only).
+const UNTESTED_SPEC_FIELDS: &[&str] = &[];
+
+#[test]
+fn every_spec_field_is_named_by_some_test() {
+    let source = std::fs::read_to_string(crate_dir(LIBRARY).join("src/spec.rs")).unwrap();
+    let fields = spec_fields(&source);
+    for expected in [
+        "spec.mode",
+        "spec.tasks",
+        "spec.steps",
+        "spec.queue",
+        "group.parallel",
+        "group.failFast",
+        "step.taskFile",
+        "step.idleTimeout",
+    ] {
+        assert!(fields.contains(expected), "{expected} not read: {fields:?}");
+    }
+    assert!(!fields.contains("step.commandLabel"), "{fields:?}");
+    let untested = untested_spec_fields(&fields, &test_lines());
+    assert_only_allowed(
+        "spec fields",
+        &untested,
+        UNTESTED_SPEC_FIELDS,
+        "UNTESTED_SPEC_FIELDS",
+    );
+}
+
+#[test]
+fn the_spec_field_check_catches_an_unnamed_field() {
+    let source = "only_keys(obj, &[\"mode\", \"tasks\"], \"\")?;\n\
+        only_keys(inner, &[\"parallel\", \"failFast\"], &at)?;\n\
+        fn only_keys(obj: &Map<String, Value>, allowed: &[&str], at: &str) {}\n\
+        pub struct StepSpec {\n    /// Label.\n    pub agent: String,\n    #[serde(skip)]\n    \
+        pub command_label: Option<String>,\n    #[serde(default)]\n    pub idle_timeout: Option<String>,\n}";
+    let fields = spec_fields(source);
+    assert_eq!(
+        fields,
+        [
+            "group.failFast",
+            "group.parallel",
+            "spec.mode",
+            "spec.tasks",
+            "step.agent",
+            "step.idleTimeout",
+        ]
+        .map(String::from)
+        .into()
+    );
+    let lines: Vec<String> = [
+        "let spec = json!({\"mode\": \"parallel\", \"tasks\": [",
+        "    {\"agent\": \"a\", \"command\": [\"true\"]},",
+        "]});",
+        "let failFast = \"failFast\"; // no key",
+        "status[\"idleTimeout\"] // no key, and the group's key far below",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "{\"parallel\": []}",
+        "let status = json!({\"mode\": \"single\", \"failFast\": true});",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        untested_spec_fields(&fields, &lines),
+        ["group.failFast", "group.parallel", "step.idleTimeout"]
+    );
+}
+
+/// Every config key and its variable, from the binary's `config --json`.
+fn config_keys() -> Vec<(String, String)> {
+    let root = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .arg("--root")
+        .arg(root.path())
+        .args(["config", "--json"])
+        .env("XDG_CONFIG_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    shown["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            let field = |name: &str| k[name].as_str().unwrap().to_owned();
+            (field("key"), field("variable"))
+        })
+        .collect()
+}
+
+/// The config keys no test writes into a config file (`key = ` at the
+/// start of a string or after `\n`) and the variables no test names
+/// (as a whole word).
+fn untested_config_keys(keys: &[(String, String)], lines: &[String]) -> Vec<String> {
+    let mut untested = Vec::new();
+    for (key, variable) in keys {
+        let in_file = [format!("\"{key} = "), format!("\\n{key} = ")];
+        if !lines
+            .iter()
+            .any(|l| in_file.iter().any(|p| l.contains(p.as_str())))
+        {
+            untested.push(format!("config.toml {key}"));
+        }
+        let named = lines.iter().any(|l| {
+            l.match_indices(variable.as_str()).any(|(at, _)| {
+                l[at + variable.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| !is_ident_char(c))
+            })
+        });
+        if !named {
+            untested.push(format!("${variable}"));
+        }
+    }
+    untested
+}
+
+/// The config keys no test set when this check was written (shrink only).
+const UNTESTED_CONFIG_KEYS: &[&str] = &[];
+
+#[test]
+fn every_config_key_is_named_by_some_test() {
+    let keys = config_keys();
+    assert!(
+        keys.iter()
+            .any(|(k, v)| k == "max_active" && v == "SUBAGENTS_MAX_ACTIVE")
+            && keys.len() >= 9,
+        "too few keys read: {keys:?}"
+    );
+    let untested = untested_config_keys(&keys, &test_lines());
+    assert_only_allowed(
+        "config keys",
+        &untested,
+        UNTESTED_CONFIG_KEYS,
+        "UNTESTED_CONFIG_KEYS",
+    );
+}
+
+#[test]
+fn the_config_key_check_catches_an_unnamed_key() {
+    let keys: Vec<(String, String)> = [
+        ("max_active", "SUBAGENTS_MAX_ACTIVE"),
+        ("timeout", "SUBAGENTS_TIMEOUT"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .into();
+    let lines: Vec<String> = [
+        "config_file(\"# mine\\nmax_active = 1\\n\");",
+        "let t = \"timeout: 1s\"; // SUBAGENTS_TIMEOUTS, SUBAGENTS_MAX_ACTIVE",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        untested_config_keys(&keys, &lines),
+        ["config.toml timeout", "$SUBAGENTS_TIMEOUT"]
     );
 }
