@@ -3,6 +3,7 @@
 //! limit, the current directory, the foreign-owner setting) run their body
 //! alone in a re-execution of this binary (`test_support::reexec`).
 
+mod another_user;
 mod batch_open_files;
 mod errors;
 mod foreign_owner;
