@@ -94,7 +94,10 @@ fn each_required_field_absent_null_of_the_wrong_type_or_empty_is_refused_by_name
         ("version", vec![Value::Null, json!("1"), json!(0)]),
         ("executor", vec![Value::Null, json!(1), json!("")]),
         ("jobId", vec![Value::Null, json!(4711), json!("")]),
-        ("submittedAt", vec![Value::Null, json!("1767225600500"), json!(1.5)]),
+        (
+            "submittedAt",
+            vec![Value::Null, json!("1767225600500"), json!(1.5)],
+        ),
     ];
     for (field, values) in cases {
         let e = read_with(field, &Change::Absent).unwrap_err();

@@ -88,13 +88,20 @@ fn every_optional_field_of_run_processes_absent_null_wrong_or_empty() {
         ] {
             let record = read_with(&path, &change).unwrap_or_else(|e| panic!("{path} {case}: {e}"));
             for (other, value) in optionals(&record) {
-                let expected = if other == path { want.clone() } else { full_value(&other) };
+                let expected = if other == path {
+                    want.clone()
+                } else {
+                    full_value(&other)
+                };
                 assert_eq!(value, expected, "{path} {case}: {other}");
             }
         }
         for wrong in [json!(7), json!(false), json!(["x"]), json!({})] {
             let e = read_with(&path, &Change::To(wrong.clone())).unwrap_err();
-            assert!(e.contains(&path), "{path} = {wrong}: the error names it: {e}");
+            assert!(
+                e.contains(&path),
+                "{path} = {wrong}: the error names it: {e}"
+            );
         }
     }
 }
@@ -133,7 +140,10 @@ fn queued(value: Option<Value>) -> RunStatus {
 #[test]
 fn queued_for_slot_is_a_wait_only_as_an_object_with_a_since() {
     let full = json!({"since": 1_767_225_600_111u64});
-    assert_eq!(queued_for_slot(&queued(Some(full))).map(|w| w.since), Some(1_767_225_600_111));
+    assert_eq!(
+        queued_for_slot(&queued(Some(full))).map(|w| w.since),
+        Some(1_767_225_600_111)
+    );
     for (case, value) in [
         ("absent", None),
         ("null", Some(Value::Null)),
@@ -148,8 +158,14 @@ fn queued_for_slot_is_a_wait_only_as_an_object_with_a_since() {
     // `position` is never written, but one found on disk is read as such;
     // of the wrong type it spoils the wait like any other bad field.
     let with = |position: Value| queued(Some(json!({"since": 7, "position": position})));
-    assert_eq!(queued_for_slot(&with(json!(3))).and_then(|w| w.position), Some(3));
-    assert_eq!(queued_for_slot(&with(Value::Null)).map(|w| w.position), Some(None));
+    assert_eq!(
+        queued_for_slot(&with(json!(3))).and_then(|w| w.position),
+        Some(3)
+    );
+    assert_eq!(
+        queued_for_slot(&with(Value::Null)).map(|w| w.position),
+        Some(None)
+    );
     assert_eq!(queued_for_slot(&with(json!("3"))), None);
     // Only a queued run waits.
     let mut running = queued(Some(json!({"since": 7})));
