@@ -10,3 +10,4 @@ mod lease;
 mod lease_owner_fields;
 mod optional_fields;
 mod roundtrip;
+mod seal_fields;
