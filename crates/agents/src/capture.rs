@@ -133,8 +133,9 @@ impl Stream {
     }
 
     fn session(&mut self, id: Option<String>) {
+        // An empty id names no session: a later event's id still counts.
         if self.captured.session_id.is_none() {
-            self.captured.session_id = id;
+            self.captured.session_id = id.filter(|id| !id.is_empty());
         }
     }
 
@@ -573,5 +574,108 @@ mod tests {
         let found = locate_session_file(tmp.path(), "abc").unwrap();
         assert!(found.ends_with("rollout-2026-11-30T06-31-27-abc.jsonl"));
         assert_eq!(locate_session_file(tmp.path(), "zzz"), None);
+    }
+}
+
+/// The fields of claude's `stream-json` the reader uses (`session_id`, and
+/// the `result` event's `subtype`, `is_error`, `result`), each absent,
+/// `null`, of the wrong type and empty: only `is_error: true` or a subtype
+/// other than `success` is a failure (`false`, absent or a wrong type is
+/// none), an unusable `result` leaves the last assistant text as the
+/// answer, and an unusable session id is none, so a later event's id
+/// counts (the init's and the result's ids differ, to show which is kept).
+#[cfg(test)]
+mod claude_fields {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn stream(init_session: Option<Value>, result: &[(&str, Option<Value>)]) -> Captured {
+        let mut init = json!({"type": "system", "subtype": "init", "session_id": "s-init"});
+        let mut end = json!({"type": "result", "subtype": "success", "is_error": false,
+                             "result": "the answer", "session_id": "s-result"});
+        let set = |event: &mut Value, key: &str, value: &Option<Value>| match value {
+            Some(v) => event[key] = v.clone(),
+            None => {
+                event.as_object_mut().unwrap().remove(key);
+            }
+        };
+        if let Some(change) = init_session {
+            set(&mut init, "session_id", &Some(change));
+        }
+        for (key, value) in result {
+            set(&mut end, key, value);
+        }
+        let said = json!({"type": "assistant", "message": {"content": [{"type": "text", "text": "thinking"}]}});
+        capture(RunnerKind::Claude, &format!("{init}\n{said}\n{end}\n"))
+    }
+
+    fn ok(answer: &str) -> (bool, Option<String>, Option<String>) {
+        (true, Some(answer.to_owned()), None)
+    }
+
+    fn outcome(c: &Captured) -> (bool, Option<String>, Option<String>) {
+        (c.completed, c.answer.clone(), c.error.clone())
+    }
+
+    #[test]
+    fn the_result_event_fields_absent_null_wrong_or_empty() {
+        assert_eq!(outcome(&stream(None, &[])), ok("the answer"));
+        let failed = (false, None, Some("the answer".to_owned()));
+        let cases: [(&str, Option<Value>, (bool, Option<String>, Option<String>)); 15] = [
+            ("is_error", None, ok("the answer")),
+            ("is_error", Some(Value::Null), ok("the answer")),
+            ("is_error", Some(json!("true")), ok("the answer")),
+            ("is_error", Some(json!(true)), failed.clone()),
+            ("subtype", None, ok("the answer")),
+            ("subtype", Some(Value::Null), ok("the answer")),
+            ("subtype", Some(json!(7)), ok("the answer")),
+            ("subtype", Some(json!("")), ok("the answer")),
+            ("subtype", Some(json!("error_max_turns")), failed),
+            ("result", None, ok("thinking")),
+            ("result", Some(Value::Null), ok("thinking")),
+            ("result", Some(json!(7)), ok("thinking")),
+            ("result", Some(json!("")), ok("thinking")),
+            ("result", Some(json!("  \n")), ok("thinking")),
+            ("result", Some(json!("the answer")), ok("the answer")),
+        ];
+        for (key, value, want) in cases {
+            assert_eq!(
+                outcome(&stream(None, &[(key, value.clone())])),
+                want,
+                "{key} = {value:?}"
+            );
+        }
+        // A failure without words is named by its subtype, or as an error.
+        let words = |changes: &[(&str, Option<Value>)]| stream(None, changes).error;
+        let bare = [
+            ("result", None),
+            ("subtype", Some(json!("error_max_turns"))),
+        ];
+        assert_eq!(
+            words(&bare).as_deref(),
+            Some("claude ended with error_max_turns")
+        );
+        let bare = [
+            ("result", None),
+            ("is_error", Some(json!(true))),
+            ("subtype", None),
+        ];
+        assert_eq!(words(&bare).as_deref(), Some("claude ended with error"));
+    }
+
+    #[test]
+    fn an_unusable_session_id_is_none_and_a_later_one_counts() {
+        assert_eq!(stream(None, &[]).session_id.as_deref(), Some("s-init"));
+        for value in [Value::Null, json!(7), json!("")] {
+            let c = stream(Some(value.clone()), &[]);
+            assert_eq!(
+                c.session_id.as_deref(),
+                Some("s-result"),
+                "init session_id = {value}"
+            );
+        }
+        let none = stream(Some(json!("")), &[("session_id", Some(json!("")))]);
+        assert_eq!(none.session_id, None);
     }
 }
