@@ -610,11 +610,14 @@ mod claude_fields {
         capture(RunnerKind::Claude, &format!("{init}\n{said}\n{end}\n"))
     }
 
-    fn ok(answer: &str) -> (bool, Option<String>, Option<String>) {
+    /// Completed, answer, error.
+    type Outcome = (bool, Option<String>, Option<String>);
+
+    fn ok(answer: &str) -> Outcome {
         (true, Some(answer.to_owned()), None)
     }
 
-    fn outcome(c: &Captured) -> (bool, Option<String>, Option<String>) {
+    fn outcome(c: &Captured) -> Outcome {
         (c.completed, c.answer.clone(), c.error.clone())
     }
 
@@ -622,7 +625,7 @@ mod claude_fields {
     fn the_result_event_fields_absent_null_wrong_or_empty() {
         assert_eq!(outcome(&stream(None, &[])), ok("the answer"));
         let failed = (false, None, Some("the answer".to_owned()));
-        let cases: [(&str, Option<Value>, (bool, Option<String>, Option<String>)); 15] = [
+        let cases: [(&str, Option<Value>, Outcome); 15] = [
             ("is_error", None, ok("the answer")),
             ("is_error", Some(Value::Null), ok("the answer")),
             ("is_error", Some(json!("true")), ok("the answer")),

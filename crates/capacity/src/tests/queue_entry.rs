@@ -73,6 +73,9 @@ fn stands_in_line(fx: &Fixture) -> bool {
     }
 }
 
+/// An edit of the full entry.
+type Change = dyn Fn(&mut Value);
+
 fn judged(change: impl Fn(&mut Value), run_dir_exists: bool) -> bool {
     let fx = Fixture::new();
     if run_dir_exists {
@@ -94,7 +97,7 @@ fn enqueued_by_process_absent_null_wrong_or_empty_names_no_launcher() {
     let mut dead = process_identity::ProcessIdentity::current().unwrap();
     dead.start_time += 1;
     assert!(!judged(set(json!(dead)), true), "a dead launcher");
-    let cases: [(&str, Box<dyn Fn(&mut Value)>); 5] = [
+    let cases: [(&str, Box<Change>); 5] = [
         (
             "absent",
             Box::new(|e: &mut Value| {

@@ -500,7 +500,8 @@ fn each_nullable_row_field_absent_null_wrong_or_empty() {
     let every: &[&str] = &["a1", "a2", "b1"];
     // (line, key, value or absent, `None`: rebuilt, else the rows a
     // `--session sa` listing shows from the row as written)
-    let cases: [(usize, &str, Option<Value>, Option<&[&str]>); 14] = [
+    type Case<'a> = (usize, &'a str, Option<Value>, Option<&'a [&'a str]>);
+    let cases: [Case<'_>; 14] = [
         (2, "session", None, REBUILT),
         (2, "session", Some(Value::Null), Some(&["a2"])),
         (2, "session", Some(json!(7)), REBUILT),
