@@ -203,14 +203,14 @@ impl Stream {
             }
             Some("turn.completed") if self.failed.is_none() => self.complete(None),
             Some("turn.failed") => {
-                let message = event.get("error").and_then(|e| text(e, "message"));
+                let message = event.get("error").and_then(|e| words(e, "message"));
                 self.failed = Some(message.unwrap_or_else(|| "codex turn failed".into()));
                 self.captured.error = self.failed.clone();
                 self.captured.completed = false;
                 self.captured.answer = None;
             }
             Some("error") if self.failed.is_none() => {
-                self.captured.error = text(event, "message").or(self.captured.error.take());
+                self.captured.error = words(event, "message").or(self.captured.error.take());
             }
             _ => {}
         }
@@ -295,6 +295,12 @@ pub fn capture(kind: RunnerKind, stdout: &str) -> Captured {
 
 fn text(value: &Value, key: &str) -> Option<String> {
     value.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// A CLI's failure words under `key`, none when blank (an empty error
+/// would say nothing where the CLI's fallback names the failure).
+fn words(value: &Value, key: &str) -> Option<String> {
+    text(value, key).filter(|w| !w.trim().is_empty())
 }
 
 /// `tool NAME: <its main argument>` (a command, a path, a pattern).
@@ -680,5 +686,150 @@ mod claude_fields {
         }
         let none = stream(Some(json!("")), &[("session_id", Some(json!("")))]);
         assert_eq!(none.session_id, None);
+    }
+}
+
+/// The fields of pi's `--mode json` and codex's `--json` the reader uses,
+/// each absent, `null`, of the wrong type and empty: an unusable session
+/// id is none; an unusable stop reason is no failure; a failure whose
+/// words are unusable (absent, `null`, not text, blank) is named by the
+/// CLI and its kind, never an empty error.
+#[cfg(test)]
+mod pi_and_codex_fields {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn set(event: &mut Value, path: &[&str], value: &Option<Value>) {
+        let (last, parents) = path.split_last().unwrap();
+        let parent = parents.iter().fold(event, |v, k| &mut v[*k]);
+        match value {
+            Some(v) => parent[*last] = v.clone(),
+            None => {
+                parent.as_object_mut().unwrap().remove(*last);
+            }
+        }
+    }
+
+    fn unusable_text() -> [Option<Value>; 5] {
+        [
+            None,
+            Some(Value::Null),
+            Some(json!(7)),
+            Some(json!("")),
+            Some(json!(" \n")),
+        ]
+    }
+
+    fn pi(session: Option<Option<Value>>, message: &[(&str, Option<Value>)]) -> Captured {
+        let mut start = json!({"type": "session", "id": "pi-session"});
+        if let Some(id) = session {
+            set(&mut start, &["id"], &id);
+        }
+        let mut end = json!({"type": "message_end", "message": {
+            "role": "assistant", "stopReason": "stop", "errorMessage": "quota exceeded",
+            "content": [{"type": "text", "text": "pi answer"}]}});
+        for (key, value) in message {
+            set(&mut end, &["message", key], value);
+        }
+        let done = json!({"type": "agent_end"});
+        capture(RunnerKind::Pi, &format!("{start}\n{end}\n{done}\n"))
+    }
+
+    #[test]
+    fn pi_stop_reason_error_message_and_session_id() {
+        let good = pi(None, &[]);
+        assert_eq!(
+            (good.answer.as_deref(), good.error),
+            (Some("pi answer"), None)
+        );
+        assert_eq!(good.session_id.as_deref(), Some("pi-session"));
+        for value in [None, Some(Value::Null), Some(json!(7)), Some(json!(""))] {
+            let c = pi(None, &[("stopReason", value.clone())]);
+            assert_eq!(
+                c.answer.as_deref(),
+                Some("pi answer"),
+                "stopReason = {value:?}"
+            );
+            let c = pi(Some(value.clone()), &[]);
+            assert_eq!(c.session_id, None, "session id = {value:?}");
+        }
+        for stop in ["error", "aborted"] {
+            let c = pi(None, &[("stopReason", Some(json!(stop)))]);
+            assert_eq!(
+                (c.answer, c.error.as_deref()),
+                (None, Some("quota exceeded")),
+                "{stop}"
+            );
+            for words in unusable_text() {
+                let c = pi(
+                    None,
+                    &[
+                        ("stopReason", Some(json!(stop))),
+                        ("errorMessage", words.clone()),
+                    ],
+                );
+                let want = format!("pi {stop}");
+                assert_eq!(
+                    c.error.as_deref(),
+                    Some(want.as_str()),
+                    "{stop}, errorMessage = {words:?}"
+                );
+            }
+        }
+    }
+
+    fn codex(thread: Option<Option<Value>>, last: Value) -> Captured {
+        let mut start = json!({"type": "thread.started", "thread_id": "codex-thread"});
+        if let Some(id) = thread {
+            set(&mut start, &["thread_id"], &id);
+        }
+        let said = json!({"type": "item.completed", "item": {"type": "agent_message", "text": "codex answer"}});
+        capture(RunnerKind::Codex, &format!("{start}\n{said}\n{last}\n"))
+    }
+
+    #[test]
+    fn codex_failure_words_and_thread_id() {
+        let good = codex(None, json!({"type": "turn.completed"}));
+        assert_eq!(
+            (good.answer.as_deref(), good.error),
+            (Some("codex answer"), None)
+        );
+        assert_eq!(good.session_id.as_deref(), Some("codex-thread"));
+        for value in [None, Some(Value::Null), Some(json!(7)), Some(json!(""))] {
+            let c = codex(Some(value.clone()), json!({"type": "turn.completed"}));
+            assert_eq!(c.session_id, None, "thread_id = {value:?}");
+        }
+        let failed = json!({"type": "turn.failed", "error": {"message": "rate limited"}});
+        let c = codex(None, failed.clone());
+        assert_eq!((c.answer, c.error.as_deref()), (None, Some("rate limited")));
+        for words in unusable_text() {
+            let mut event = failed.clone();
+            set(&mut event, &["error", "message"], &words);
+            let c = codex(None, event);
+            assert_eq!(
+                c.error.as_deref(),
+                Some("codex turn failed"),
+                "turn.failed message = {words:?}"
+            );
+        }
+        let mut no_error = failed;
+        set(&mut no_error, &["error"], &None);
+        assert_eq!(
+            codex(None, no_error).error.as_deref(),
+            Some("codex turn failed")
+        );
+        // An `error` event's words, when usable, are the error until the
+        // turn's own failure; unusable ones leave none.
+        let error = json!({"type": "error", "message": "reconnecting"});
+        assert_eq!(
+            codex(None, error.clone()).error.as_deref(),
+            Some("reconnecting")
+        );
+        for words in unusable_text() {
+            let mut event = error.clone();
+            set(&mut event, &["message"], &words);
+            assert_eq!(codex(None, event).error, None, "error message = {words:?}");
+        }
     }
 }
