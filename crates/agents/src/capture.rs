@@ -133,8 +133,9 @@ impl Stream {
     }
 
     fn session(&mut self, id: Option<String>) {
+        // An empty id names no session: a later event's id still counts.
         if self.captured.session_id.is_none() {
-            self.captured.session_id = id;
+            self.captured.session_id = id.filter(|id| !id.is_empty());
         }
     }
 
@@ -202,14 +203,14 @@ impl Stream {
             }
             Some("turn.completed") if self.failed.is_none() => self.complete(None),
             Some("turn.failed") => {
-                let message = event.get("error").and_then(|e| text(e, "message"));
+                let message = event.get("error").and_then(|e| words(e, "message"));
                 self.failed = Some(message.unwrap_or_else(|| "codex turn failed".into()));
                 self.captured.error = self.failed.clone();
                 self.captured.completed = false;
                 self.captured.answer = None;
             }
             Some("error") if self.failed.is_none() => {
-                self.captured.error = text(event, "message").or(self.captured.error.take());
+                self.captured.error = words(event, "message").or(self.captured.error.take());
             }
             _ => {}
         }
@@ -294,6 +295,12 @@ pub fn capture(kind: RunnerKind, stdout: &str) -> Captured {
 
 fn text(value: &Value, key: &str) -> Option<String> {
     value.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// A CLI's failure words under `key`, none when blank (an empty error
+/// would say nothing where the CLI's fallback names the failure).
+fn words(value: &Value, key: &str) -> Option<String> {
+    text(value, key).filter(|w| !w.trim().is_empty())
 }
 
 /// `tool NAME: <its main argument>` (a command, a path, a pattern).
@@ -573,5 +580,256 @@ mod tests {
         let found = locate_session_file(tmp.path(), "abc").unwrap();
         assert!(found.ends_with("rollout-2026-11-30T06-31-27-abc.jsonl"));
         assert_eq!(locate_session_file(tmp.path(), "zzz"), None);
+    }
+}
+
+/// The fields of claude's `stream-json` the reader uses (`session_id`, and
+/// the `result` event's `subtype`, `is_error`, `result`), each absent,
+/// `null`, of the wrong type and empty: only `is_error: true` or a subtype
+/// other than `success` is a failure (`false`, absent or a wrong type is
+/// none), an unusable `result` leaves the last assistant text as the
+/// answer, and an unusable session id is none, so a later event's id
+/// counts (the init's and the result's ids differ, to show which is kept).
+#[cfg(test)]
+mod claude_fields {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn stream(init_session: Option<Value>, result: &[(&str, Option<Value>)]) -> Captured {
+        let mut init = json!({"type": "system", "subtype": "init", "session_id": "s-init"});
+        let mut end = json!({"type": "result", "subtype": "success", "is_error": false,
+                             "result": "the answer", "session_id": "s-result"});
+        let set = |event: &mut Value, key: &str, value: &Option<Value>| match value {
+            Some(v) => event[key] = v.clone(),
+            None => {
+                event.as_object_mut().unwrap().remove(key);
+            }
+        };
+        if let Some(change) = init_session {
+            set(&mut init, "session_id", &Some(change));
+        }
+        for (key, value) in result {
+            set(&mut end, key, value);
+        }
+        let said = json!({"type": "assistant", "message": {"content": [{"type": "text", "text": "thinking"}]}});
+        capture(RunnerKind::Claude, &format!("{init}\n{said}\n{end}\n"))
+    }
+
+    /// Completed, answer, error.
+    type Outcome = (bool, Option<String>, Option<String>);
+
+    fn ok(answer: &str) -> Outcome {
+        (true, Some(answer.to_owned()), None)
+    }
+
+    fn outcome(c: &Captured) -> Outcome {
+        (c.completed, c.answer.clone(), c.error.clone())
+    }
+
+    #[test]
+    fn the_result_event_fields_absent_null_wrong_or_empty() {
+        assert_eq!(outcome(&stream(None, &[])), ok("the answer"));
+        let failed = (false, None, Some("the answer".to_owned()));
+        let cases: [(&str, Option<Value>, Outcome); 15] = [
+            ("is_error", None, ok("the answer")),
+            ("is_error", Some(Value::Null), ok("the answer")),
+            ("is_error", Some(json!("true")), ok("the answer")),
+            ("is_error", Some(json!(true)), failed.clone()),
+            ("subtype", None, ok("the answer")),
+            ("subtype", Some(Value::Null), ok("the answer")),
+            ("subtype", Some(json!(7)), ok("the answer")),
+            ("subtype", Some(json!("")), ok("the answer")),
+            ("subtype", Some(json!("error_max_turns")), failed),
+            ("result", None, ok("thinking")),
+            ("result", Some(Value::Null), ok("thinking")),
+            ("result", Some(json!(7)), ok("thinking")),
+            ("result", Some(json!("")), ok("thinking")),
+            ("result", Some(json!("  \n")), ok("thinking")),
+            ("result", Some(json!("the answer")), ok("the answer")),
+        ];
+        for (key, value, want) in cases {
+            assert_eq!(
+                outcome(&stream(None, &[(key, value.clone())])),
+                want,
+                "{key} = {value:?}"
+            );
+        }
+        // A failure without words is named by its subtype, or as an error.
+        let words = |changes: &[(&str, Option<Value>)]| stream(None, changes).error;
+        let bare = [
+            ("result", None),
+            ("subtype", Some(json!("error_max_turns"))),
+        ];
+        assert_eq!(
+            words(&bare).as_deref(),
+            Some("claude ended with error_max_turns")
+        );
+        let bare = [
+            ("result", None),
+            ("is_error", Some(json!(true))),
+            ("subtype", None),
+        ];
+        assert_eq!(words(&bare).as_deref(), Some("claude ended with error"));
+    }
+
+    #[test]
+    fn an_unusable_session_id_is_none_and_a_later_one_counts() {
+        assert_eq!(stream(None, &[]).session_id.as_deref(), Some("s-init"));
+        for value in [Value::Null, json!(7), json!("")] {
+            let c = stream(Some(value.clone()), &[]);
+            assert_eq!(
+                c.session_id.as_deref(),
+                Some("s-result"),
+                "init session_id = {value}"
+            );
+        }
+        let none = stream(Some(json!("")), &[("session_id", Some(json!("")))]);
+        assert_eq!(none.session_id, None);
+    }
+}
+
+/// The fields of pi's `--mode json` and codex's `--json` the reader uses,
+/// each absent, `null`, of the wrong type and empty: an unusable session
+/// id is none; an unusable stop reason is no failure; a failure whose
+/// words are unusable (absent, `null`, not text, blank) is named by the
+/// CLI and its kind, never an empty error.
+#[cfg(test)]
+mod pi_and_codex_fields {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn set(event: &mut Value, path: &[&str], value: &Option<Value>) {
+        let (last, parents) = path.split_last().unwrap();
+        let parent = parents.iter().fold(event, |v, k| &mut v[*k]);
+        match value {
+            Some(v) => parent[*last] = v.clone(),
+            None => {
+                parent.as_object_mut().unwrap().remove(*last);
+            }
+        }
+    }
+
+    fn unusable_text() -> [Option<Value>; 5] {
+        [
+            None,
+            Some(Value::Null),
+            Some(json!(7)),
+            Some(json!("")),
+            Some(json!(" \n")),
+        ]
+    }
+
+    fn pi(session: Option<Option<Value>>, message: &[(&str, Option<Value>)]) -> Captured {
+        let mut start = json!({"type": "session", "id": "pi-session"});
+        if let Some(id) = session {
+            set(&mut start, &["id"], &id);
+        }
+        let mut end = json!({"type": "message_end", "message": {
+            "role": "assistant", "stopReason": "stop", "errorMessage": "quota exceeded",
+            "content": [{"type": "text", "text": "pi answer"}]}});
+        for (key, value) in message {
+            set(&mut end, &["message", key], value);
+        }
+        let done = json!({"type": "agent_end"});
+        capture(RunnerKind::Pi, &format!("{start}\n{end}\n{done}\n"))
+    }
+
+    #[test]
+    fn pi_stop_reason_error_message_and_session_id() {
+        let good = pi(None, &[]);
+        assert_eq!(
+            (good.answer.as_deref(), good.error),
+            (Some("pi answer"), None)
+        );
+        assert_eq!(good.session_id.as_deref(), Some("pi-session"));
+        for value in [None, Some(Value::Null), Some(json!(7)), Some(json!(""))] {
+            let c = pi(None, &[("stopReason", value.clone())]);
+            assert_eq!(
+                c.answer.as_deref(),
+                Some("pi answer"),
+                "stopReason = {value:?}"
+            );
+            let c = pi(Some(value.clone()), &[]);
+            assert_eq!(c.session_id, None, "session id = {value:?}");
+        }
+        for stop in ["error", "aborted"] {
+            let c = pi(None, &[("stopReason", Some(json!(stop)))]);
+            assert_eq!(
+                (c.answer, c.error.as_deref()),
+                (None, Some("quota exceeded")),
+                "{stop}"
+            );
+            for words in unusable_text() {
+                let c = pi(
+                    None,
+                    &[
+                        ("stopReason", Some(json!(stop))),
+                        ("errorMessage", words.clone()),
+                    ],
+                );
+                let want = format!("pi {stop}");
+                assert_eq!(
+                    c.error.as_deref(),
+                    Some(want.as_str()),
+                    "{stop}, errorMessage = {words:?}"
+                );
+            }
+        }
+    }
+
+    fn codex(thread: Option<Option<Value>>, last: Value) -> Captured {
+        let mut start = json!({"type": "thread.started", "thread_id": "codex-thread"});
+        if let Some(id) = thread {
+            set(&mut start, &["thread_id"], &id);
+        }
+        let said = json!({"type": "item.completed", "item": {"type": "agent_message", "text": "codex answer"}});
+        capture(RunnerKind::Codex, &format!("{start}\n{said}\n{last}\n"))
+    }
+
+    #[test]
+    fn codex_failure_words_and_thread_id() {
+        let good = codex(None, json!({"type": "turn.completed"}));
+        assert_eq!(
+            (good.answer.as_deref(), good.error),
+            (Some("codex answer"), None)
+        );
+        assert_eq!(good.session_id.as_deref(), Some("codex-thread"));
+        for value in [None, Some(Value::Null), Some(json!(7)), Some(json!(""))] {
+            let c = codex(Some(value.clone()), json!({"type": "turn.completed"}));
+            assert_eq!(c.session_id, None, "thread_id = {value:?}");
+        }
+        let failed = json!({"type": "turn.failed", "error": {"message": "rate limited"}});
+        let c = codex(None, failed.clone());
+        assert_eq!((c.answer, c.error.as_deref()), (None, Some("rate limited")));
+        for words in unusable_text() {
+            let mut event = failed.clone();
+            set(&mut event, &["error", "message"], &words);
+            let c = codex(None, event);
+            assert_eq!(
+                c.error.as_deref(),
+                Some("codex turn failed"),
+                "turn.failed message = {words:?}"
+            );
+        }
+        let mut no_error = failed;
+        set(&mut no_error, &["error"], &None);
+        assert_eq!(
+            codex(None, no_error).error.as_deref(),
+            Some("codex turn failed")
+        );
+        // An `error` event's words, when usable, are the error until the
+        // turn's own failure; unusable ones leave none.
+        let error = json!({"type": "error", "message": "reconnecting"});
+        assert_eq!(
+            codex(None, error.clone()).error.as_deref(),
+            Some("reconnecting")
+        );
+        for words in unusable_text() {
+            let mut event = error.clone();
+            set(&mut event, &["message"], &words);
+            assert_eq!(codex(None, event).error, None, "error message = {words:?}");
+        }
     }
 }

@@ -218,5 +218,12 @@ mod tests {
             session_key("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+        // Of the id's UTF-8 bytes, as the reference's Node hash takes a
+        // string: python3 -c "import hashlib;
+        // print(hashlib.sha256('/home/u/.pi/sessions/é 1.jsonl'.encode()).hexdigest())"
+        assert_eq!(
+            session_key("/home/u/.pi/sessions/é 1.jsonl"),
+            "898228ca80b96ba1f78996ff609569213f9399e9b89c00f03fc4161bdb0b143e"
+        );
     }
 }

@@ -24,5 +24,6 @@ pub(crate) mod hooks {
 mod damaged;
 mod pool_files;
 mod processes;
+mod queue_entry;
 mod support;
 mod verdicts;

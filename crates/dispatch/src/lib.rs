@@ -43,12 +43,17 @@ pub struct Dispatch {
     pub executor: Executor,
     /// The cluster that accepted the job (`sbatch --parsable`'s second
     /// field, else Slurm's `ClusterName`), when known.
+    // `deserialize_with` makes each of the three keys required (null is
+    // none): the reader refuses a missing key (docs/protocol/dispatch.md §3).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub cluster: Option<String>,
     /// The job id (digits).
     pub job_id: String,
     /// The partition asked for, when one was.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub partition: Option<String>,
     /// The node the job started on, once the monitor recorded it.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub node: Option<String>,
     /// When the executor accepted the run (ms since the epoch).
     pub submitted_at: u64,

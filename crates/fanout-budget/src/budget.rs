@@ -472,6 +472,12 @@ mod tests {
         assert_eq!(long.len(), 120 + 1 + 36);
         let empty = budget_dir_name("");
         assert_eq!(empty.len(), 36 + 1 + 36);
+        // One `_` per UTF-16 unit of each unsafe character, as the
+        // reference's regex replaces: python3 -c "import re; s='run/é😀x';
+        // print(''.join(c if re.match(r'[A-Za-z0-9._-]', c)
+        //   else '_' * (len(c.encode('utf-16-le')) // 2) for c in s))"
+        let fixed = budget_dir_name_with("run/é😀x", &|| "u".into());
+        assert_eq!(fixed, "run____x-u");
     }
 
     #[test]

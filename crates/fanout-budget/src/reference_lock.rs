@@ -212,6 +212,50 @@ fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
+    /// The owner record of the reference's lock (`{pid, token,
+    /// createdAt}`): only a positive pid and a non-empty token make an
+    /// owner whose death makes a fresh lock stale; each absent, `null`, of
+    /// the wrong type or empty makes none (the lock then goes stale by age
+    /// alone). `createdAt` is not read: the directory's age counts.
+    #[test]
+    fn an_owner_needs_a_positive_pid_and_a_non_empty_token() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lock = tmp.path().join(REFERENCE_LOCK_DIR);
+        fs::create_dir(&lock).unwrap();
+        let full = json!({"pid": 4242, "token": "t-1", "createdAt": 1_767_225_600_777u64});
+        let owner_of = |record: &Value| {
+            fs::write(lock.join(OWNER_FILE), record.to_string()).unwrap();
+            read_owner(&lock).map(|o| (o.pid, o.token))
+        };
+        assert_eq!(owner_of(&full), Some((4242, "t-1".to_owned())));
+        let mut no_time = full.clone();
+        no_time.as_object_mut().unwrap().remove("createdAt");
+        assert_eq!(owner_of(&no_time), Some((4242, "t-1".to_owned())));
+        for (field, bad) in [
+            (
+                "pid",
+                vec![
+                    Value::Null,
+                    json!("4242"),
+                    json!(0),
+                    json!(-1),
+                    json!(1u64 << 31),
+                    json!(42.5),
+                ],
+            ),
+            ("token", vec![Value::Null, json!(7), json!("")]),
+        ] {
+            let mut absent = full.clone();
+            absent.as_object_mut().unwrap().remove(field);
+            assert_eq!(owner_of(&absent), None, "{field} absent");
+            for value in bad {
+                let mut broken = full.clone();
+                broken[field] = value.clone();
+                assert_eq!(owner_of(&broken), None, "{field} = {value}");
+            }
+        }
+    }
+
     /// After a reclaim, a lock that another claimer took meanwhile is held
     /// (wait for it), and any other failure is an error.
     #[test]

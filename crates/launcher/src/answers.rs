@@ -222,3 +222,83 @@ mod tests {
         assert!(!read_answer(tmp.path(), &path, ANSWER_CAP).unwrap().1);
     }
 }
+
+/// `answerPath`, the one answer field a status records (on the run and on
+/// each step), absent, `null`, of the wrong type and empty: only a string
+/// naming an answer file of the run directory gives `answer` and
+/// `answerTruncated` (`false` written out, not left absent); anything else
+/// leaves the summary without them. The run's and the step's files hold
+/// different texts, so reading one for the other shows.
+#[cfg(test)]
+mod optional_fields {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use status::{RunState, RunStatus, Step};
+
+    fn summary(dir: &Path, run: Option<Value>, step: Option<Value>) -> RunSummary {
+        let mut status = RunStatus::new("r", RunState::Complete);
+        let mut first = Step {
+            agent: "a".into(),
+            status: "complete".into(),
+            ..Step::default()
+        };
+        if let Some(v) = run {
+            status.extra.insert("answerPath".into(), v);
+        }
+        if let Some(v) = step {
+            first.extra.insert("answerPath".into(), v);
+        }
+        status.steps = Some(vec![first]);
+        RunSummary {
+            id: "r".into(),
+            async_dir: dir.to_owned(),
+            status,
+        }
+    }
+
+    fn answers(s: &RunSummary) -> [(Option<Value>, Option<Value>); 2] {
+        let step = &s.status.steps.as_ref().unwrap()[0].extra;
+        let run = &s.status.extra;
+        let pair =
+            |m: &Map<String, Value>| (m.get("answer").cloned(), m.get("answerTruncated").cloned());
+        [pair(run), pair(step)]
+    }
+
+    #[test]
+    fn answer_path_absent_null_wrong_or_empty_gives_no_answer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join("answer.md"), "the run's answer").unwrap();
+        std::fs::write(dir.join("answer-0.md"), "the step's answer").unwrap();
+        let run_path = json!(dir.join("answer.md"));
+        let step_path = json!(dir.join("answer-0.md"));
+        let mut full = summary(dir, Some(run_path.clone()), Some(step_path.clone()));
+        attach(&mut full);
+        let run_answer = (Some(json!("the run's answer")), Some(json!(false)));
+        let step_answer = (Some(json!("the step's answer")), Some(json!(false)));
+        assert_eq!(answers(&full), [run_answer.clone(), step_answer.clone()]);
+        for (case, value) in [
+            ("absent", None),
+            ("null", Some(Value::Null)),
+            ("wrong type", Some(json!(7))),
+            ("empty", Some(json!(""))),
+            ("relative", Some(json!("answer.md"))),
+        ] {
+            let mut run_only = summary(dir, Some(run_path.clone()), value.clone());
+            attach(&mut run_only);
+            assert_eq!(
+                answers(&run_only),
+                [run_answer.clone(), (None, None)],
+                "step {case}"
+            );
+            let mut step_only = summary(dir, value, Some(step_path.clone()));
+            attach(&mut step_only);
+            assert_eq!(
+                answers(&step_only),
+                [(None, None), step_answer.clone()],
+                "run {case}"
+            );
+        }
+    }
+}

@@ -426,11 +426,14 @@ struct RowHead<'a> {
     stamp: StampRow,
     fanout: FrozenFanout,
     /// The claims directory's stamp (a run with a budget only).
+    #[serde(deserialize_with = "Option::deserialize")]
     claims: Option<StampRow>,
     rank: u8,
     sort_time: u64,
     hidden: bool,
-    #[serde(borrow)]
+    // Required (null for none), as every key: a row without it is damage,
+    // not a run without a session that a session filter would then drop.
+    #[serde(borrow, deserialize_with = "Option::deserialize")]
     session: Option<Cow<'a, str>>,
     text: usize,
 }
@@ -440,7 +443,7 @@ struct RowHead<'a> {
 struct Header<'a> {
     #[serde(borrow)]
     runs_dir: Cow<'a, str>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "Option::deserialize")]
     home: Option<Cow<'a, str>>,
     #[serde(borrow)]
     renderer: Cow<'a, str>,

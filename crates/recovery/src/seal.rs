@@ -245,7 +245,14 @@ pub struct Seal {
 
 /// Parses seal bytes strictly; `Err` holds `(field, detail)`.
 pub fn parse_seal(bytes: &[u8]) -> Result<Seal, (String, String)> {
-    let seal: Seal = serde_json::from_slice(bytes).map_err(|e| (String::new(), format!("{e}.")))?;
+    // A wrong type names its field (`mac`), not only a line and column.
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let seal: Seal = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." { String::new() } else { field };
+        (field, format!("{}.", e.inner()))
+    })?;
+    de.end().map_err(|e| (String::new(), format!("{e}.")))?;
     if seal.version != 1 {
         return Err(("version".into(), "version must be 1.".into()));
     }

@@ -67,7 +67,11 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<RunProcesses> {
         path: atomic_file::escape_path(path),
         reason,
     };
-    let record: RunProcesses = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
+    // The error names the JSON path of the field at fault (`monitor.pid: ...`).
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let record: RunProcesses = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| invalid(format!("{}: {}", e.path(), e.inner())))?;
+    de.end().map_err(|e| invalid(e.to_string()))?;
     if record.version != 1 {
         return Err(invalid(format!("version {} is not 1", record.version)));
     }

@@ -353,7 +353,9 @@ pub fn validate_proof(
             "Invalid process-terminal resume disposition in '{label}'."
         ));
     }
-    serde_json::from_value(raw.clone()).map_err(|e| invalid(&e.to_string()))
+    // A field of the wrong type is named (`childIndex: invalid type ...`).
+    serde_path_to_error::deserialize(raw.clone())
+        .map_err(|e| invalid(&format!("{}: {}", e.path(), e.inner())))
 }
 
 fn validate_observed(

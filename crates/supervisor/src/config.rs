@@ -124,10 +124,27 @@ pub const QUEUED_LAUNCH_FILE: &str = "queued-launch.json";
 /// Reads a queued run's [`QUEUED_LAUNCH_FILE`]; `None` when it is missing,
 /// unreadable, or not the config of the run in `run_dir`.
 pub fn read_queued_launch(run_dir: &std::path::Path) -> Option<LaunchConfig> {
-    let bytes = atomic_file::read::read_file(&run_dir.join(QUEUED_LAUNCH_FILE)).ok()?;
-    let config: LaunchConfig = serde_json::from_slice(&bytes).ok()?;
+    let config = read_config_file(&run_dir.join(QUEUED_LAUNCH_FILE)).ok()?;
     let here = config.run_dir == run_dir && config.queue.is_some();
     here.then_some(config)
+}
+
+/// Reads a launch config kept in a file (a Slurm job's
+/// `launch-config.json`, a queued run's [`QUEUED_LAUNCH_FILE`]); the error
+/// is one line naming the file and the field at fault.
+pub fn read_config_file(path: &std::path::Path) -> Result<LaunchConfig, String> {
+    let failed = |cause: String| {
+        format!(
+            "failed to read launch config '{}': {cause}",
+            atomic_file::escape_path(path)
+        )
+    };
+    let bytes = atomic_file::read::read_file(path).map_err(|e| failed(e.to_string()))?;
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let config = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| failed(format!("{}: {}", e.path(), e.inner())))?;
+    de.end().map_err(|e| failed(e.to_string()))?;
+    Ok(config)
 }
 
 /// What a revival's runner needs for the lease and the handshake.
@@ -289,5 +306,209 @@ pub(crate) mod tests {
         assert!(child_gets_reference_env(&config));
         config.fanout_descriptor = Some(serde_json::to_value(descriptor(&outside)).unwrap());
         assert!(!child_gets_reference_env(&config));
+    }
+}
+
+/// Every optional field of a launch config kept in a file, one table row
+/// each: absent, `null`, of the wrong type, empty.
+#[cfg(test)]
+mod optional_fields {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// Every field set, no two numbers alike (run, step and idle limits,
+    /// the slot, the queue's time and limit).
+    fn full(run_dir: &std::path::Path) -> Value {
+        json!({
+            "runId": "run-a", "root": "/state", "runDir": run_dir,
+            "runnerProcessInstanceId": "instance-b", "mode": "chain",
+            "steps": [{
+                "agent": "agent-c", "command": ["true"], "cwd": "/work",
+                "taskFile": "/state/task-0.md", "timeoutMs": 2000, "fanoutLabel": "chain[0]",
+                "env": {"STEP": "s"}, "idleTimeoutMs": 3000, "previousInTask": true
+            }],
+            "groups": [{"start": 0, "count": 1, "concurrency": 1, "failFast": true, "parallel": false}],
+            "timeoutMs": 1000, "sessionId": "session-d",
+            "fanoutDescriptor": {"version": 1, "rootRunId": "run-a", "directory": "/b", "limit": 7},
+            "env": {"RUN": "r"}, "capacitySlot": 4,
+            "revival": {"sourceRunId": "run-e", "sessionFile": "/s.jsonl", "leaseRoot": "/leases",
+                        "token": "token-f", "timeoutsMs": [8000, 9000]},
+            "sessionRoot": "/sessions/d",
+            "queue": {"sessionId": "session-d", "limit": 6, "since": 5000}
+        })
+    }
+
+    /// The optional fields as read, `null` for none.
+    fn optionals(c: &LaunchConfig) -> Vec<(&'static str, Value)> {
+        let step = &c.steps[0];
+        let v = |x: &dyn erased::Ser| x.value();
+        vec![
+            ("timeoutMs", v(&c.timeout_ms)),
+            ("sessionId", v(&c.session_id)),
+            ("fanoutDescriptor", v(&c.fanout_descriptor)),
+            ("env", v(&c.env)),
+            ("capacitySlot", v(&c.capacity_slot)),
+            ("revival", v(&c.revival)),
+            ("sessionRoot", v(&c.session_root)),
+            ("queue", v(&c.queue)),
+            ("steps.taskFile", v(&step.task_file)),
+            ("steps.timeoutMs", v(&step.timeout_ms)),
+            ("steps.fanoutLabel", v(&step.fanout_label)),
+            ("steps.env", v(&step.env)),
+            ("steps.idleTimeoutMs", v(&step.idle_timeout_ms)),
+            ("steps.previousInTask", v(&step.previous_in_task)),
+        ]
+    }
+
+    mod erased {
+        pub(super) trait Ser {
+            fn value(&self) -> serde_json::Value;
+        }
+        impl<T: serde::Serialize> Ser for T {
+            fn value(&self) -> serde_json::Value {
+                serde_json::to_value(self).unwrap()
+            }
+        }
+    }
+
+    fn slot<'a>(value: &'a mut Value, path: &str) -> (&'a mut Value, String) {
+        match path.strip_prefix("steps.") {
+            Some(key) => (&mut value["steps"][0], key.to_owned()),
+            None => (value, path.to_owned()),
+        }
+    }
+
+    enum Change {
+        Absent,
+        To(Value),
+    }
+
+    /// The config read back, or the error; `read_queued_launch` agrees.
+    fn read_with(path: &str, change: &Change) -> Result<LaunchConfig, String> {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut value = full(tmp.path());
+        let (parent, key) = slot(&mut value, path);
+        match change {
+            Change::Absent => {
+                parent.as_object_mut().unwrap().remove(&key);
+            }
+            Change::To(v) => parent[&key] = v.clone(),
+        }
+        let file = tmp.path().join(QUEUED_LAUNCH_FILE);
+        std::fs::write(&file, value.to_string()).unwrap();
+        let read = read_config_file(&file);
+        let queued = read_queued_launch(tmp.path());
+        let waits = read.as_ref().is_ok_and(|c| c.queue.is_some());
+        assert_eq!(queued.is_some(), waits, "{path}: read_queued_launch agrees");
+        if let Err(e) = &read {
+            assert!(!e.contains('\n') && e.contains(QUEUED_LAUNCH_FILE), "{e}");
+        }
+        read
+    }
+
+    fn full_value(path: &str) -> Value {
+        let mut value = full(std::path::Path::new("/run"));
+        let (parent, key) = slot(&mut value, path);
+        parent[&key].take()
+    }
+
+    #[test]
+    fn every_optional_field_absent_null_wrong_or_empty() {
+        // What each field reads as when absent, null or empty; `None` for
+        // "refused, naming the field".
+        let default_of = |path: &str| match path {
+            "env" | "steps.env" => json!({}),
+            "steps.previousInTask" => json!(false),
+            _ => Value::Null,
+        };
+        let is_map = |path: &str| path.ends_with("env");
+        let is_text = |p: &str| {
+            matches!(
+                p,
+                "sessionId" | "sessionRoot" | "steps.taskFile" | "steps.fanoutLabel"
+            )
+        };
+        let full_config = read_with("timeoutMs", &Change::To(json!(1000))).unwrap();
+        for (path, value) in optionals(&full_config) {
+            assert_eq!(value, full_value(path), "{path} read into its own field");
+        }
+        for (path, _) in optionals(&full_config) {
+            let nullable = !is_map(path) && path != "steps.previousInTask";
+            let mut cases = vec![
+                ("absent", Change::Absent, Some(default_of(path))),
+                (
+                    "null",
+                    Change::To(Value::Null),
+                    nullable.then(|| Value::Null),
+                ),
+            ];
+            let empty = match path {
+                p if is_text(p) => Some((json!(""), Some(json!("")))),
+                p if is_map(p) => Some((json!({}), Some(json!({})))),
+                "revival" | "queue" => Some((json!({}), None)),
+                _ => None,
+            };
+            if let Some((empty, want)) = empty {
+                cases.push(("empty", Change::To(empty), want));
+            }
+            // A descriptor is free-form JSON here (checked where it is
+            // used); every other field has a type.
+            if path != "fanoutDescriptor" {
+                let wrong = if is_text(path) { json!(7) } else { json!("7") };
+                cases.push(("wrong type", Change::To(wrong), None));
+            }
+            for (case, change, want) in cases {
+                match (read_with(path, &change), want) {
+                    (Ok(config), Some(want)) => {
+                        for (other, value) in optionals(&config) {
+                            let expected = if other == path {
+                                want.clone()
+                            } else {
+                                full_value(other)
+                            };
+                            assert_eq!(value, expected, "{path} {case}: {other}");
+                        }
+                    }
+                    (Err(e), None) => {
+                        let key = path.rsplit('.').next().unwrap();
+                        assert!(e.contains(key), "{path} {case}: names the field: {e}");
+                    }
+                    (got, want) => panic!("{path} {case}: got {got:?}, wanted {want:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn previous_in_task_false_is_kept_apart_from_true_and_written_as_absent() {
+        let off = read_with("steps.previousInTask", &Change::To(json!(false))).unwrap();
+        assert!(!off.steps[0].previous_in_task);
+        let on = read_with("steps.previousInTask", &Change::To(json!(true))).unwrap();
+        assert!(on.steps[0].previous_in_task);
+        let written = serde_json::to_value(&off.steps[0]).unwrap();
+        assert_eq!(written.get("previousInTask"), None);
+        assert_eq!(
+            serde_json::to_value(&on.steps[0]).unwrap()["previousInTask"],
+            true
+        );
+    }
+
+    #[test]
+    fn a_config_for_another_run_directory_or_without_a_queue_is_no_queued_launch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut value = full(tmp.path());
+        value["runDir"] = json!("/elsewhere");
+        std::fs::write(tmp.path().join(QUEUED_LAUNCH_FILE), value.to_string()).unwrap();
+        assert!(read_queued_launch(tmp.path()).is_none());
+        let mut value = full(tmp.path());
+        value.as_object_mut().unwrap().remove("queue");
+        std::fs::write(tmp.path().join(QUEUED_LAUNCH_FILE), value.to_string()).unwrap();
+        assert!(read_queued_launch(tmp.path()).is_none());
+        value["queue"] = full(tmp.path())["queue"].take();
+        std::fs::write(tmp.path().join(QUEUED_LAUNCH_FILE), value.to_string()).unwrap();
+        let config = read_queued_launch(tmp.path()).unwrap();
+        let queue = config.queue.unwrap();
+        assert_eq!((queue.limit, queue.since), (6, 5000));
     }
 }

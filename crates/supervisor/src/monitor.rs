@@ -36,7 +36,7 @@ pub fn main() -> i32 {
     let config = match read_config() {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("subagents: failed to read monitor config {e}");
+            eprintln!("subagents: {e}");
             return 1;
         }
     };
@@ -158,11 +158,9 @@ fn job_config_file() -> Option<std::path::PathBuf> {
 
 fn read_config() -> Result<LaunchConfig, String> {
     match job_config_file() {
-        Some(path) => {
-            let bytes = atomic_file::read::read_file(&path).map_err(|e| e.to_string())?;
-            serde_json::from_slice(&bytes).map_err(|e| format!("from '{}': {e}", path.display()))
-        }
-        None => serde_json::from_reader(std::io::stdin()).map_err(|e| format!("from stdin: {e}")),
+        Some(path) => crate::config::read_config_file(&path),
+        None => serde_json::from_reader(std::io::stdin())
+            .map_err(|e| format!("failed to read monitor config from stdin: {e}")),
     }
 }
 

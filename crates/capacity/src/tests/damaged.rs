@@ -146,3 +146,41 @@ fn a_slot_whose_runs_status_is_damaged_is_freed_by_its_observed_proof_only() {
         assert_eq!(fx.reconcile(1).used, 0, "{text:?}");
     }
 }
+
+/// The content of `run.<generation>.<run id>` (the reserving process, or
+/// `null`), read only for a slot whose `owner.json` is damaged and whose
+/// run has no status: a dead identity frees the slot; a live one, `null`
+/// (written when no process could be named), an empty file, a wrong type
+/// or an empty object name no dead reserver, and the slot is kept.
+#[test]
+fn the_reserver_record_frees_a_slot_only_when_it_names_a_dead_process() {
+    let cases: [(&str, Option<serde_json::Value>, bool); 6] = [
+        ("dead", Some(json!(dead_identity())), true),
+        (
+            "live",
+            Some(json!(process_identity::ProcessIdentity::current().unwrap())),
+            false,
+        ),
+        ("null", Some(serde_json::Value::Null), false),
+        ("empty file", None, false),
+        ("wrong type", Some(json!("12345")), false),
+        ("empty object", Some(json!({})), false),
+    ];
+    for (case, content, freed) in cases {
+        let fx = Fixture::new();
+        let (slot, dir) = held(&fx, "complete");
+        damage(&slot, Damage::WrongTypes);
+        fs::remove_dir_all(&dir).unwrap();
+        let record = slot.join("run.0.run-a");
+        match &content {
+            Some(value) => write_json(&record, value),
+            None => atomic_file::write_private(&record, b"").unwrap(),
+        }
+        let used = fx.reconcile(1).used;
+        assert_eq!(
+            (used, slot.exists()),
+            if freed { (0, false) } else { (1, true) },
+            "{case}"
+        );
+    }
+}

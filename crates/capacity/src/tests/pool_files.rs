@@ -811,3 +811,60 @@ fn a_symlinked_pool_is_refused_as_a_symlink() {
         "{text}"
     );
 }
+
+/// Each field of our `capacity.claim` (`claimToken`, `holder`) absent,
+/// `null`, of the wrong type and empty: only a record whose holder is a
+/// process that provably died is taken over (its token is not read for
+/// that); any other claim blocks the slot as a reference claim does.
+#[test]
+fn a_claim_is_taken_over_only_when_its_holder_is_known_dead() {
+    let dead = json!({"claimToken": "old", "holder": dead_identity()});
+    let with = |key: &str, value: Option<serde_json::Value>| {
+        let mut claim = dead.clone();
+        match value {
+            Some(v) => claim[key] = v,
+            None => {
+                claim.as_object_mut().unwrap().remove(key);
+            }
+        }
+        claim
+    };
+    let live = json!(process_identity::ProcessIdentity::current().unwrap());
+    let cases = [
+        ("dead holder", dead.clone(), true),
+        ("empty token", with("claimToken", Some(json!(""))), true),
+        ("token absent", with("claimToken", None), false),
+        (
+            "token null",
+            with("claimToken", Some(serde_json::Value::Null)),
+            false,
+        ),
+        (
+            "token wrong type",
+            with("claimToken", Some(json!(7))),
+            false,
+        ),
+        ("live holder", with("holder", Some(live)), false),
+        ("holder absent", with("holder", None), false),
+        (
+            "holder null",
+            with("holder", Some(serde_json::Value::Null)),
+            false,
+        ),
+        (
+            "holder wrong type",
+            with("holder", Some(json!("123"))),
+            false,
+        ),
+        ("holder empty", with("holder", Some(json!({}))), false),
+    ];
+    for (case, claim, taken_over) in cases {
+        let fx = Fixture::new();
+        let mut handle = fx.acquire("run-a", 1);
+        let path = crate::pool::claim_path(handle.slot_dir());
+        write_json(&path, &claim);
+        let started = handle.mark_started("rid-a");
+        assert_eq!(started.is_ok(), taken_over, "{case}: {started:?}");
+        assert_eq!(path.exists(), !taken_over, "{case}");
+    }
+}

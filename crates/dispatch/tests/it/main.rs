@@ -1,5 +1,7 @@
 //! The dispatch record: round trip, the strict reader, hostile files.
 
+mod optional_fields;
+
 use std::path::Path;
 
 use subagents_dispatch::{Dispatch, Error, Executor, FILE, read, record_node, write};

@@ -4,6 +4,7 @@
 mod budget;
 mod formats;
 mod limit_env;
+mod manifest_fields;
 mod processes;
 mod reference_lock;
 mod roundtrip;

@@ -485,3 +485,103 @@ fn an_index_repeating_a_row_of_a_deleted_run_is_not_used() {
     let (blocks, indexed) = listed(&layout);
     assert_eq!((indexed, &blocks), (0, &live));
 }
+
+/// The nullable fields of an index row's head line (`session`, `claims`),
+/// its flag `hidden`, and the header's nullable `home`, each absent,
+/// `null`, of the wrong type and empty in an otherwise intact index
+/// (checksum recomputed). A key that is missing or of the wrong type is
+/// damage: the index is not used (every row read live) and is rebuilt. A
+/// well-typed value is a row as some build wrote it, and is used as it
+/// reads (`null` session: a run of no session; `hidden: true`: not shown).
+#[test]
+fn each_nullable_row_field_absent_null_wrong_or_empty() {
+    use serde_json::{Value, json};
+    const REBUILT: Option<&[&str]> = None;
+    let every: &[&str] = &["a1", "a2", "b1"];
+    // (line, key, value or absent, `None`: rebuilt, else the rows a
+    // `--session sa` listing shows from the row as written)
+    type Case<'a> = (usize, &'a str, Option<Value>, Option<&'a [&'a str]>);
+    let cases: [Case<'_>; 14] = [
+        (2, "session", None, REBUILT),
+        (2, "session", Some(Value::Null), Some(&["a2"])),
+        (2, "session", Some(json!(7)), REBUILT),
+        (2, "session", Some(json!("")), Some(&["a2"])),
+        (2, "claims", None, REBUILT),
+        (2, "claims", Some(json!("x")), REBUILT),
+        (2, "claims", Some(json!({})), REBUILT),
+        (2, "hidden", None, REBUILT),
+        (2, "hidden", Some(Value::Null), REBUILT),
+        (2, "hidden", Some(json!("false")), REBUILT),
+        (2, "hidden", Some(json!(true)), Some(&["a2"])),
+        (1, "home", None, REBUILT),
+        (1, "home", Some(json!("")), REBUILT),
+        (1, "home", Some(json!(7)), REBUILT),
+    ];
+    for (line, key, value, used) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        in_session(&layout, "a1", "sa");
+        in_session(&layout, "a2", "sa");
+        in_session(&layout, "b1", "sb");
+        let listing = |session: Option<&str>| {
+            let options = ListOptions {
+                session: session.map(str::to_owned),
+                ..options()
+            };
+            let listing = list_text(&layout, &options, &later()).unwrap();
+            let ids: Vec<String> = listing
+                .blocks()
+                .unwrap()
+                .iter()
+                .map(|b| b.split(' ').nth(1).unwrap().to_owned())
+                .collect();
+            (ids, listing.indexed)
+        };
+        assert_eq!(
+            listing(None),
+            (every.iter().map(|s| s.to_string()).collect(), 0)
+        );
+        let path = index_path(&layout);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let head: Value = serde_json::from_str(text.lines().nth(2).unwrap()).unwrap();
+        assert_eq!(head["name"], "a1", "the first row is a1's");
+        match &value {
+            None => remove_key(&path, line, key),
+            Some(v) => rewrite_line(&path, line, key, v.clone()),
+        }
+        let case = format!("{key} = {value:?}");
+        let (ids, indexed) = listing(Some("sa"));
+        match used {
+            None => {
+                assert_eq!(
+                    (ids, indexed),
+                    (vec!["a1".to_owned(), "a2".into()], 0),
+                    "{case}"
+                );
+                assert_eq!(
+                    listing(None).1,
+                    3,
+                    "{case}: rebuilt, the index serves again"
+                );
+            }
+            Some(rows) => assert_eq!(
+                (ids, indexed),
+                (rows.iter().map(|s| s.to_string()).collect(), 3),
+                "{case}"
+            ),
+        }
+    }
+}
+
+/// [`rewrite_line`], taking `key` out of line `n` instead.
+fn remove_key(path: &Path, n: usize, key: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let body_end = text.trim_end_matches('\n').rfind('\n').unwrap() + 1;
+    let mut lines: Vec<String> = text[..body_end].split('\n').map(str::to_owned).collect();
+    let mut line: serde_json::Value = serde_json::from_str(&lines[n]).unwrap();
+    line.as_object_mut().unwrap().remove(key);
+    lines[n] = line.to_string();
+    let body = lines.join("\n");
+    let out = format!("{body}end {:016x}\n", fnv(body.as_bytes()));
+    atomic_file::write_private(path, out.as_bytes()).unwrap();
+}

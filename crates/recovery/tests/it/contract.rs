@@ -358,3 +358,48 @@ fn concurrent_first_uses_of_a_root_agree_on_one_key() {
         .collect();
     assert_eq!(names, [".recovery-key"]);
 }
+
+/// The contract's two optional fields, `timeoutMs` and `sessionId`, each
+/// absent (read as none, the other kept), `null`, of the wrong type and
+/// empty (`0`, `""`): the writer never writes `null`, so the strict reader
+/// refuses it like any other bad value, naming the field.
+#[test]
+fn each_optional_contract_field_absent_null_wrong_or_empty() {
+    let path = std::path::Path::new("/runs/r1/launch-contract.json");
+    let full = serde_json::to_value(contract()).unwrap();
+    let read = |value: &Value| parse_launch_contract(&serde_json::to_vec(value).unwrap(), path);
+    assert_eq!(read(&full).unwrap(), contract());
+    let mut no_timeout = full.clone();
+    no_timeout.as_object_mut().unwrap().remove("timeoutMs");
+    let c = read(&no_timeout).unwrap();
+    assert_eq!(
+        (c.timeout_ms, c.session_id.as_deref()),
+        (None, Some("session-1"))
+    );
+    let mut no_session = full.clone();
+    no_session.as_object_mut().unwrap().remove("sessionId");
+    let c = read(&no_session).unwrap();
+    assert_eq!((c.timeout_ms, c.session_id), (Some(1_800_000), None));
+    for (field, bad) in [
+        ("timeoutMs", [Value::Null, json!("1800000"), json!(0)]),
+        ("sessionId", [Value::Null, json!(7), json!("")]),
+    ] {
+        for value in bad {
+            let mut broken = full.clone();
+            broken[field] = value.clone();
+            let err = read(&broken).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{field} must be")),
+                "{field} = {value}: {err}"
+            );
+            assert!(
+                err.contains("launch-contract.json") && !err.contains('\n'),
+                "{err}"
+            );
+        }
+    }
+    // An empty `env` is a launch without extra variables, not a damage.
+    let mut no_env = full;
+    no_env["env"] = json!({});
+    assert!(read(&no_env).unwrap().env.is_empty());
+}

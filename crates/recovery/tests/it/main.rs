@@ -7,5 +7,7 @@ mod contract;
 mod descriptor;
 mod known_answers;
 mod lease;
+mod lease_owner_fields;
 mod optional_fields;
 mod roundtrip;
+mod seal_fields;

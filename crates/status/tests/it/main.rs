@@ -7,5 +7,6 @@ mod model_rules;
 mod optional_fields;
 mod proof_rules;
 mod reconcile_rules;
+mod record_fields;
 mod reference_rules;
 mod roundtrip;

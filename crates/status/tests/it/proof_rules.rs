@@ -784,3 +784,90 @@ fn candidate_optional_fields_absent_null_wrong_type_and_empty() {
     let absent = parse("revivalLeaseReleaseAcknowledged", None).unwrap();
     assert_eq!(absent.revival_lease_release_acknowledged, None);
 }
+
+/// The proof's optional fields the validator does not check one by one
+/// (`childIndex`, `canonicalSession`, `reason`, `diagnostic`, and
+/// `resumeDisposition`, which it does), each absent, `null`, of the wrong
+/// type and empty, starting from an observed proof with all of them set:
+/// absent and `null` are none (but a `null` disposition, refused as the
+/// reference refuses any value outside its three), an empty string is
+/// kept, a wrong type is refused naming the field.
+#[test]
+fn each_optional_proof_field_absent_null_wrong_or_empty() {
+    let none = Fallback::default();
+    let full = {
+        let mut p = observed_proof();
+        p["childIndex"] = json!(3);
+        p["canonicalSession"] = json!({"path": "/s.jsonl"});
+        p["reason"] = json!("runner exited");
+        p["diagnostic"] = json!("all groups empty");
+        p
+    };
+    let fields = |p: &ProcessTerminal| {
+        [
+            ("childIndex", json!(p.child_index)),
+            ("canonicalSession", json!(p.canonical_session)),
+            ("reason", json!(p.reason)),
+            ("diagnostic", json!(p.diagnostic)),
+            ("resumeDisposition", json!(p.resume_disposition)),
+        ]
+    };
+    let read = validate_proof(&full, "L", &none).unwrap();
+    for (key, value) in fields(&read) {
+        assert_eq!(value, full[key], "{key} read into its own field");
+    }
+    for key in [
+        "childIndex",
+        "canonicalSession",
+        "reason",
+        "diagnostic",
+        "resumeDisposition",
+    ] {
+        let text = matches!(key, "reason" | "diagnostic");
+        let wrong = if key == "childIndex" || text {
+            json!({"x": 1})
+        } else {
+            json!(7)
+        };
+        let empty = match key {
+            "childIndex" => None,
+            "canonicalSession" => Some(json!({})),
+            _ => Some(json!("")),
+        };
+        let mut cases = vec![("absent", None), ("null", Some(Value::Null))];
+        if key != "canonicalSession" {
+            cases.push(("wrong type", Some(wrong)));
+        }
+        if let Some(empty) = empty {
+            cases.push(("empty", Some(empty)));
+        }
+        for (case, value) in cases {
+            let proof = with(&full, key, value.clone());
+            let refused_disposition = key == "resumeDisposition" && value.is_some();
+            match validate_proof(&proof, "L", &none) {
+                Ok(p) => {
+                    assert!(
+                        case != "wrong type" && !refused_disposition,
+                        "{key} {case} read"
+                    );
+                    for (other, got) in fields(&p) {
+                        let want = if other == key {
+                            value.clone().unwrap_or(Value::Null)
+                        } else {
+                            full[other].clone()
+                        };
+                        assert_eq!(got, want, "{key} {case}: {other}");
+                    }
+                }
+                Err(e) => {
+                    assert!(
+                        case == "wrong type" || refused_disposition,
+                        "{key} {case}: {e}"
+                    );
+                    let named = e.contains(key) || e.contains("resume disposition");
+                    assert!(named && !e.contains('\n'), "{key} {case}: names it: {e}");
+                }
+            }
+        }
+    }
+}

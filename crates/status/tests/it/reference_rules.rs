@@ -256,3 +256,76 @@ fn the_failed_result_lists_every_step_and_the_runs_facts() {
         (&json!("gone"), &json!("gone"))
     );
 }
+
+/// A result file's fields past `success` (absent, `null`, of the wrong
+/// type, empty): only `state: "stopped"` stops the run and only an
+/// `exitCode` equal to 0 (or `state: "paused"`) pauses it; a child's own
+/// `success` decides its step only as a boolean (`false` apart from
+/// absent: the run's outcome), and its `error` is taken only as text.
+#[test]
+fn result_file_fields_absent_null_wrong_or_empty() {
+    let status = running(vec![step("a", "running")]);
+    let state_of = |result: Value| repaired(&status, result).state;
+    assert_eq!(state_of(json!({"state": "stopped"})), RunState::Stopped);
+    assert_eq!(state_of(json!({"state": "paused"})), RunState::Paused);
+    assert_eq!(state_of(json!({"exitCode": 0})), RunState::Paused);
+    assert_eq!(state_of(json!({"exitCode": 0.0})), RunState::Paused);
+    assert_eq!(state_of(json!({})), RunState::Failed);
+    for value in [
+        json!(null),
+        json!(7),
+        json!(""),
+        json!("STOPPED"),
+        json!(["stopped"]),
+    ] {
+        assert_eq!(
+            state_of(json!({"state": value})),
+            RunState::Failed,
+            "state {value}"
+        );
+    }
+    for value in [json!(null), json!("0"), json!(""), json!(false), json!(1)] {
+        assert_eq!(
+            state_of(json!({"exitCode": value})),
+            RunState::Failed,
+            "exitCode {value}"
+        );
+    }
+    let step_of = |child: Value, success: bool| {
+        let out = repaired(&status, json!({"success": success, "results": [child]}));
+        let s = &out.steps()[0];
+        (s.status.clone(), s.error.clone())
+    };
+    let failed = |error: Option<&str>| ("failed".to_owned(), error.map(str::to_owned));
+    assert_eq!(
+        step_of(json!({"success": false, "error": "a broke"}), true),
+        failed(Some("a broke"))
+    );
+    for value in [Value::Null, json!("false"), json!(0), json!({})] {
+        let child = json!({"success": value, "error": "a broke"});
+        assert_eq!(
+            step_of(child.clone(), true),
+            ("complete".to_owned(), None),
+            "{value}: the run's"
+        );
+        assert_eq!(
+            step_of(child, false),
+            failed(Some("a broke")),
+            "{value}: the run's"
+        );
+    }
+    let mut absent = json!({"error": "a broke"});
+    assert_eq!(
+        step_of(absent.clone(), true),
+        ("complete".to_owned(), None),
+        "absent"
+    );
+    for error in [Value::Null, json!(7), json!(["a broke"])] {
+        absent["error"] = error.clone();
+        assert_eq!(
+            step_of(absent.clone(), false),
+            failed(None),
+            "error {error}"
+        );
+    }
+}

@@ -201,6 +201,47 @@ fn step_event(kind: &str, i: u64) -> Value {
     json!({"type": format!("subagent.step.{kind}"), "stepIndex": i})
 }
 
+/// The two fields of an event the observer reads (`type`, `stepIndex`),
+/// absent, `null`, of the wrong type and empty in the second step's end:
+/// that end is then unknown, and with nothing else to go on the outcome is
+/// not restored; an index counts for its own step only (step 1 failed, step
+/// 0 completed, so reading one index for the other shows).
+#[test]
+fn an_end_event_without_a_usable_type_or_step_index_ends_no_step() {
+    let status = two_steps();
+    let restored = outcome_from_events(
+        &status,
+        &[step_event("completed", 0), step_event("failed", 1)],
+    );
+    assert_eq!(restored.unwrap().error.as_deref(), Some("Step failed: b"));
+    let swapped = [step_event("failed", 0), step_event("completed", 1)];
+    let restored = outcome_from_events(&status, &swapped).unwrap();
+    assert_eq!(restored.error.as_deref(), Some("Step failed: a"));
+    for key in ["type", "stepIndex"] {
+        let values = match key {
+            "type" => [Value::Null, json!(7), json!(""), json!("subagent.step.")],
+            _ => [Value::Null, json!("1"), json!(-1), json!(1.5)],
+        };
+        let mut changes: Vec<Option<Value>> = vec![None];
+        changes.extend(values.into_iter().map(Some));
+        for change in changes {
+            let mut second = step_event("failed", 1);
+            match &change {
+                None => {
+                    second.as_object_mut().unwrap().remove(key);
+                }
+                Some(v) => second[key] = v.clone(),
+            }
+            let events = [step_event("completed", 0), second];
+            assert_eq!(
+                outcome_from_events(&status, &events),
+                None,
+                "{key} = {change:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn events_restore_the_outcome_only_when_every_step_ended() {
     let status = two_steps();
