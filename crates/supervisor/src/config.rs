@@ -124,9 +124,21 @@ pub const QUEUED_LAUNCH_FILE: &str = "queued-launch.json";
 /// Reads a queued run's [`QUEUED_LAUNCH_FILE`]; `None` when it is missing,
 /// unreadable, or not the config of the run in `run_dir`.
 pub fn read_queued_launch(run_dir: &std::path::Path) -> Option<LaunchConfig> {
-    let config = read_config_file(&run_dir.join(QUEUED_LAUNCH_FILE)).ok()?;
-    let here = config.run_dir == run_dir && config.queue.is_some();
-    here.then_some(config)
+    read_queued_launch_file(run_dir).ok()
+}
+
+/// [`read_queued_launch`] with the reason it failed: one line naming the
+/// file and, for a damaged one, the field at fault.
+pub fn read_queued_launch_file(run_dir: &std::path::Path) -> Result<LaunchConfig, String> {
+    let path = run_dir.join(QUEUED_LAUNCH_FILE);
+    let config = read_config_file(&path)?;
+    if config.run_dir != run_dir || config.queue.is_none() {
+        return Err(format!(
+            "failed to read launch config '{}': not the queued launch of this run",
+            atomic_file::escape_path(&path)
+        ));
+    }
+    Ok(config)
 }
 
 /// Reads a launch config kept in a file (a Slurm job's

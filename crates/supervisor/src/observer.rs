@@ -458,8 +458,9 @@ fn observe_read(run_dir: &Path, status: &RunStatus, options: &Options) -> Observ
         Verdict::Foreign => Observation::Foreign,
         Verdict::OtherHost(host) => Observation::OtherHost(host),
         Verdict::Abandoned => match restart_wait(run_dir, &status, &options.root) {
-            Some(pid) => Observation::Requeued(pid),
-            None => abandon(run_dir, &status, &facts, &options.root),
+            Ok(Some(pid)) => Observation::Requeued(pid),
+            Ok(None) => abandon(run_dir, &status, &facts, &options.root, None),
+            Err(why) => abandon(run_dir, &status, &facts, &options.root, Some(&why)),
         },
         Verdict::Settle => settle(run_dir, &status, &facts, options),
     }
@@ -629,29 +630,45 @@ impl ObserverLock {
 /// A queued run still in its session's line whose monitor is gone (killed,
 /// or a reboot) has its wait restarted rather than being given up: a new
 /// monitor, from the launch config kept in the run directory, keeps the
-/// run's place in the line. Returns that monitor's pid.
-fn restart_wait(run_dir: &Path, status: &RunStatus, root: &Path) -> Option<u32> {
-    status::slot_wait::queued_for_slot(status)?;
-    let session = status.session_id.as_deref()?;
+/// run's place in the line. Returns that monitor's pid; `None` for a run
+/// not waiting in a line; why, when its wait cannot be restarted (a
+/// damaged `queued-launch.json`, a monitor that failed to start).
+fn restart_wait(run_dir: &Path, status: &RunStatus, root: &Path) -> Result<Option<u32>, String> {
+    if status::slot_wait::queued_for_slot(status).is_none() {
+        return Ok(None);
+    }
+    let Some(session) = status.session_id.as_deref() else {
+        return Ok(None);
+    };
     let pools = capacity::Capacity::new(Layout::new(root).capacity_dir());
     let run_id = reconcile::run_id_of(run_dir, status);
     if !pools.is_queued(session, &run_id) {
-        return None;
+        return Ok(None);
     }
-    crate::slot_wait::restart(run_dir)
+    crate::slot_wait::restart(run_dir).map(Some)
 }
 
 /// No runner ever existed and nobody is left to start one: failed, with a
 /// `not-started` proof, and the marker goes (no process can be behind it).
-fn abandon(run_dir: &Path, status: &RunStatus, facts: &Facts, root: &Path) -> Observation {
+fn abandon(
+    run_dir: &Path,
+    status: &RunStatus,
+    facts: &Facts,
+    root: &Path,
+    no_restart: Option<&str>,
+) -> Observation {
     let who = match (&facts.monitor, &facts.launcher) {
         (Presence::Dead(m), _) => format!("its monitor {} exited", m.pid),
         (_, Presence::Dead(l)) => format!("its launcher {} exited", l.pid),
         _ => "its starters are gone".to_owned(),
     };
-    let message = format!(
+    let mut message = format!(
         "Async run never started a runner: {who} first. Marked run failed by the observer."
     );
+    // A queued run whose wait could not be restarted says why.
+    if let Some(why) = no_restart {
+        message.push_str(&format!(" Its wait could not be restarted: {why}"));
+    }
     let run_id = reconcile::run_id_of(run_dir, status);
     let runner_id = status
         .runner_process_instance_id

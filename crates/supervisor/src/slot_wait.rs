@@ -217,8 +217,9 @@ pub fn give_up(config: &LaunchConfig, why: &str) {
 /// Starts the monitor of a queued run again (its wait was cut short by a
 /// kill or a reboot), from the launch config kept in the run directory;
 /// returns its pid once it has taken its place in the line.
-pub fn restart(run_dir: &Path) -> Option<u32> {
-    let config = crate::config::read_queued_launch(run_dir)?;
-    let launched = crate::spawn::spawn(&config).ok()?;
-    Some(launched.pid)
+pub fn restart(run_dir: &Path) -> Result<u32, String> {
+    let config = crate::config::read_queued_launch_file(run_dir)?;
+    let launched =
+        crate::spawn::spawn(&config).map_err(|e| format!("failed to start its monitor: {e}"))?;
+    Ok(launched.pid)
 }

@@ -199,6 +199,35 @@ fn a_queued_run_whose_monitor_was_killed_has_its_wait_restarted_by_reconcile() {
 }
 
 #[test]
+fn a_queued_run_whose_kept_launch_is_damaged_fails_naming_the_file_and_field() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let id = queued(&env, "1", &["true"]);
+    let monitor = env.status_json(&id)["monitorIdentity"]["pid"]
+        .as_u64()
+        .expect("the monitor registered") as u32;
+    kill(monitor, libc::SIGKILL);
+    poll(Duration::from_secs(30), || !alive(monitor));
+    let kept = env
+        .root()
+        .join("async-subagent-runs")
+        .join(&id)
+        .join("queued-launch.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
+    config["queue"]["limit"] = Value::from("one");
+    std::fs::write(&kept, config.to_string()).unwrap();
+    env.ok(&["reconcile"]);
+    let status = env.settled(&id);
+    assert_eq!(status["state"], "failed", "{status}");
+    let error = status["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("queued-launch.json") && error.contains("queue.limit"),
+        "the reason names neither the file nor the field: {status}"
+    );
+    env.ok(&["stop", &gate]);
+}
+
+#[test]
 fn run_wait_waits_through_the_queue() {
     let env = Env::new();
     let gate = blocker(&env, "1");
