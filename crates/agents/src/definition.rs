@@ -847,7 +847,10 @@ mod sizes_and_names {
         // The limit written out, not taken from the constant under test.
         let limit = 1024 * 1024;
         let def = read_definition(&file_of(tmp.path(), limit), RunnerKind::Pi).unwrap();
-        assert_eq!(def.system_prompt.len(), limit - "---\nname: big\n---\n".len());
+        assert_eq!(
+            def.system_prompt.len(),
+            limit - "---\nname: big\n---\n".len()
+        );
         assert!(def.system_prompt.ends_with("xEND"));
         let path = file_of(tmp.path(), limit + 1);
         let err = read_definition(&path, RunnerKind::Pi).unwrap_err();
@@ -870,7 +873,10 @@ mod sizes_and_names {
 
     #[test]
     fn a_prompt_mode_is_named_as_in_the_front_matter() {
-        for (written, mode) in [("replace", PromptMode::Replace), ("append", PromptMode::Append)] {
+        for (written, mode) in [
+            ("replace", PromptMode::Replace),
+            ("append", PromptMode::Append),
+        ] {
             let def = parse_definition(
                 &format!("---\nsystemPromptMode: {written}\n---\nBody"),
                 Path::new("/a/x.md"),
