@@ -252,7 +252,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let eight = tmp.path().join("1/2/3/4/5/6/7/8");
         write(&eight.join("deep.md"), "---\nname: deep\n---\n");
-        write(&eight.join("9/deeper.md"), "---\nname: deeper\n---\n");
+        write(
+            &eight.join("9").join("deeper.md"),
+            "---\nname: deeper\n---\n",
+        );
         let catalog = Catalog::load(&search_dirs(None, Some(tmp.path())));
         let names: Vec<&str> = catalog
             .agents
