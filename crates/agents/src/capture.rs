@@ -833,3 +833,188 @@ mod pi_and_codex_fields {
         }
     }
 }
+
+/// The rules a unit test of each stream shape alone would not pin down:
+/// long lines, codex's item kinds and failed turns, pi's fallback to the
+/// messages of `agent_end`, where each CLI keeps its sessions, and how deep
+/// a session store is searched.
+#[cfg(test)]
+mod stream_rules {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn stream(lines: &[&str]) -> String {
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    #[test]
+    fn a_line_of_megabytes_split_over_reads_is_read_whole() {
+        // 2 MiB of answer, fed as 1.5 MiB, then the rest, then the newline:
+        // the kept part must grow by the sum of the reads, up to 64 MiB.
+        let answer = "a".repeat(2 * 1024 * 1024);
+        let line = format!(r#"{{"type":"result","subtype":"success","result":"{answer}"}}"#);
+        let (head, tail) = line.split_at(1536 * 1024);
+        let mut s = Stream::new(RunnerKind::Claude);
+        s.feed(head.as_bytes());
+        s.feed(tail.as_bytes());
+        s.feed(b"\n");
+        assert_eq!(s.captured().answer.as_deref(), Some(answer.as_str()));
+        // Small reads of a line longer than a page add up the same way.
+        let line = format!(
+            r#"{{"type":"result","subtype":"success","result":"{}"}}"#,
+            "b".repeat(30_000)
+        );
+        let mut s = Stream::new(RunnerKind::Claude);
+        for chunk in line.as_bytes().chunks(10_000) {
+            s.feed(chunk);
+        }
+        assert_eq!(s.finish().answer.map(|a| a.len()), Some(30_000));
+    }
+
+    #[test]
+    fn codex_activity_names_the_command_or_the_kind_of_item() {
+        let activity = |item: &str| {
+            let event = format!(r#"{{"type":"item.started","item":{item}}}"#);
+            capture(RunnerKind::Codex, &stream(&[&event])).activity
+        };
+        assert_eq!(
+            activity(r#"{"type":"command_execution","command":"cargo test\n-p x"}"#).as_deref(),
+            Some("$ cargo test")
+        );
+        for (kind, said) in [
+            ("file_change", "file change"),
+            ("mcp_tool_call", "mcp tool call"),
+            ("web_search", "web search"),
+        ] {
+            let item = format!(r#"{{"type":"{kind}","id":"i1"}}"#);
+            assert_eq!(activity(&item).as_deref(), Some(said), "{kind}");
+        }
+        assert_eq!(activity(r#"{"type":"reasoning","text":"hmm"}"#), None);
+    }
+
+    #[test]
+    fn only_a_completed_codex_message_is_said() {
+        let out = stream(&[
+            r#"{"type":"thread.started","thread_id":"t1"}"#,
+            r#"{"type":"item.completed","item":{"type":"agent_message","text":"final words"}}"#,
+            r#"{"type":"item.started","item":{"type":"agent_message","text":"a draft"}}"#,
+            r#"{"type":"turn.completed","usage":{}}"#,
+        ]);
+        let c = capture(RunnerKind::Codex, &out);
+        assert_eq!(c.answer.as_deref(), Some("final words"));
+        assert_eq!(c.activity.as_deref(), Some("final words"));
+        assert!(c.completed);
+    }
+
+    #[test]
+    fn a_failed_codex_turn_stays_failed_when_a_turn_completes_after_it() {
+        let out = stream(&[
+            r#"{"type":"thread.started","thread_id":"t1"}"#,
+            r#"{"type":"item.completed","item":{"type":"agent_message","text":"half"}}"#,
+            r#"{"type":"turn.failed","error":{"message":"quota exceeded"}}"#,
+            r#"{"type":"turn.completed","usage":{}}"#,
+        ]);
+        let c = capture(RunnerKind::Codex, &out);
+        assert_eq!(c.answer, None);
+        assert!(!c.completed);
+        assert_eq!(c.error.as_deref(), Some("quota exceeded"));
+    }
+
+    #[test]
+    fn pi_falls_back_to_the_last_assistant_text_of_agent_end() {
+        // No `message_end` came (the stream started late, or pi printed
+        // none): the answer is the text of the last assistant message that
+        // has any, read from `agent_end`'s messages.
+        let out = stream(&[
+            r#"{"type":"session","id":"p1"}"#,
+            concat!(
+                r#"{"type":"agent_end","messages":["#,
+                r#"{"role":"user","content":[{"type":"text","text":"the question"}]},"#,
+                r#"{"role":"assistant","content":[{"type":"text","text":"old"}]},"#,
+                r#"{"role":"assistant","content":[{"type":"text","text":"the "},{"type":"toolCall","name":"read","arguments":{}},{"type":"text","text":"answer"}]},"#,
+                r#"{"role":"assistant","content":[{"type":"toolCall","name":"ls","arguments":{}}]},"#,
+                r#"{"role":"toolResult","content":[{"type":"text","text":"file list"}]}"#,
+                r#"]}"#
+            ),
+        ]);
+        let c = capture(RunnerKind::Pi, &out);
+        assert_eq!(c.answer.as_deref(), Some("the answer"));
+        assert!(c.completed);
+        // With no assistant text at all there is no answer.
+        let out = stream(&[concat!(
+            r#"{"type":"agent_end","messages":["#,
+            r#"{"role":"user","content":[{"type":"text","text":"the question"}]},"#,
+            r#"{"role":"assistant","content":[{"type":"toolCall","name":"ls","arguments":{}}]}"#,
+            r#"]}"#
+        )]);
+        let c = capture(RunnerKind::Pi, &out);
+        assert_eq!((c.answer, c.completed), (None, true));
+    }
+
+    #[test]
+    fn each_cli_keeps_its_sessions_under_its_variable_or_its_home_directory() {
+        let env = |pairs: &[(&str, &str)]| {
+            let vars: BTreeMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            move |key: &str| vars.get(key).cloned()
+        };
+        let home_only = env(&[("HOME", "/home/me")]);
+        assert_eq!(
+            session_store(RunnerKind::Claude, &home_only),
+            Some(PathBuf::from("/home/me/.claude/projects"))
+        );
+        assert_eq!(
+            session_store(RunnerKind::Codex, &home_only),
+            Some(PathBuf::from("/home/me/.codex/sessions"))
+        );
+        assert_eq!(
+            session_store(RunnerKind::Pi, &home_only),
+            Some(PathBuf::from("/home/me/.pi/agent/sessions"))
+        );
+        assert_eq!(session_store(RunnerKind::Command, &home_only), None);
+        let set = env(&[
+            ("HOME", "/home/me"),
+            ("CLAUDE_CONFIG_DIR", "/cfg/claude"),
+            ("CODEX_HOME", "/cfg/codex"),
+            ("PI_CODING_AGENT_DIR", "/cfg/pi"),
+        ]);
+        assert_eq!(
+            session_store(RunnerKind::Claude, &set),
+            Some(PathBuf::from("/cfg/claude/projects"))
+        );
+        assert_eq!(
+            session_store(RunnerKind::Codex, &set),
+            Some(PathBuf::from("/cfg/codex/sessions"))
+        );
+        assert_eq!(
+            session_store(RunnerKind::Pi, &set),
+            Some(PathBuf::from("/cfg/pi/sessions"))
+        );
+        // An empty variable is unset; an empty HOME is no home.
+        let empty = env(&[("HOME", "/home/me"), ("CODEX_HOME", "")]);
+        assert_eq!(
+            session_store(RunnerKind::Codex, &empty),
+            Some(PathBuf::from("/home/me/.codex/sessions"))
+        );
+        let no_home = env(&[("HOME", "")]);
+        assert_eq!(session_store(RunnerKind::Claude, &no_home), None);
+        assert_eq!(session_store(RunnerKind::Pi, &env(&[])), None);
+    }
+
+    #[test]
+    fn a_session_file_is_found_four_directories_deep_and_no_deeper() {
+        let tmp = tempfile::tempdir().unwrap();
+        let four = tmp.path().join("a/b/c/d");
+        std::fs::create_dir_all(four.join("e")).unwrap();
+        std::fs::write(four.join("x_id4.jsonl"), "").unwrap();
+        std::fs::write(four.join("e/x_id5.jsonl"), "").unwrap();
+        assert_eq!(
+            locate_session_file(tmp.path(), "id4"),
+            Some(four.join("x_id4.jsonl"))
+        );
+        assert_eq!(locate_session_file(tmp.path(), "id5"), None);
+    }
+}

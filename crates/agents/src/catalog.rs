@@ -222,4 +222,47 @@ mod tests {
             Some(PathBuf::from("/h/.config/subagents/agents"))
         );
     }
+
+    #[test]
+    fn the_project_is_the_nearest_ancestor_with_a_marker() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outer = tmp.path().join("outer");
+        let inner = outer.join("a/inner");
+        std::fs::create_dir_all(outer.join(".git")).unwrap();
+        std::fs::create_dir_all(inner.join("src/deep")).unwrap();
+        assert_eq!(project_root(&inner.join("src/deep")), Some(outer.clone()));
+        for marker in [".subagents", ".pi", ".claude"] {
+            let marked = inner.join(marker);
+            std::fs::create_dir(&marked).unwrap();
+            assert_eq!(project_root(&inner.join("src/deep")), Some(inner.clone()));
+            // The working directory itself counts.
+            assert_eq!(project_root(&inner), Some(inner.clone()), "{marker}");
+            std::fs::remove_dir(&marked).unwrap();
+        }
+    }
+
+    #[test]
+    fn scopes_are_named_project_and_user() {
+        assert_eq!(Scope::Project.as_str(), "project");
+        assert_eq!(Scope::User.as_str(), "user");
+    }
+
+    #[test]
+    fn definitions_are_found_eight_directories_deep_and_no_deeper() {
+        let tmp = tempfile::tempdir().unwrap();
+        let eight = tmp.path().join("1/2/3/4/5/6/7/8");
+        write(&eight.join("deep.md"), "---\nname: deep\n---\n");
+        write(
+            &eight.join("9").join("deeper.md"),
+            "---\nname: deeper\n---\n",
+        );
+        let catalog = Catalog::load(&search_dirs(None, Some(tmp.path())));
+        let names: Vec<&str> = catalog
+            .agents
+            .iter()
+            .map(|f| f.definition.name.as_str())
+            .collect();
+        assert_eq!(names, ["deep"]);
+        assert_eq!(catalog.agents[0].scope, Scope::User);
+    }
 }

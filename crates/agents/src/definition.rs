@@ -826,3 +826,65 @@ mod units_and_values {
         }
     }
 }
+
+#[cfg(test)]
+mod sizes_and_names {
+    use super::*;
+
+    /// A definition file of exactly `bytes` bytes whose prompt ends in `END`.
+    fn file_of(dir: &Path, bytes: usize) -> PathBuf {
+        let head = "---\nname: big\n---\n";
+        let body = "x".repeat(bytes - head.len() - 3);
+        let path = dir.join(format!("big-{bytes}.md"));
+        std::fs::write(&path, format!("{head}{body}END")).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), bytes as u64);
+        path
+    }
+
+    #[test]
+    fn a_file_of_one_mebibyte_is_read_whole_and_one_byte_more_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        // The limit written out, not taken from the constant under test.
+        let limit = 1024 * 1024;
+        let def = read_definition(&file_of(tmp.path(), limit), RunnerKind::Pi).unwrap();
+        assert_eq!(
+            def.system_prompt.len(),
+            limit - "---\nname: big\n---\n".len()
+        );
+        assert!(def.system_prompt.ends_with("xEND"));
+        let path = file_of(tmp.path(), limit + 1);
+        let err = read_definition(&path, RunnerKind::Pi).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "failed to parse agent definition {}:1: larger than 1048576 bytes",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn only_the_command_runner_is_not_an_agent_cli() {
+        for kind in [RunnerKind::Pi, RunnerKind::Claude, RunnerKind::Codex] {
+            assert!(kind.is_agent_cli(), "{kind}");
+        }
+        assert!(!RunnerKind::Command.is_agent_cli());
+    }
+
+    #[test]
+    fn a_prompt_mode_is_named_as_in_the_front_matter() {
+        for (written, mode) in [
+            ("replace", PromptMode::Replace),
+            ("append", PromptMode::Append),
+        ] {
+            let def = parse_definition(
+                &format!("---\nsystemPromptMode: {written}\n---\nBody"),
+                Path::new("/a/x.md"),
+                RunnerKind::Pi,
+            )
+            .unwrap();
+            assert_eq!(def.system_prompt_mode, mode);
+            assert_eq!(def.system_prompt_mode.as_str(), written);
+        }
+    }
+}

@@ -372,4 +372,81 @@ mod tests {
             Err(PresetError::BadSessionId("-x".into()))
         );
     }
+
+    fn definition(front_matter: &str, body: &str) -> AgentDefinition {
+        crate::definition::parse_definition(
+            &format!("---\n{front_matter}\n---\n{body}"),
+            Path::new("/a/x.md"),
+            RunnerKind::Pi,
+        )
+        .unwrap()
+    }
+
+    /// The value after `flag` in `argv`.
+    fn after<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
+        let at = argv.iter().position(|a| a == flag)?;
+        argv.get(at + 1).map(String::as_str)
+    }
+
+    #[test]
+    fn each_thinking_level_is_a_claude_effort() {
+        for (thinking, effort) in [
+            ("off", None),
+            ("minimal", Some("low")),
+            ("low", Some("low")),
+            ("medium", Some("medium")),
+            ("high", Some("high")),
+            ("xhigh", Some("xhigh")),
+        ] {
+            let def = definition(&format!("runner: claude\nthinking: {thinking}"), "");
+            let argv = render(&def, PLACEHOLDER_SESSION_ID).unwrap().argv;
+            assert_eq!(after(&argv, "--effort"), effort, "{thinking}: {argv:?}");
+        }
+    }
+
+    #[test]
+    fn a_control_character_of_a_codex_prompt_is_a_unicode_escape() {
+        let def = definition("runner: codex", "Say \u{1b}[1mhi\u{7f} \"now\"\tplease");
+        let argv = render(&def, "unused").unwrap().argv;
+        assert_eq!(
+            after(&argv, "-c"),
+            Some(r#"developer_instructions="Say \u001B[1mhi\u007F \"now\"\tplease""#)
+        );
+    }
+
+    #[test]
+    fn a_claude_session_id_is_five_groups_of_hex_digits() {
+        let def = definition("runner: claude", "");
+        for id in [
+            "0123abcd",
+            "0123abcd-0123-4567-89ab",
+            "0123abcd-0123-4567-89ab-0123456789abc",
+            "0123abcg-0123-4567-89ab-0123456789ab",
+            "0123abcd-0123-4567-89ab-0123456789a ",
+        ] {
+            assert_eq!(
+                render(&def, id),
+                Err(PresetError::NotUuid(id.into())),
+                "{id}"
+            );
+        }
+        let id = "0123ABCD-0123-4567-89ab-0123456789ab";
+        let argv = render(&def, id).unwrap().argv;
+        assert_eq!(after(&argv, "--session-id"), Some(id));
+    }
+
+    #[test]
+    fn a_codex_argv_is_resumed_only_when_it_is_exec_reading_stdin() {
+        for argv in [
+            strings(&["codex", "exec", "--json", "the task"]),
+            strings(&["codex", "--json", "-m", "o3", "-"]),
+            strings(&["sh", "-c", "codex exec", "-"]),
+        ] {
+            assert_eq!(
+                resume_argv(RunnerKind::Codex, &argv, "id1", None),
+                Err(PresetError::NotPreset(RunnerKind::Codex)),
+                "{argv:?}"
+            );
+        }
+    }
 }

@@ -36,3 +36,51 @@ pub fn delegation_snippet(found: &[Found]) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::catalog::Scope;
+    use crate::definition::{RunnerKind, parse_definition};
+
+    fn found(text: &str) -> Found {
+        Found {
+            definition: parse_definition(text, Path::new("/a/x.md"), RunnerKind::Pi).unwrap(),
+            scope: Scope::Project,
+        }
+    }
+
+    #[test]
+    fn the_snippet_shows_how_to_delegate_and_lists_each_agent() {
+        let agents = [
+            found("---\nname: rev\ndescription: Reviews a diff\nrunner: claude\n---\n"),
+            found("---\nname: solo\nrunner: codex\n---\n"),
+        ];
+        let text = delegation_snippet(&agents);
+        assert!(text.starts_with("## Delegating to subagents\n\n"), "{text}");
+        for usage in [
+            "id=$(subagents run --agent NAME --task \"what to do\" --json | jq -r .runId)\n",
+            "subagents wait \"$id\" --json",
+            "subagents logs \"$id\"",
+            "subagents resume \"$id\" --task \"a follow-up\" --json",
+            "`--task-file FILE`",
+        ] {
+            assert!(text.contains(usage), "{usage}: {text}");
+        }
+        assert!(
+            text.ends_with("\nAgents:\n\n- `rev` (claude): Reviews a diff\n- `solo` (codex)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("subagents agents list"), "{text}");
+        // With no agent found it says where to list them instead.
+        let text = delegation_snippet(&[]);
+        assert!(text.starts_with("## Delegating to subagents\n"), "{text}");
+        assert!(
+            text.ends_with("```\n\nList the agents with `subagents agents list`.\n"),
+            "{text}"
+        );
+        assert!(!text.contains("Agents:"), "{text}");
+    }
+}
