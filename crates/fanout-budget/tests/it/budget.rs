@@ -779,3 +779,17 @@ fn a_budgets_root_resolved_once_opens_each_budget_and_a_missing_one_opens_none()
     );
     Ok(())
 }
+
+#[test]
+fn a_claims_path_that_is_not_a_directory_is_refused_as_unreadable() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let budget = create_budget(&managed_root(&tmp), "root", 4)?;
+    let claims = budget.descriptor().directory.join(CLAIMS_DIR);
+    fs::remove_dir(&claims)?;
+    fs::write(&claims, "{}")?;
+    match budget.claim(&["tasks[0]"]) {
+        Err(Error::ClaimsUnreadable { path, .. }) => assert_eq!(path, claims),
+        other => panic!("expected the claims directory refused, got {other:?}"),
+    }
+    Ok(())
+}

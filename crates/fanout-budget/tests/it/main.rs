@@ -8,3 +8,4 @@ mod manifest_fields;
 mod processes;
 mod reference_lock;
 mod roundtrip;
+mod syncs;
