@@ -409,6 +409,12 @@ fn worker() {
         other => panic!("{run_id} was not queued: {other:?}"),
     };
     atomic_file::write_private(&out, format!("queued {place}").as_bytes()).unwrap();
+    if std::env::var_os("LINE_HANG").is_some() {
+        // Killed here by the parent: a launcher that died after joining.
+        loop {
+            std::thread::park();
+        }
+    }
     let mut handle = None;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while handle.is_none() {
@@ -426,6 +432,50 @@ fn worker() {
     assert!(handle.unwrap().rollback().unwrap());
 }
 
+fn spawn_worker(l: &Line, out: &std::path::Path, run_id: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args([WORKER_TEST, "--exact", "--ignored", "--test-threads=1"])
+        .env("LINE_ROOT", l.fx.root())
+        .env("LINE_OUT", out)
+        .env("LINE_RUN", run_id)
+        .stdout(std::process::Stdio::null());
+    command
+}
+
+#[test]
+fn a_launcher_killed_after_joining_the_line_holds_up_nobody() {
+    let l = Line::new();
+    let mut holder = l.slot("holder", 1);
+    let out = l.fx.tmp.path().join("out-killed");
+    let mut child = spawn_worker(&l, &out, "killed")
+        .env("LINE_HANG", "1")
+        .spawn()
+        .unwrap();
+    atomic_file::write_private(&out.with_extension("go"), b"go").unwrap();
+    wait_until("the worker in line", || {
+        assert!(child.try_wait().unwrap().is_none(), "worker exited early");
+        fs::read_to_string(&out).unwrap_or_default() == "queued 1"
+    });
+    assert!(holder.rollback().unwrap());
+    assert!(
+        matches!(
+            l.admit("blocked", 1, false),
+            Err(CapacityError::Exhausted(_))
+        ),
+        "a live launcher's run keeps its place"
+    );
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    // Its run never got a status: the entry is stale and goes.
+    assert!(matches!(l.admit("next", 1, false), Ok(Admission::Slot(_))));
+    assert!(l.positions().is_empty());
+}
+
 #[test]
 fn six_processes_wait_in_one_line_and_take_the_slot_in_its_order() {
     let l = Line::new();
@@ -436,16 +486,7 @@ fn six_processes_wait_in_one_line_and_take_the_slot_in_its_order() {
     let mut workers: Vec<std::process::Child> = outs
         .iter()
         .enumerate()
-        .map(|(i, out)| {
-            std::process::Command::new(std::env::current_exe().unwrap())
-                .args([WORKER_TEST, "--exact", "--ignored", "--test-threads=1"])
-                .env("LINE_ROOT", l.fx.root())
-                .env("LINE_OUT", out)
-                .env("LINE_RUN", format!("q-{i}"))
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
-        })
+        .map(|(i, out)| spawn_worker(&l, out, &format!("q-{i}")).spawn().unwrap())
         .collect();
     for out in &outs {
         atomic_file::write_private(&out.with_extension("go"), b"go").unwrap();
