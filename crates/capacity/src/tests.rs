@@ -22,8 +22,10 @@ pub(crate) mod hooks {
 }
 
 mod damaged;
+mod edges;
 mod pool_files;
 mod processes;
 mod queue_entry;
+mod queue_line;
 mod support;
 mod verdicts;
