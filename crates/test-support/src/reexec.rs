@@ -60,3 +60,48 @@ pub fn alone(test: &str) -> bool {
     );
     false
 }
+
+/// Where the tests look for strace.
+pub const STRACE: &str = "/usr/bin/strace";
+
+/// Runs test `test` again (see [`rerun`]) under `strace -f -y -qq -e
+/// trace=TRACE`, with `env` set, writing strace's log to `log`. Returns the
+/// re-execution's output and the trace, or `None` (printing why) when
+/// strace is missing or cannot trace here. The caller checks the output.
+pub fn under_strace(
+    test: &str,
+    trace: &str,
+    log: &std::path::Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Option<(Output, String)> {
+    if !std::path::Path::new(STRACE).exists() {
+        eprintln!("skipped: {STRACE} is not installed");
+        return None;
+    }
+    let rerun = rerun(test);
+    let mut command = Command::new(STRACE);
+    command
+        .args(["-f", "-y", "-qq", "-e"])
+        .arg(format!("trace={trace}"))
+        .arg("-o")
+        .arg(log)
+        .arg(rerun.get_program())
+        .args(rerun.get_args());
+    for (key, value) in rerun.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().expect("failed to run strace");
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if text.is_empty() && !out.status.success() && stderr.contains("strace:") {
+        eprintln!("skipped: strace could not trace here: {}", stderr.trim());
+        return None;
+    }
+    Some((out, text))
+}

@@ -6,12 +6,10 @@
 //! trace.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use test_support::reexec;
 extern crate subagents_atomic_file as atomic_file;
 
-const STRACE: &str = "/usr/bin/strace";
 /// The directory the re-executed test writes in.
 const DIR_ENV: &str = "ATOMIC_FILE_SYNCS_DIR";
 /// Left in that directory by the re-executed test once its writes are done.
@@ -34,32 +32,10 @@ fn paths_of(trace: &str, call: &str) -> Vec<String> {
 /// Runs test `name` of this module again under strace, in `dir`; returns
 /// the trace, or `None` (printing why) when strace cannot run here.
 fn traced(name: &str, dir: &Path) -> Option<String> {
-    if !Path::new(STRACE).exists() {
-        eprintln!("skipped: {STRACE} is not installed");
-        return None;
-    }
-    let rerun = reexec::rerun(&reexec::test_name(module_path!(), name));
+    let test = reexec::test_name(module_path!(), name);
     let log = dir.join("strace.log");
-    let mut command = Command::new(STRACE);
-    command
-        .args(["-f", "-y", "-qq", "-e", "trace=fsync,sync_file_range", "-o"])
-        .arg(&log)
-        .arg(rerun.get_program())
-        .args(rerun.get_args())
-        .env(DIR_ENV, dir);
-    for (key, value) in rerun.get_envs() {
-        match value {
-            Some(value) => command.env(key, value),
-            None => command.env_remove(key),
-        };
-    }
-    let out = command.output().unwrap();
-    let trace = std::fs::read_to_string(&log).unwrap_or_default();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if trace.is_empty() && !out.status.success() && stderr.contains("strace:") {
-        eprintln!("skipped: strace could not trace here: {}", stderr.trim());
-        return None;
-    }
+    let env = [(DIR_ENV, dir.as_os_str())];
+    let (out, trace) = reexec::under_strace(&test, "fsync,sync_file_range", &log, &env)?;
     assert!(out.status.success(), "the traced writes failed: {out:?}");
     // The body ran (a wrong test name would run nothing and exit 0).
     assert!(

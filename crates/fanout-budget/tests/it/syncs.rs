@@ -7,12 +7,10 @@
 
 extern crate subagents_fanout_budget as fanout_budget;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use fanout_budget::{BUDGET_ROOT_DIR, CLAIMS_DIR, create_budget};
 use test_support::reexec;
 
-const STRACE: &str = "/usr/bin/strace";
 const DIR_ENV: &str = "FANOUT_SYNCS_DIR";
 /// Left by the re-executed test once its claims are done.
 const DONE: &str = "done";
@@ -20,45 +18,17 @@ const DONE: &str = "done";
 const COMMIT_MARK: &str = "commit-mark";
 
 fn traced(name: &str, dir: &Path) -> Option<Vec<String>> {
-    if !Path::new(STRACE).exists() {
-        eprintln!("skipped: {STRACE} is not installed");
-        return None;
-    }
-    let rerun = reexec::rerun(&reexec::test_name(module_path!(), name));
+    let test = reexec::test_name(module_path!(), name);
     let log = dir.join("strace.log");
-    let mut command = Command::new(STRACE);
-    command
-        .args([
-            "-f",
-            "-y",
-            "-qq",
-            "-e",
-            "trace=fsync,openat,rename,renameat2,rmdir,unlinkat",
-            "-o",
-        ])
-        .arg(&log)
-        .arg(rerun.get_program())
-        .args(rerun.get_args())
-        .env(DIR_ENV, dir);
-    for (key, value) in rerun.get_envs() {
-        match value {
-            Some(value) => command.env(key, value),
-            None => command.env_remove(key),
-        };
-    }
-    let out = command.output().unwrap();
-    let trace = std::fs::read_to_string(&log).unwrap_or_default();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if trace.is_empty() && !out.status.success() && stderr.contains("strace:") {
-        eprintln!("skipped: strace could not trace here: {}", stderr.trim());
-        return None;
-    }
+    let env = [(DIR_ENV, dir.as_os_str())];
+    let trace = "fsync,openat,rename,renameat2,rmdir,unlinkat";
+    let (out, text) = reexec::under_strace(&test, trace, &log, &env)?;
     assert!(out.status.success(), "the traced claims failed: {out:?}");
     assert!(
         dir.join(DONE).exists(),
         "the traced test did not run: {out:?}"
     );
-    Some(trace.lines().map(str::to_owned).collect())
+    Some(text.lines().map(str::to_owned).collect())
 }
 
 fn child_dir() -> PathBuf {
