@@ -21,19 +21,20 @@ fn dead_identity() -> ProcessIdentity {
     identity
 }
 
+// Every path these tests create is built from the temp dir, not by the
+// `Layout` under test: a mutant of it would create them elsewhere (in the
+// source tree).
 #[test]
 fn the_run_dir_lookups_find_a_real_directory_and_refuse_an_unsafe_id() {
     let tmp = tempfile::tempdir().unwrap();
     let layout = Layout::new(tmp.path());
-    std::fs::create_dir_all(layout.run_dir("r1")).unwrap();
+    let r1 = tmp.path().join("async-subagent-runs").join("r1");
+    std::fs::create_dir_all(&r1).unwrap();
     // A real directory an unsafe id would reach.
-    std::fs::create_dir_all(layout.runs_dir().join("..").join("up")).unwrap();
-    assert_eq!(
-        layout::exact_run_dir(&layout, "r1"),
-        Some(layout.run_dir("r1"))
-    );
+    std::fs::create_dir_all(tmp.path().join("up")).unwrap();
+    assert_eq!(layout::exact_run_dir(&layout, "r1"), Some(r1.clone()));
     let (dir, meta) = layout::run_dir_under(&layout, "r1").unwrap();
-    assert_eq!(dir, layout.run_dir("r1"));
+    assert_eq!(dir, r1);
     assert!(meta.is_dir());
     assert!(layout::run_dir_under(&layout, "../up").is_none());
     assert!(layout::exact_run_dir(&layout, "missing").is_none());
@@ -43,10 +44,10 @@ fn the_run_dir_lookups_find_a_real_directory_and_refuse_an_unsafe_id() {
 fn a_device_in_the_index_is_named_a_device() {
     // No mknod needed: an index that is a symlink to /dev is read through.
     let tmp = tempfile::tempdir().unwrap();
-    let layout = Layout::new(tmp.path());
-    std::fs::create_dir_all(layout.runs_dir()).unwrap();
-    std::os::unix::fs::symlink("/dev", layout.active_index_dir()).unwrap();
-    let entries = index::read_index_entries(&layout.runs_dir()).unwrap();
+    let runs = tmp.path().join("async-subagent-runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    std::os::unix::fs::symlink("/dev", runs.join(index::INDEX_DIR)).unwrap();
+    let entries = index::read_index_entries(&runs).unwrap();
     assert!(
         entries.not_markers.contains(&("null".to_owned(), "device")),
         "{:?}",
