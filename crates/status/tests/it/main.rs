@@ -2,6 +2,7 @@
 //! its own: the hook it installs is process-wide and set once).
 extern crate subagents_status as status;
 
+mod edges;
 mod files;
 mod model_rules;
 mod optional_fields;
