@@ -11,7 +11,7 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::*;
@@ -619,6 +619,30 @@ fn no_process_of_a_run_walks_proc() {
     assert!(walks.is_empty(), "listed /proc: {walks:#?}");
 }
 
+/// A run of `cat` on a FIFO: it cannot end before the FIFO is opened for
+/// writing, so a waiter started now finds its monitor alive.
+fn gated_run(env: &Env) -> (PathBuf, String) {
+    let fifo = env.fifo("gate");
+    let id = env.ok(&["run", "--", "cat", fifo.to_str().unwrap()]);
+    (fifo, id.trim().to_owned())
+}
+
+/// `subagents --root ROOT ARGS` under `strace -f -e trace=TRACE -o LOG`.
+fn strace_of(env: &Env, trace: &str, log: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(STRACE);
+    command
+        .args(["-f", "-qq", "-e"])
+        .arg(format!("trace={trace}"))
+        .arg("-o")
+        .arg(log)
+        .arg(env!("CARGO_BIN_EXE_subagents"))
+        .arg("--root")
+        .arg(env.root())
+        .args(args)
+        .stdin(Stdio::null());
+    command
+}
+
 #[test]
 fn wait_is_woken_by_the_monitors_exit_through_a_pidfd() {
     if !Path::new(STRACE).exists() {
@@ -626,18 +650,9 @@ fn wait_is_woken_by_the_monitors_exit_through_a_pidfd() {
         return;
     }
     let env = Env::new();
-    let fifo = env.fifo("gate");
-    let id = env.ok(&["run", "--", "cat", fifo.to_str().unwrap()]);
-    let id = id.trim().to_owned();
+    let (fifo, id) = gated_run(&env);
     let log = env.root().join("wait.strace");
-    let mut waiter = Command::new(STRACE)
-        .args(["-f", "-qq", "-e", "trace=pidfd_open", "-o"])
-        .arg(&log)
-        .arg(env!("CARGO_BIN_EXE_subagents"))
-        .arg("--root")
-        .arg(env.root())
-        .args(["wait", &id])
-        .stdin(Stdio::null())
+    let mut waiter = strace_of(&env, "pidfd_open", &log, &["wait", &id])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -710,21 +725,17 @@ fn a_wait_on_a_run_of_another_machine_watches_its_directory() {
         return;
     }
     let env = Env::new();
-    let fifo = env.fifo("gate");
-    let id = env.ok(&["run", "--", "cat", fifo.to_str().unwrap()]);
-    let id = id.trim().to_owned();
+    let (fifo, id) = gated_run(&env);
     let log = env.root().join("wait.strace");
-    let out = Command::new(STRACE)
-        .args(["-f", "-qq", "-e", "trace=inotify_init1", "-o"])
-        .arg(&log)
-        .arg(env!("CARGO_BIN_EXE_subagents"))
-        .arg("--root")
-        .arg(env.root())
-        .args(["wait", "--timeout", "1s", &id])
-        .env("SUBAGENTS_MACHINE_ID", "another-machine")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = strace_of(
+        &env,
+        "inotify_init1",
+        &log,
+        &["wait", "--timeout", "1s", &id],
+    )
+    .env("SUBAGENTS_MACHINE_ID", "another-machine")
+    .output()
+    .unwrap();
     drop(std::fs::OpenOptions::new().write(true).open(&fifo));
     env.ok(&["wait", &id]);
     let trace = std::fs::read_to_string(&log).unwrap_or_default();

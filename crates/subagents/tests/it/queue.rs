@@ -171,16 +171,24 @@ fn stop_of_a_queued_run_ends_it_stopped_without_starting_it_and_frees_its_place(
     assert_eq!(env.settled(&first)["state"], "stopped");
 }
 
-#[test]
-fn a_queued_run_whose_monitor_was_killed_has_its_wait_restarted_by_reconcile() {
-    let env = Env::new();
-    let gate = blocker(&env, "1");
-    let id = queued(&env, "1", &["true"]);
+/// A run queued behind a blocker (`--max-active 1`) whose monitor was
+/// SIGKILLed (it is ours: the run's status names it); returns the
+/// blocker, the queued run and its dead monitor's pid.
+fn queued_with_its_monitor_killed(env: &Env) -> (String, String, u32) {
+    let gate = blocker(env, "1");
+    let id = queued(env, "1", &["true"]);
     let monitor = env.status_json(&id)["monitorIdentity"]["pid"]
         .as_u64()
         .expect("the monitor registered") as u32;
     kill(monitor, libc::SIGKILL);
     poll(Duration::from_secs(30), || !alive(monitor));
+    (gate, id, monitor)
+}
+
+#[test]
+fn a_queued_run_whose_monitor_was_killed_has_its_wait_restarted_by_reconcile() {
+    let env = Env::new();
+    let (gate, id, monitor) = queued_with_its_monitor_killed(&env);
     let report = env.ok(&["reconcile"]);
     assert!(
         report.contains("waiting for a capacity slot again"),
@@ -201,13 +209,7 @@ fn a_queued_run_whose_monitor_was_killed_has_its_wait_restarted_by_reconcile() {
 #[test]
 fn a_queued_run_whose_kept_launch_is_damaged_fails_naming_the_file_and_field() {
     let env = Env::new();
-    let gate = blocker(&env, "1");
-    let id = queued(&env, "1", &["true"]);
-    let monitor = env.status_json(&id)["monitorIdentity"]["pid"]
-        .as_u64()
-        .expect("the monitor registered") as u32;
-    kill(monitor, libc::SIGKILL);
-    poll(Duration::from_secs(30), || !alive(monitor));
+    let (gate, id, _) = queued_with_its_monitor_killed(&env);
     let kept = env
         .root()
         .join("async-subagent-runs")
