@@ -339,9 +339,6 @@ fn wait_until(
         }
         let runs = load_all(layout, &ids)?;
         monitors.add(&runs);
-        if watcher.is_none() && !monitors.cover(runs.iter().filter(|r| !is_settled(r))) {
-            watcher = watch_dirs_into(&dirs, tx.clone());
-        }
         for (run, done) in runs.iter().zip(reported.iter_mut()) {
             if !*done && is_settled(run) {
                 *done = true;
@@ -357,6 +354,10 @@ fn wait_until(
             let mut runs = runs;
             runs.iter_mut().for_each(crate::answers::attach);
             return Ok(runs);
+        }
+        let unsettled = runs.iter().zip(&reported).filter(|(_, done)| !**done);
+        if watcher.is_none() && !monitors.cover(unsettled.map(|(run, _)| run)) {
+            watcher = watch_dirs_into(&dirs, tx.clone());
         }
         if report(WaitEvent::Pending(&runs, started.elapsed())).is_break() {
             return Err(cancelled());
