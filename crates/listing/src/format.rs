@@ -250,7 +250,7 @@ fn activity(
     let label = match (last, attention) {
         (None, Some("needs_attention")) => Some("needs attention".to_owned()),
         (None, Some("active_long_running")) => Some("active but long-running".to_owned()),
-        _ if state != "running" => None,
+        // A run or step that is not running has no `last` (see above).
         (None, _) => None,
         (Some(t), Some("needs_attention")) => Some(format!("no activity for {}", age(now, t))),
         (Some(t), Some("active_long_running")) => Some(match age(now, t).as_str() {

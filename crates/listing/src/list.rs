@@ -954,6 +954,15 @@ mod tests {
     use super::*;
     use status::model::{RunState, write_status};
 
+    #[test]
+    fn only_a_directory_mode_is_a_directory() {
+        assert!(is_dir_mode(0o040_700));
+        assert!(is_dir_mode(0o040_000));
+        for other in [0o100_600, 0o120_777, 0o010_600, 0o140_755, 0o060_600] {
+            assert!(!is_dir_mode(other), "{other:o}");
+        }
+    }
+
     fn run(layout: &Layout, id: &str, state: RunState, marker: bool, update: u64) {
         let dir = layout.run_dir(id);
         atomic_file::ensure_private_dir(&dir).unwrap();

@@ -4,5 +4,6 @@
 extern crate subagents_listing as listing;
 
 mod format_rules;
+mod labels;
 mod listing_index;
 mod lists;
