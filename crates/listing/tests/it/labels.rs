@@ -138,6 +138,11 @@ fn a_listing_shows_a_step_that_never_ran_as_skipped_and_keeps_the_others() {
         {"agent": "a", "status": "failed", "startedAt": 3},
         {"agent": "b", "status": "pending"}]}));
     assert_eq!(states(&failed), [json!("failed"), json!("skipped")]);
+    // Every step changed: none keeps its recorded state.
+    let stopped = summary(json!({"runId": "r", "state": "stopped", "steps": [
+        {"agent": "a", "status": "pending"},
+        {"agent": "b", "status": "pending"}]}));
+    assert_eq!(states(&stopped), [json!("skipped"), json!("skipped")]);
     let complete = summary(json!({"runId": "r", "state": "complete", "steps": [
         {"agent": "a", "status": "complete", "startedAt": 3},
         {"agent": "b", "status": "complete", "startedAt": 4}]}));
