@@ -347,6 +347,39 @@ mod tests {
     }
 
     #[test]
+    fn a_step_started_event_names_the_steps_own_agent_and_session() {
+        let dir = std::path::Path::new("/nonexistent");
+        let mut config = launch_config(dir);
+        assert!(config.steps.len() > 1, "a composite run");
+        config
+            .env
+            .insert(agents::SESSION_ID_ENV.into(), "run-session".into());
+        let step = &mut config.steps[1].env;
+        step.insert(agents::RUNNER_ENV.into(), "codex".into());
+        step.insert(agents::SESSION_ID_ENV.into(), "step-session".into());
+        config.steps[0]
+            .env
+            .insert(agents::RUNNER_ENV.into(), "claude".into());
+        let started = |config: &LaunchConfig, i: usize| {
+            let mut fields = json!({"stepIndex": i});
+            step_started_fields(config, i, &mut fields);
+            fields
+        };
+        assert_eq!(
+            started(&config, 1),
+            json!({"stepIndex": 1, "agentRunner": "codex", "agentSessionId": "step-session"})
+        );
+        // Without a session of its own the step has the run's.
+        assert_eq!(
+            started(&config, 0),
+            json!({"stepIndex": 0, "agentRunner": "claude", "agentSessionId": "run-session"})
+        );
+        // A plain command step, in a run that is no preset, has no agent.
+        config.steps[0].env.clear();
+        assert_eq!(started(&config, 0), json!({"stepIndex": 0}));
+    }
+
+    #[test]
     fn the_answer_and_session_are_taken_from_the_end_of_a_long_stream() {
         let tmp = tempfile::tempdir().unwrap();
         let run_dir = tmp.path().join("run");

@@ -838,3 +838,54 @@ fn a_listing_reads_back_the_index_it_wrote_and_no_other() {
         assert_eq!(listing.blocks().unwrap(), expected);
     }
 }
+
+/// A file of `len` bytes, each its offset's low byte mixed with its chunk
+/// number (so a range read from the wrong place differs).
+fn patterned_file(len: usize) -> (tempfile::NamedTempFile, Vec<u8>) {
+    let bytes: Vec<u8> = (0..len)
+        .map(|i| (i as u8) ^ ((i / CHUNK) as u8 * 31))
+        .collect();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, &bytes).unwrap();
+    (file, bytes)
+}
+
+#[test]
+fn chunks_give_the_files_bytes_for_any_range_and_refuse_one_past_its_end() {
+    let len = 2 * CHUNK + 17;
+    let (file, bytes) = patterned_file(len);
+    let mut chunks = Chunks::new(file.as_file());
+    let c = CHUNK as u64;
+    // Forward, within a chunk, across chunks, longer than one, then backward.
+    let ranges = [
+        0..10,
+        10..40,
+        c - 5..c + 5,
+        c + 5..c + 6,
+        3..c + 100,
+        2 * c..len as u64,
+        1..2,
+    ];
+    for range in ranges {
+        let want = &bytes[range.start as usize..range.end as usize];
+        assert_eq!(chunks.get(range.clone()).unwrap(), want, "{range:?}");
+    }
+    let past = chunks.get(len as u64 - 1..len as u64 + 1).unwrap_err();
+    assert_eq!(past.kind(), io::ErrorKind::UnexpectedEof);
+}
+
+#[test]
+fn chunks_read_a_range_held_already_from_memory() {
+    let (file, _) = patterned_file(2 * CHUNK);
+    let mut chunks = Chunks::new(file.as_file());
+    let c = CHUNK as u64;
+    chunks.get(0..10).unwrap();
+    // The next blocks of the listing, up to the chunk's last byte: no read.
+    for range in [10..40, 40..c - 1, c - 8..c] {
+        chunks.get(range.clone()).unwrap();
+        assert_eq!((chunks.start, chunks.len), (0, CHUNK), "{range:?}");
+    }
+    // One byte past it: the next chunk is read from the range's start.
+    chunks.get(c - 2..c + 1).unwrap();
+    assert_eq!((chunks.start, chunks.len), (c - 2, CHUNK), "read again");
+}

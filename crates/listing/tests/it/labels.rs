@@ -26,8 +26,10 @@ fn dispatched(view: Value) -> Option<String> {
 #[test]
 fn a_dispatched_run_names_its_job_cluster_node_and_slurm_state() {
     assert_eq!(
-        dispatched(json!({"executor": "slurm", "jobId": "12", "cluster": "c1", "node": "n1",
-            "slurmState": "PENDING", "slurmReason": "Resources"})),
+        dispatched(
+            json!({"executor": "slurm", "jobId": "12", "cluster": "c1", "node": "n1",
+            "slurmState": "PENDING", "slurmReason": "Resources"})
+        ),
         Some("slurm job 12 of c1 on n1 (PENDING: Resources)".to_owned())
     );
     assert_eq!(
@@ -54,7 +56,8 @@ fn a_run_without_a_whole_dispatch_view_has_no_executor_line() {
 
 #[test]
 fn a_queued_run_shows_its_place_in_line_or_that_it_waits() {
-    let queued = |wait: Value| status(json!({"runId": "r", "state": "queued", "queuedForSlot": wait}));
+    let queued =
+        |wait: Value| status(json!({"runId": "r", "state": "queued", "queuedForSlot": wait}));
     let placed = queued(json!({"since": 5, "position": 2}));
     assert_eq!(queue_label(&placed), Some("queue position 2".to_owned()));
     assert_eq!(state_with_queue(&placed), "queued #2");
@@ -102,7 +105,10 @@ fn only_a_step_of_a_finished_run_that_never_started_never_ran() {
         json!({"agent": "a", "status": "complete"}),
         json!({"agent": "a", "status": "running"}),
     ] {
-        assert!(!never_ran(&step(started.clone()), RunState::Failed), "{started}");
+        assert!(
+            !never_ran(&step(started.clone()), RunState::Failed),
+            "{started}"
+        );
     }
 }
 
