@@ -529,6 +529,66 @@ mod tests {
     }
 
     #[test]
+    fn a_stderr_up_to_twice_the_end_size_is_read_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stderr");
+        // 100 KiB of distinct lines: more than one end, less than two.
+        let text: String = (0..10_000).map(|i| format!("line {i:05}\n")).collect();
+        assert!(
+            text.len() as u64 > STDERR_END_BYTES + 2 && text.len() as u64 <= 2 * STDERR_END_BYTES
+        );
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(read_ends(&path), text);
+    }
+
+    #[test]
+    fn each_end_of_a_long_stderr_keeps_64_kib_of_whole_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stderr");
+        // Lines of 2,000 bytes: an end of a few hundred bytes would hold none whole.
+        let line = |c: char| format!("{}\n", c.to_string().repeat(1_999));
+        let first = line('f');
+        let middle = line('m').repeat(200);
+        let last: String = ('a'..='t').map(line).collect();
+        std::fs::write(&path, format!("{first}{middle}{last}")).unwrap();
+        let text = read_ends(&path);
+        assert!(text.starts_with(&first), "the first line is kept whole");
+        assert!(text.ends_with(&last), "the last 20 lines are kept whole");
+        let kept = text.lines().count();
+        // 64 KiB is 32 lines of 2,000 bytes at each end, less the cut ones.
+        assert!((60..=64).contains(&kept), "{kept} lines");
+    }
+
+    #[test]
+    fn a_running_steps_session_file_is_found_in_its_clis_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut config = launch_config(tmp.path());
+        let store = tmp.path().join("claude-config");
+        let project = store.join("projects").join("-work-proj");
+        std::fs::create_dir_all(&project).unwrap();
+        let id = "0b7c3f1e-5a2d-4c7b-9e1f-2a3b4c5d6e7f";
+        let file = project.join(format!("{id}.jsonl"));
+        std::fs::write(&file, "{}\n").unwrap();
+        config.steps[1]
+            .env
+            .insert("CLAUDE_CONFIG_DIR".into(), store.display().to_string());
+        assert_eq!(
+            live_session_file(&config, 1, RunnerKind::Claude, id),
+            Some(file)
+        );
+        assert_eq!(
+            live_session_file(
+                &config,
+                1,
+                RunnerKind::Claude,
+                "1b7c3f1e-5a2d-4c7b-9e1f-2a3b4c5d6e7f"
+            ),
+            None,
+            "no file of that session"
+        );
+    }
+
+    #[test]
     fn a_blank_stderr_has_no_tail() {
         assert_eq!(stderr_tail(""), None);
         assert_eq!(stderr_tail("\n  \n\t\n"), None);
