@@ -421,6 +421,13 @@ mod tests {
                 until_proof_written(dir.path(), || calls += 1);
                 println!("{calls}");
             }
+            "proof-blocked" => {
+                // `/proc` reports no block available: a root short of space
+                // where the proof can never be written.
+                let mut calls = 0;
+                until_proof_written(Path::new("/proc"), || calls += 1);
+                println!("{calls}");
+            }
             other => panic!("unknown case {other}"),
         }
     }
@@ -508,6 +515,41 @@ mod tests {
     fn the_monitor_finalizes_once_when_space_is_not_short() {
         let (results, _) = run_case("proof", 120);
         assert_eq!(results, ["1"]);
+    }
+
+    #[test]
+    fn the_monitor_finalizes_again_while_the_root_is_short_and_the_proof_missing() {
+        // 120 ms: a second try after the first 50 ms pause, no third.
+        let (results, _) = run_case("proof-blocked", 120);
+        assert_eq!(results, ["2"]);
+    }
+
+    #[test]
+    fn a_file_system_without_space_is_full_and_a_roomy_one_is_not_blocked() {
+        assert_eq!(blocked_at(Path::new("/proc")), Some(Blocked::Full));
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(blocked_at(dir.path()), None);
+        // A directory that does not exist cannot be told about: not blocked.
+        assert_eq!(blocked_at(&dir.path().join("gone")), None);
+    }
+
+    #[test]
+    fn a_run_is_finalized_once_its_proof_is_written_and_its_status_settled() {
+        use status::model::{RunState, RunStatus, write_status};
+        let dir = tempfile::tempdir().unwrap();
+        let proof = dir.path().join(files::PROOF);
+        // No status and no proof; then a proof and still no status.
+        assert!(!finalized(dir.path()));
+        std::fs::write(&proof, "{}").unwrap();
+        assert!(finalized(dir.path()));
+        // An active status holds it back; a settled one does not.
+        write_status(dir.path(), &RunStatus::new("r1", RunState::Running)).unwrap();
+        assert!(!finalized(dir.path()));
+        write_status(dir.path(), &RunStatus::new("r1", RunState::Complete)).unwrap();
+        assert!(finalized(dir.path()));
+        // A settled status without its proof is not finalized.
+        std::fs::remove_file(&proof).unwrap();
+        assert!(!finalized(dir.path()));
     }
 
     fn tempfile_dir() -> std::path::PathBuf {
