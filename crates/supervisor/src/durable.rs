@@ -141,7 +141,7 @@ pub fn retry<T, E: Unwritable + Display>(
     loop {
         match write() {
             Ok(value) => {
-                if let Some(blocked) = last.filter(|_| failures > 0) {
+                if let Some(blocked) = last {
                     let kind = Blocked::retries(blocked);
                     eprintln!("subagents: wrote {what} after {failures} {kind} retries");
                 }

@@ -485,6 +485,38 @@ mod tests {
         }
     }
 
+    /// The point of the readers: while one thread is held up reading a
+    /// chunk, another reads the next. Chunk 0's read waits (10 s at most)
+    /// for chunk 1 to be read by another thread; one thread alone would
+    /// wait it out.
+    #[test]
+    fn a_chunk_held_up_does_not_hold_up_the_next() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let second_read_meanwhile = AtomicBool::new(false);
+        let first_done = AtomicBool::new(false);
+        let read = |c: usize| {
+            if c == 0 {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while !second_read_meanwhile.load(Ordering::SeqCst)
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::yield_now();
+                }
+                first_done.store(true, Ordering::SeqCst);
+            } else if c == 1 && !first_done.load(Ordering::SeqCst) {
+                second_read_meanwhile.store(true, Ordering::SeqCst);
+            }
+            vec![(c, Read::Skip)]
+        };
+        let mut taken = Vec::new();
+        in_order(2, 4, read, |reads| taken.extend(reads.iter().map(|r| r.0)));
+        assert_eq!(taken, [0, 1, 2, 3]);
+        assert!(
+            second_read_meanwhile.load(Ordering::SeqCst),
+            "chunk 1 was read only after chunk 0"
+        );
+    }
+
     #[test]
     fn a_reader_that_panics_ends_the_listing_instead_of_leaving_the_others_waiting() {
         for (readers, bad) in [(2, 0), (2, 7), (3, 40), (4, 99)] {

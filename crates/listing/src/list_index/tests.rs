@@ -876,10 +876,14 @@ fn chunks_give_the_files_bytes_for_any_range_and_refuse_one_past_its_end() {
 
 #[test]
 fn chunks_read_a_range_held_already_from_memory() {
-    let (file, _) = patterned_file(2 * CHUNK);
+    let (file, bytes) = patterned_file(2 * CHUNK);
     let mut chunks = Chunks::new(file.as_file());
     let c = CHUNK as u64;
     chunks.get(0..10).unwrap();
+    // The file changes under the held chunk: the same range, at the chunk's
+    // very start, comes from memory, so it is the bytes read first.
+    std::os::unix::fs::FileExt::write_all_at(file.as_file(), &[0xee; 10], 0).unwrap();
+    assert_eq!(chunks.get(0..10).unwrap(), &bytes[..10]);
     // The next blocks of the listing, up to the chunk's last byte: no read.
     for range in [10..40, 40..c - 1, c - 8..c] {
         chunks.get(range.clone()).unwrap();
