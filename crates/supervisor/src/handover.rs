@@ -139,14 +139,23 @@ impl Receiver {
 /// Call once at start.
 pub fn keep_from_children() {
     if let Some(fd) = inherited() {
-        // SAFETY: fcntl(2) on the descriptor our monitor handed us.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        close_on_exec(fd);
     }
+}
+
+fn close_on_exec(fd: RawFd) {
+    // SAFETY: fcntl(2) on the descriptor our monitor handed us.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
 }
 
 /// The descriptor named by [`OUTCOME_FD_ENV`], if it is a pipe.
 fn inherited() -> Option<RawFd> {
-    let fd = std::env::var(OUTCOME_FD_ENV).ok()?.parse::<RawFd>().ok()?;
+    pipe_fd(&std::env::var(OUTCOME_FD_ENV).ok()?)
+}
+
+/// The descriptor `value` names, if it is an open pipe above stderr.
+fn pipe_fd(value: &str) -> Option<RawFd> {
+    let fd = value.parse::<RawFd>().ok()?;
     // SAFETY: fstat(2) fills the zeroed struct we own; a bad fd only fails.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     if fd < 3 || unsafe { libc::fstat(fd, &mut stat) } != 0 {
@@ -158,9 +167,13 @@ fn inherited() -> Option<RawFd> {
 /// The runner's side: hands `outcome` to the monitor (once; the runner
 /// exits after it). Logs to stderr why it could not.
 pub fn send(outcome: &Outcome) {
-    let Some(fd) = inherited() else {
-        return;
-    };
+    if let Some(fd) = inherited() {
+        send_to(fd, outcome);
+    }
+}
+
+/// Writes `outcome` into pipe `fd`, which it closes.
+fn send_to(fd: RawFd, outcome: &Outcome) {
     // SAFETY: the monitor handed us this descriptor for exactly this use; we own it from here.
     let mut pipe = unsafe { File::from_raw_fd(fd) };
     let sent = serde_json::to_vec(outcome)
@@ -250,5 +263,105 @@ mod tests {
         restore(dir.path(), &outcome());
         let kept = status::model::read_status(dir.path()).unwrap().unwrap();
         assert_eq!(kept.state, RunState::Failed);
+    }
+
+    fn flag(fd: RawFd, get: libc::c_int, bit: libc::c_int) -> bool {
+        // SAFETY: fcntl(2) reads the flags of a descriptor the test owns.
+        unsafe { libc::fcntl(fd, get) & bit != 0 }
+    }
+
+    #[test]
+    fn both_ends_are_non_blocking_close_on_exec_and_the_pipe_roomy() {
+        let receiver = Receiver::open().unwrap();
+        let write = receiver.write_fd().expect("a write end before the spawn");
+        assert_eq!(write, receiver.write.as_ref().unwrap().as_raw_fd());
+        for fd in [receiver.read.as_raw_fd(), write] {
+            assert!(flag(fd, libc::F_GETFL, libc::O_NONBLOCK), "fd {fd} blocks");
+            assert!(
+                flag(fd, libc::F_GETFD, libc::FD_CLOEXEC),
+                "fd {fd} is inherited"
+            );
+        }
+        // SAFETY: as above.
+        let size = unsafe { libc::fcntl(write, libc::F_GETPIPE_SZ) };
+        assert!(size >= 1 << 20, "a pipe of {size} bytes, asked for 1 MiB");
+    }
+
+    #[test]
+    fn a_child_handed_the_write_end_hands_back_its_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("outcome.json");
+        std::fs::write(&file, serde_json::to_vec(&outcome()).unwrap()).unwrap();
+        let mut receiver = Receiver::open().unwrap();
+        let mut child = Command::new("sh");
+        child.args(["-c", r#"cat "$1" >&"$SUBAGENTS_OUTCOME_FD""#, "sh"]);
+        child.arg(&file);
+        receiver.hand_to(&mut child);
+        let mut child = child.spawn().unwrap();
+        receiver.spawned();
+        assert_eq!(
+            receiver.write_fd(),
+            None,
+            "our copy of the write end is closed"
+        );
+        assert!(child.wait().unwrap().success());
+        assert_eq!(receiver.take(), Some(outcome()));
+    }
+
+    #[test]
+    fn a_child_that_handed_nothing_or_garbage_leaves_nothing_to_take() {
+        for script in ["true", r#"printf '{"status":' >&"$SUBAGENTS_OUTCOME_FD""#] {
+            let mut receiver = Receiver::open().unwrap();
+            let mut child = Command::new("sh");
+            child.args(["-c", script]);
+            receiver.hand_to(&mut child);
+            let mut child = child.spawn().unwrap();
+            receiver.spawned();
+            assert!(child.wait().unwrap().success(), "{script}");
+            assert_eq!(receiver.take(), None, "{script}");
+        }
+    }
+
+    #[test]
+    fn the_runner_writes_its_outcome_into_the_pipe_it_was_handed() {
+        let mut receiver = Receiver::open().unwrap();
+        let write = receiver.write.take().unwrap();
+        // SAFETY: clears close-on-exec of a descriptor the test owns.
+        unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFD, 0) };
+        close_on_exec(write.as_raw_fd());
+        assert!(flag(write.as_raw_fd(), libc::F_GETFD, libc::FD_CLOEXEC));
+        send_to(std::os::fd::IntoRawFd::into_raw_fd(write), &outcome());
+        assert_eq!(receiver.take(), Some(outcome()));
+    }
+
+    #[test]
+    fn only_an_open_pipe_above_stderr_is_taken_for_the_outcome_pipe() {
+        let receiver = Receiver::open().unwrap();
+        let write = receiver.write_fd().unwrap();
+        assert_eq!(pipe_fd(&write.to_string()), Some(write));
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::create(dir.path().join("f")).unwrap();
+        assert_eq!(pipe_fd(&file.as_raw_fd().to_string()), None, "a file");
+        drop(file);
+        assert_eq!(pipe_fd("1048575"), None, "not open");
+        assert_eq!(pipe_fd("x"), None);
+        // In a child whose stdin is a pipe, fd 0 is still refused.
+        let mut child = Command::new("true");
+        child.stdin(std::process::Stdio::piped());
+        // SAFETY: fstat(2) and a parse, both async-signal-safe, between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut child, || {
+                let mut stat: libc::stat = std::mem::zeroed();
+                if libc::fstat(0, &mut stat) != 0 || stat.st_mode & libc::S_IFMT != libc::S_IFIFO {
+                    return Err(std::io::Error::from_raw_os_error(libc::ENOTTY));
+                }
+                match pipe_fd("0") {
+                    Some(_) => Err(std::io::Error::from_raw_os_error(libc::EEXIST)),
+                    None => Ok(()),
+                }
+            });
+        }
+        let spawned = child.spawn().map(|mut c| c.wait());
+        assert!(spawned.is_ok(), "fd 0 a pipe and refused: {spawned:?}");
     }
 }

@@ -607,4 +607,55 @@ mod tests {
         assert_eq!(s.timed_out, Some(true));
         assert_eq!(s.error.as_deref(), Some("x"));
     }
+
+    #[test]
+    fn a_complete_chain_takes_its_last_steps_answer_and_a_parallel_run_none() {
+        let config = launch_config(Path::new("/runs/r"));
+        let s = step_started(queued(&config, None, None, 1), &config, 3, 60, None, 20);
+        let done = StepEnd {
+            answer: Some(AnswerRef::of(
+                "/runs/r/answer-3.md".into(),
+                "the last answer",
+            )),
+            ..end("complete", Some((Some(0), None)))
+        };
+        let s = step_ended(s, &config, 3, &done, 31);
+        let complete = finished(s.clone(), RunState::Complete, None, false, false, 40);
+        assert_eq!(complete.extra["answerPath"], "/runs/r/answer-3.md");
+        assert_eq!(complete.extra["answerBytes"], 15);
+        let failed = finished(
+            complete,
+            RunState::Failed,
+            Some("x".into()),
+            false,
+            false,
+            41,
+        );
+        assert!(
+            !failed.extra.contains_key("answerPath"),
+            "an answer only when complete"
+        );
+        assert!(!failed.extra.contains_key("answerBytes"));
+        let mut parallel = s;
+        parallel.mode = Some("parallel".into());
+        let parallel = finished(parallel, RunState::Complete, None, false, false, 40);
+        assert!(
+            !parallel.extra.contains_key("answerPath"),
+            "answers stay on the steps"
+        );
+        assert_eq!(
+            parallel.steps()[3].extra["answerPath"],
+            "/runs/r/answer-3.md"
+        );
+    }
+
+    #[test]
+    fn a_commands_answer_is_its_output_file_as_long_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("output-0.log");
+        std::fs::write(&file, "twelve bytes").unwrap();
+        let answer = AnswerRef::of_file(file.clone()).expect("the file exists");
+        assert_eq!((answer.path, answer.bytes), (file, 12));
+        assert_eq!(AnswerRef::of_file(dir.path().join("missing")), None);
+    }
 }

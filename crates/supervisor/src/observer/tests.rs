@@ -782,6 +782,16 @@ fn observer_tagged_with_a_run() {
     };
     assert!(targets(&run_id).includes_self().is_some());
     assert_eq!(targets("another-run").includes_self(), None);
+    // A run of a past boot names no group or session here, yet the tag
+    // still tells a caller carrying it that the run is its own.
+    let past = Facts {
+        monitor: Presence::Dead(past_boot()),
+        runner: Presence::Dead(past_boot()),
+        ..facts()
+    };
+    let status = RunStatus::new(run_id.as_str(), RunState::Running);
+    let of_past_boot = Targets::of(&run_id, &status, &past);
+    assert!(of_past_boot.includes_self().is_some());
 }
 
 #[test]
