@@ -697,6 +697,30 @@ fn a_monitor_registers_waits_for_its_runner_and_proves_the_run_over() {
 }
 
 #[test]
+fn a_step_inherits_no_pipe_of_its_runners_beyond_its_standard_streams() {
+    // The monitor hands its runner the write end of the outcome pipe; the
+    // runner must keep it from its COMMANDs (an escaped child holding it
+    // would hold what the monitor reads).
+    let script = "ls -l /proc/$$/fd > fds.txt";
+    let run = Run::new(&[("fds", script)], vec![group(0, 1, 1, false)]);
+    let _serial = crate::procs::tests::serial();
+    run.queue();
+    let exe = std::env::current_exe().unwrap();
+    let (monitor, _ready) = run.start_from(&exe, "__monitor", |_| {});
+    let (exit, stderr) = finish(monitor);
+    assert!(exit.success(), "{exit:?} {stderr}");
+    assert_eq!(run.status().state, RunState::Complete, "{stderr}");
+    let fds = run.read("fds.txt");
+    let pipes: Vec<&str> = fds
+        .lines()
+        .filter(|l| l.contains("pipe:"))
+        .filter(|l| !l.contains(" 0 -> ") && !l.contains(" 1 -> ") && !l.contains(" 2 -> "))
+        .collect();
+    assert!(fds.contains(" 1 -> "), "{fds}");
+    assert_eq!(pipes, [] as [&str; 0], "{fds}");
+}
+
+#[test]
 fn a_monitor_starts_nothing_for_a_run_already_given_up() {
     let run = Run::new(&[("only", "touch ran")], vec![group(0, 1, 1, false)]);
     let _serial = crate::procs::tests::serial();
