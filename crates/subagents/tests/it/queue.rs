@@ -398,3 +398,154 @@ fn queued_statuses_and_pools_read_both_ways() {
     assert!(error.contains("never started a runner"), "{status}");
     env.ok(&["stop", &gate]);
 }
+
+/// `status.json` read from disk: unlike `status`, reading it observes
+/// nothing, so only the queued run's own monitor can make it move.
+fn status_file(env: &Env, id: &str) -> Value {
+    let text = std::fs::read_to_string(env.run_dir(id).join("status.json")).unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+/// The `owner.json` of the slot that `id` holds, if any.
+fn slot_of(env: &Env, id: &str) -> Option<Value> {
+    let pools = env.root().join("session-active-async-capacity");
+    let slots = std::fs::read_dir(&pools).into_iter().flatten().flatten();
+    let slots = slots.flat_map(|pool| {
+        std::fs::read_dir(pool.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+    });
+    slots
+        .filter_map(|slot| std::fs::read_to_string(slot.path().join("owner.json")).ok())
+        .filter_map(|text| serde_json::from_str::<Value>(&text).ok())
+        .find(|owner| owner["runId"] == id)
+}
+
+/// SIGKILLs a run's monitor and runner (ours: their working directory is
+/// the run's directory) and the runner's group, which holds its step.
+fn kill_all_in(dir: &Path) {
+    let holders = processes_in(&[dir]);
+    assert!(!holders.is_empty(), "the run's monitor and runner run");
+    for &pid in &holders {
+        kill_group(pid, libc::SIGKILL);
+        kill(pid, libc::SIGKILL);
+    }
+    poll(Duration::from_secs(30), || processes_in(&[dir]).is_empty());
+}
+
+#[test]
+fn a_queued_run_starts_on_its_own_when_the_slot_holder_was_killed_with_its_monitor() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let id = queued(&env, "1", &["true"]);
+    kill_all_in(&env.run_dir(&gate));
+    // No command runs meanwhile: the waiting monitor itself has the dead
+    // holder's run finalized, which frees the slot it waits for.
+    poll(Duration::from_secs(60), || {
+        status_file(&env, &id)["state"] == "complete"
+    });
+    assert_eq!(env.settled(&gate)["state"], "failed");
+}
+
+#[test]
+fn a_queued_runs_slot_is_bound_to_its_runner_once_it_starts() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let id = queued(&env, "1", &["sleep", "60"]);
+    env.ok(&["stop", &gate]);
+    poll(Duration::from_secs(30), || {
+        status_file(&env, &id)["state"] == "running"
+    });
+    let runner = status_file(&env, &id)["runnerProcessInstanceId"].clone();
+    assert!(runner.is_string(), "the run names its runner");
+    let mut owner = Value::Null;
+    poll(Duration::from_secs(30), || {
+        owner = slot_of(&env, &id).unwrap_or(Value::Null);
+        owner["runnerProcessInstanceId"] == runner
+    });
+    assert!(owner["runnerStartedAt"].is_u64(), "{owner}");
+    env.ok(&["stop", &id]);
+    env.settled(&id);
+    assert!(slot_of(&env, &id).is_none(), "the slot went with the run");
+}
+
+#[test]
+fn a_queued_run_whose_place_in_line_went_without_a_stop_fails_not_started() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let marker = Path::new(env.work()).join("started");
+    let script = format!("touch {}", marker.display());
+    let id = queued(&env, "1", &["sh", "-c", &script]);
+    let pools = env.root().join("session-active-async-capacity");
+    let entry = std::fs::read_dir(&pools)
+        .unwrap()
+        .flatten()
+        .flat_map(|pool| {
+            std::fs::read_dir(pool.path().join("queue"))
+                .unwrap()
+                .flatten()
+        })
+        .find(|e| e.file_name().to_string_lossy().contains(&id))
+        .expect("the run's entry in its line");
+    std::fs::remove_file(entry.path()).unwrap();
+    poll(Duration::from_secs(30), || {
+        status_file(&env, &id)["state"] == "failed"
+    });
+    let status = env.settled(&id);
+    assert_eq!(
+        status["processTerminal"]["state"], "not-started",
+        "{status}"
+    );
+    let error = status["error"].as_str().unwrap_or_default();
+    assert!(error.contains("never started a runner"), "{status}");
+    assert!(!env.marker(&id).exists(), "its active marker was released");
+    assert!(!marker.exists(), "its command never ran");
+    env.ok(&["stop", &gate]);
+}
+
+#[test]
+fn a_waiter_whose_monitor_died_holds_up_nobody_behind_it() {
+    let env = Env::new();
+    let (gate, asleep, _) = queued_with_its_monitor_killed(&env);
+    let id = queued(&env, "1", &["true"]);
+    // Killed, the slot's holder frees it with no change in the pool: no
+    // event wakes the live waiter, only its own looks find the slot over
+    // and the entry ahead asleep.
+    kill_all_in(&env.run_dir(&gate));
+    poll(Duration::from_secs(30), || {
+        status_file(&env, &id)["state"] == "complete"
+    });
+    assert_eq!(status_file(&env, &asleep)["state"], "queued");
+    env.ok(&["stop", &asleep]);
+}
+
+/// Clock ticks of CPU `pid` has used (`utime` + `stime`).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn a_waiting_monitor_sleeps_between_its_looks() {
+    let env = Env::new();
+    let gate = blocker(&env, "1");
+    let id = queued(&env, "1", &["true"]);
+    let monitor = status_file(&env, &id)["monitorIdentity"]["pid"]
+        .as_u64()
+        .expect("the monitor registered") as u32;
+    let before = cpu_ticks(monitor);
+    // A window of measurement, not a wait for an event: the monitor's
+    // own reads of its line must not wake it (it would spin).
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(monitor) - before;
+    assert!(used < 50, "{used} ticks of CPU in 2 s of waiting");
+    env.ok(&["stop", &gate]);
+    env.ok(&["stop", &id]);
+}
