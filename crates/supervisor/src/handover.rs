@@ -36,9 +36,6 @@ use status::proof::{self, Candidate};
 /// The runner's inherited descriptor of the pipe's write end.
 pub const OUTCOME_FD_ENV: &str = "SUBAGENTS_OUTCOME_FD";
 
-/// The room asked for the pipe: a status of many steps fits.
-const PIPE_SIZE: libc::c_int = 1024 * 1024;
-
 /// What the runner would have written last.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
@@ -78,9 +75,11 @@ impl Receiver {
         }
         // SAFETY: both descriptors were just created and are owned by nobody else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // Best effort: without it the pipe holds 64 KiB, still room for most runs.
-        // SAFETY: fcntl(2) on a descriptor we own.
-        unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+        // Left at the default size: the kernel charges a pipe's room to its
+        // user for as long as it is open, and past `pipe-user-pages-soft`
+        // every new pipe of theirs shrinks, so a roomy pipe per active run
+        // would cost the user's other programs. The runner grows it when
+        // an outcome needs the room ([`send_to`]).
         Ok(Self {
             read,
             write: Some(write),
@@ -172,17 +171,39 @@ pub fn send(outcome: &Outcome) {
     }
 }
 
-/// Writes `outcome` into pipe `fd`, which it closes.
+/// Writes `outcome` into pipe `fd`, which it closes, growing the pipe
+/// first if the outcome would not fit.
 fn send_to(fd: RawFd, outcome: &Outcome) {
     // SAFETY: the monitor handed us this descriptor for exactly this use; we own it from here.
     let mut pipe = unsafe { File::from_raw_fd(fd) };
     let sent = serde_json::to_vec(outcome)
         .map_err(std::io::Error::other)
+        .and_then(|bytes| make_room(&pipe, bytes.len()).map(|()| bytes))
         .and_then(|bytes| pipe.write_all(&bytes));
     match sent {
         Ok(()) => eprintln!("subagents: handed the run's outcome to its monitor"),
         Err(e) => eprintln!("subagents: failed to hand the run's outcome to its monitor: {e}"),
     }
+}
+
+/// Grows `pipe` to hold `len` bytes: the write end never blocks, so what
+/// does not fit would be lost.
+fn make_room(pipe: &File, len: usize) -> std::io::Result<()> {
+    let fd = pipe.as_raw_fd();
+    // SAFETY: fcntl(2) on a descriptor we own.
+    let size = unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) };
+    if size < 0 || usize::try_from(size).is_ok_and(|size| size >= len) {
+        return Ok(());
+    }
+    let wanted = libc::c_int::try_from(len).unwrap_or(libc::c_int::MAX);
+    // SAFETY: as above; the kernel rounds the size up to a power of two pages.
+    if unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, wanted) } < 0 {
+        let cause = std::io::Error::last_os_error();
+        return Err(std::io::Error::other(format!(
+            "failed to grow the pipe to {len} bytes: {cause}"
+        )));
+    }
+    Ok(())
 }
 
 /// The monitor's side: writes what the runner could not, as the runner
@@ -271,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn both_ends_are_non_blocking_close_on_exec_and_the_pipe_roomy() {
+    fn both_ends_are_non_blocking_close_on_exec_and_the_pipe_of_default_size() {
         let receiver = Receiver::open().unwrap();
         let write = receiver.write_fd().expect("a write end before the spawn");
         assert_eq!(write, receiver.write.as_ref().unwrap().as_raw_fd());
@@ -284,7 +305,31 @@ mod tests {
         }
         // SAFETY: as above.
         let size = unsafe { libc::fcntl(write, libc::F_GETPIPE_SZ) };
-        assert!(size >= 1 << 20, "a pipe of {size} bytes, asked for 1 MiB");
+        assert!(
+            size <= 64 << 10,
+            "a pipe of {size} bytes charged from the start"
+        );
+    }
+
+    #[test]
+    fn an_outcome_larger_than_the_pipe_grows_it_and_arrives_whole() {
+        let mut big = outcome();
+        big.status.error = Some("e".repeat(200 << 10));
+        let mut receiver = Receiver::open().unwrap();
+        let write = receiver.write.take().unwrap();
+        send_to(std::os::fd::IntoRawFd::into_raw_fd(write), &big);
+        assert_eq!(receiver.take(), Some(big));
+    }
+
+    #[test]
+    fn a_pipe_that_cannot_grow_enough_is_an_error_naming_the_size() {
+        let receiver = Receiver::open().unwrap();
+        let write = File::from(receiver.write.unwrap());
+        make_room(&write, 10).unwrap();
+        // 2 GiB of pipe: past `pipe-max-size`, and a ring too large to
+        // allocate even for a user the limits do not bind.
+        let e = make_room(&write, usize::MAX).unwrap_err().to_string();
+        assert!(e.starts_with("failed to grow the pipe to "), "{e}");
     }
 
     #[test]
@@ -294,7 +339,13 @@ mod tests {
         std::fs::write(&file, serde_json::to_vec(&outcome()).unwrap()).unwrap();
         let mut receiver = Receiver::open().unwrap();
         let mut child = Command::new("sh");
-        child.args(["-c", r#"cat "$1" >&"$SUBAGENTS_OUTCOME_FD""#, "sh"]);
+        // Through /proc: dash reads `>&N` only for a one-digit N, and a
+        // test process beside others holds descriptors past 9.
+        child.args([
+            "-c",
+            r#"cat "$1" >"/proc/self/fd/$SUBAGENTS_OUTCOME_FD""#,
+            "sh",
+        ]);
         child.arg(&file);
         receiver.hand_to(&mut child);
         let mut child = child.spawn().unwrap();
@@ -310,7 +361,10 @@ mod tests {
 
     #[test]
     fn a_child_that_handed_nothing_or_garbage_leaves_nothing_to_take() {
-        for script in ["true", r#"printf '{"status":' >&"$SUBAGENTS_OUTCOME_FD""#] {
+        for script in [
+            "true",
+            r#"printf '{"status":' >"/proc/self/fd/$SUBAGENTS_OUTCOME_FD""#,
+        ] {
             let mut receiver = Receiver::open().unwrap();
             let mut child = Command::new("sh");
             child.args(["-c", script]);
