@@ -694,6 +694,17 @@ fn a_monitor_registers_waits_for_its_runner_and_proves_the_run_over() {
     // The monitor waited on the runner itself: the proof has its exit.
     assert_eq!(runner_end_in_proof(&run), (Value::from(0), Value::Null));
     assert!(!status::index::has_marker(run.dir()));
+    // Both processes are on record beside the status, for a `stop` or an
+    // observer that meets a damaged one.
+    let record = status::processes::read(run.dir())
+        .unwrap()
+        .expect("run-processes.json");
+    assert_eq!(record.monitor.pid, pid);
+    assert_eq!(Some(record.runner.pid), s.pid);
+    assert_eq!(
+        record.runner_process_instance_id,
+        s.runner_process_instance_id.unwrap()
+    );
 }
 
 #[test]

@@ -279,6 +279,23 @@ fn stop_of_a_running_job_ends_it_stopped_with_nothing_left() {
     assert_eq!(status["processTerminal"]["state"], "observed", "{status}");
     poll(Duration::from_secs(30), || !alive(grandchild));
     let dir = slurm.env.run_dir("stopped");
+    // The runner got the TERM (scancel reaches only the batch script, its
+    // monitor, which hands it on) and ended the run itself, gracefully:
+    // not a run cancelled after the grace and repaired from Slurm's record.
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let types: Vec<String> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e["type"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        types.iter().any(|t| t == "subagent.run.stopped"),
+        "{types:?}"
+    );
+    assert!(
+        !types.iter().any(|t| t == "subagent.run.repaired_stale"),
+        "{types:?}"
+    );
     poll(Duration::from_secs(30), || processes_in(&[&dir]).is_empty());
 }
 
