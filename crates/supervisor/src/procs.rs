@@ -357,6 +357,67 @@ pub(crate) mod tests {
         }
     }
 
+    /// A child blocked on its stdin until the returned handle is dropped.
+    fn blocked_child(
+        program: &std::path::Path,
+        args: &[&str],
+        cwd: &std::path::Path,
+    ) -> std::process::Child {
+        Command::new(program)
+            .args(args)
+            .current_dir(cwd)
+            .env("SUBAGENTS_PROCESS_TEST", "60")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_nested_runs_monitor_is_told_apart_and_kept_out_of_the_leftovers() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        // A copy of this binary as a monitor waits for its config on stdin.
+        let mut monitor = blocked_child(&exe, &["__monitor", "r1"], dir.path());
+        // Another program with the same first argument (`tee` writes a file
+        // of that name, in the temporary directory).
+        let mut other = blocked_child(std::path::Path::new("tee"), &["__monitor"], dir.path());
+        let (m, o) = (monitor.id(), other.id());
+        poll_until(|| {
+            std::fs::read(format!("/proc/{m}/cmdline"))
+                .is_ok_and(|c| c.starts_with(exe.as_os_str().as_encoded_bytes()))
+        });
+        assert!(runs_as(m, &["__runner", "__monitor"]));
+        assert!(is_nested_run(m));
+        assert!(!runs_as(m, &["__runner"]), "another role");
+        assert!(!runs_as(o, &["__monitor"]), "another program");
+        assert!(
+            !runs_as(std::process::id(), &["__monitor"]),
+            "no role at all"
+        );
+        let left = leftovers(None);
+        assert!(left.contains(&o), "{left:?}");
+        assert!(
+            !left.contains(&m),
+            "a nested run outlives its COMMAND: {left:?}"
+        );
+        for child in [&mut monitor, &mut other] {
+            drop(child.stdin.take());
+            child.wait().unwrap();
+        }
+    }
+
+    /// Polls `done` for up to 10 s.
+    fn poll_until(mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "not within 10 s");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn ended_describes_codes_and_signals() {
         assert_eq!(Ended::Exited(3).code(), Some(3));
