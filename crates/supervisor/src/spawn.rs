@@ -383,6 +383,73 @@ pub(crate) fn read_ready(fd: OwnedFd) -> std::io::Result<Launched> {
 mod tests {
     use super::*;
 
+    extern "C" fn caught(_: libc::c_int) {}
+
+    /// What `become_child` left in a forked child, as bits of its exit
+    /// code: 1 the kept descriptor is not at its target, 2 the gap below
+    /// it or 4 a descriptor above it is still open, 8 SIGPIPE is not
+    /// ignored, 16 a caught signal is still caught, 32 an ignored one is
+    /// no longer ignored, 64 `become_child` failed.
+    fn child_after_become_child() -> i32 {
+        let _serial = crate::procs::tests::serial();
+        let null = File::open("/dev/null").unwrap();
+        let n = null.as_raw_fd();
+        // SAFETY: the child makes only async-signal-safe calls (dup2,
+        // signal, sigaction, fcntl, close) and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::dup2(n, 4);
+                libc::dup2(n, 7);
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                let handler: extern "C" fn(libc::c_int) = caught;
+                libc::signal(libc::SIGUSR1, handler as libc::sighandler_t);
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                let open = |fd| libc::fcntl(fd, libc::F_GETFD) >= 0;
+                let disposition = |signal| {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    libc::sigaction(signal, std::ptr::null(), &mut old);
+                    old.sa_sigaction
+                };
+                let mut code = 0;
+                if become_child([n, n, n], &[(n, 5)]).is_err() {
+                    code |= 64;
+                }
+                if !open(5) {
+                    code |= 1;
+                }
+                if open(4) {
+                    code |= 2;
+                }
+                if open(7) {
+                    code |= 4;
+                }
+                if disposition(libc::SIGPIPE) != libc::SIG_IGN {
+                    code |= 8;
+                }
+                if disposition(libc::SIGUSR1) != libc::SIG_DFL {
+                    code |= 16;
+                }
+                if disposition(libc::SIGHUP) != libc::SIG_IGN {
+                    code |= 32;
+                }
+                libc::_exit(code);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked, by its pid.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "the child died: {status}");
+        libc::WEXITSTATUS(status)
+    }
+
+    #[test]
+    fn a_forked_child_keeps_only_its_descriptors_and_gets_exec_dispositions() {
+        assert_eq!(child_after_become_child(), 0);
+    }
+
     /// Runs `sh -c script` with the write end of a ready pipe as descriptor
     /// 3, as the monitor hands it to the runner; returns what the launcher
     /// side makes of the pipe.
