@@ -389,8 +389,10 @@ mod tests {
     /// code: 1 the kept descriptor is not at its target, 2 the gap below
     /// it or 4 a descriptor above it is still open, 8 SIGPIPE is not
     /// ignored, 16 a caught signal is still caught, 32 an ignored one is
-    /// no longer ignored, 64 `become_child` failed.
-    fn child_after_become_child() -> i32 {
+    /// no longer ignored, 64 `become_child` failed, 128 a descriptor kept
+    /// where it already was is still close-on-exec. `in_place` keeps
+    /// descriptor 5 where it is instead of moving `/dev/null` there.
+    fn child_after_become_child(in_place: bool) -> i32 {
         let _serial = crate::procs::tests::serial();
         let null = File::open("/dev/null").unwrap();
         let n = null.as_raw_fd();
@@ -414,7 +416,14 @@ mod tests {
                     old.sa_sigaction
                 };
                 let mut code = 0;
-                if become_child([n, n, n], &[(n, 5)]).is_err() {
+                let keep = if in_place {
+                    libc::dup2(n, 5);
+                    libc::fcntl(5, libc::F_SETFD, libc::FD_CLOEXEC);
+                    (5, 5)
+                } else {
+                    (n, 5)
+                };
+                if become_child([n, n, n], &[keep]).is_err() {
                     code |= 64;
                 }
                 if !open(5) {
@@ -435,6 +444,9 @@ mod tests {
                 if disposition(libc::SIGHUP) != libc::SIG_IGN {
                     code |= 32;
                 }
+                if libc::fcntl(5, libc::F_GETFD) & libc::FD_CLOEXEC != 0 {
+                    code |= 128;
+                }
                 libc::_exit(code);
             }
         }
@@ -447,7 +459,8 @@ mod tests {
 
     #[test]
     fn a_forked_child_keeps_only_its_descriptors_and_gets_exec_dispositions() {
-        assert_eq!(child_after_become_child(), 0);
+        assert_eq!(child_after_become_child(false), 0);
+        assert_eq!(child_after_become_child(true), 0, "kept in place");
     }
 
     /// Runs `sh -c script` with the write end of a ready pipe as descriptor
