@@ -180,13 +180,26 @@ pub fn retry<T, E: Unwritable + Display>(
 /// missing or `status.json` still active, and the run's file system is
 /// short of space or read-only. `finalize` must be idempotent (the proof
 /// finalizer and the repair are).
-pub fn until_proof_written(run_dir: &Path, mut finalize: impl FnMut()) {
+pub fn until_proof_written(run_dir: &Path, finalize: impl FnMut()) {
+    until_finalized(run_dir, finalize, blocked_at);
+}
+
+/// [`until_proof_written`] with the file system's state told by `blocked`.
+/// A try made while the root was blocked counts as blocked even if the
+/// root is back by the time it is judged: it failed for the outage, and
+/// only the next try can write (the root may come back during a try).
+fn until_finalized(
+    run_dir: &Path,
+    mut finalize: impl FnMut(),
+    mut blocked: impl FnMut(&Path) -> Option<Blocked>,
+) {
     let _ = retry("process-terminal.json", || {
+        let before = blocked(run_dir);
         finalize();
         if finalized(run_dir) {
             return Ok(());
         }
-        match blocked_at(run_dir) {
+        match blocked(run_dir).or(before) {
             None => Ok(()),
             Some(Blocked::Full) => Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
             Some(Blocked::ReadOnly) => Err(std::io::Error::from_raw_os_error(libc::EROFS)),
@@ -522,6 +535,33 @@ mod tests {
         // 120 ms: a second try after the first 50 ms pause, no third.
         let (results, _) = run_case("proof-blocked", 120);
         assert_eq!(results, ["2"]);
+    }
+
+    #[test]
+    fn a_try_that_met_the_outage_is_tried_again_when_the_root_came_back_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let proof = dir.path().join(files::PROOF);
+        // Read-only before the first try, writable by the time it failed.
+        let mut looks = 0;
+        let blocked = |_: &Path| {
+            looks += 1;
+            (looks == 1).then_some(Blocked::ReadOnly)
+        };
+        let mut tries = 0;
+        let finalize = || {
+            tries += 1;
+            if tries == 2 {
+                std::fs::write(&proof, "{}").unwrap();
+            }
+        };
+        until_finalized(dir.path(), finalize, blocked);
+        assert_eq!(tries, 2, "the second try writes the proof");
+        assert!(proof.exists());
+        // Never blocked: one try, whatever it did.
+        let other = tempfile::tempdir().unwrap();
+        let mut tries = 0;
+        until_finalized(other.path(), || tries += 1, |_| None);
+        assert_eq!(tries, 1);
     }
 
     #[test]
