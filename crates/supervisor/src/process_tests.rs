@@ -279,7 +279,7 @@ fn finish(mut child: std::process::Child) -> (ExitStatus, String) {
 }
 
 /// Polls (bounded) until `done` holds.
-fn until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "never: {what}");

@@ -385,7 +385,7 @@ pub(crate) mod tests {
         // of that name, in the temporary directory).
         let mut other = blocked_child(std::path::Path::new("tee"), &["__monitor"], dir.path());
         let (m, o) = (monitor.id(), other.id());
-        poll_until(|| {
+        crate::process_tests::until("both children past their exec", || {
             std::fs::read(format!("/proc/{m}/cmdline"))
                 .is_ok_and(|c| c.starts_with(exe.as_os_str().as_encoded_bytes()))
         });
@@ -406,15 +406,6 @@ pub(crate) mod tests {
         for child in [&mut monitor, &mut other] {
             drop(child.stdin.take());
             child.wait().unwrap();
-        }
-    }
-
-    /// Polls `done` for up to 10 s.
-    fn poll_until(mut done: impl FnMut() -> bool) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !done() {
-            assert!(std::time::Instant::now() < deadline, "not within 10 s");
-            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 
