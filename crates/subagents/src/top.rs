@@ -45,7 +45,8 @@ pub struct SessionGroup {
     /// Slots of the pool whose holder is no active run (a finished run's
     /// slot not freed yet, an unreadable owner): occupied, but no run.
     pub idle_slots: usize,
-    /// Its active runs, newest first.
+    /// Its active runs, newest start first, then the queued ones (see
+    /// [`fleet_order`]).
     pub runs: Vec<RunSummary>,
 }
 
@@ -82,6 +83,9 @@ pub struct App {
     pub scroll: usize,
     /// The logs view's height in lines (a page).
     pub page: usize,
+    /// The ids of the last fleet that had any run, in screen order: where a
+    /// run that left stood, even across an empty refresh.
+    pub shown: Vec<String>,
 }
 
 impl App {
@@ -96,6 +100,16 @@ impl App {
 
     fn ids(&self) -> Vec<String> {
         self.runs().map(|r| r.id.clone()).collect()
+    }
+
+    /// Shows a new fleet; the selection stays on its run, or goes to the
+    /// neighbour of a run that left.
+    fn show(&mut self, sessions: Vec<SessionGroup>) {
+        self.sessions = sessions;
+        let shown = std::mem::take(&mut self.shown);
+        self.fix_selection(&shown);
+        let now = self.ids();
+        self.shown = if now.is_empty() { shown } else { now };
     }
 
     /// Keeps the selection on a run that still exists; a run that left
@@ -458,6 +472,7 @@ pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
             .unwrap_or_else(|| "(no session)".to_owned());
         groups.entry(session).or_default().push(run);
     }
+    groups.values_mut().for_each(|runs| fleet_order(runs));
     let active: Vec<String> = groups.values().flatten().map(|r| r.id.clone()).collect();
     Ok(groups
         .into_iter()
@@ -477,6 +492,23 @@ pub fn load_fleet(layout: &Layout) -> Result<Vec<SessionGroup>> {
             }
         })
         .collect())
+}
+
+/// Puts a session's runs in the order `top` shows them: started runs newest
+/// start first, then the queued ones, ties by id. The listing's own order
+/// (by last update) would move a row each time its run writes its status, a
+/// stopped run included while it finishes, and with it what "the next row"
+/// is; a start time is written once.
+pub fn fleet_order(runs: &mut [RunSummary]) {
+    runs.sort_by(|a, b| {
+        let key = |r: &RunSummary| {
+            (
+                r.status.started_at.is_none(),
+                std::cmp::Reverse(r.status.started_at),
+            )
+        };
+        key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
+    });
 }
 
 enum Msg {
@@ -540,14 +572,13 @@ pub fn command(layout: &Layout) -> Result {
         now: now_ms(),
         scroll: 0,
         page: 10,
+        shown: Vec::new(),
     };
     let mut watching: Vec<PathBuf> = Vec::new();
     let mut dirty = true;
     loop {
         if dirty {
-            let before = app.ids();
-            app.sessions = load_fleet(layout)?;
-            app.fix_selection(&before);
+            app.show(load_fleet(layout)?);
             rewatch(&mut watcher, layout, &app, &mut watching);
             dirty = false;
         }
@@ -779,6 +810,7 @@ mod tests {
             now: NOW,
             scroll: 0,
             page: 6,
+            shown: Vec::new(),
         }
     }
 
@@ -893,6 +925,51 @@ mod tests {
         app.sessions[1].runs.clear();
         app.fix_selection(&before);
         assert_eq!(app.selected.as_deref(), Some("20261130-queued"));
+    }
+
+    #[test]
+    fn a_run_that_left_after_an_empty_refresh_still_hands_the_selection_to_its_neighbour() {
+        let mut app = fleet();
+        let sessions = app.sessions.clone();
+        app.show(sessions.clone());
+        assert_eq!(app.selected.as_deref(), Some("20261130-chain"));
+        // A refresh that listed nothing, then the chain gone.
+        app.show(Vec::new());
+        assert_eq!(app.selected.as_deref(), Some("20261130-chain"));
+        let mut without_chain = sessions;
+        without_chain[1].runs.remove(0);
+        app.show(without_chain);
+        assert_eq!(app.selected.as_deref(), Some("20261130-single"));
+    }
+
+    #[test]
+    fn the_fleet_keeps_its_order_while_its_runs_write_their_status() {
+        // Start times and last updates in different orders: a stopped run
+        // still finishing wrote last.
+        let run = |id: &str, state, started: Option<u64>, updated: u64| {
+            let mut status = RunStatus::new(id, state);
+            status.started_at = started;
+            status.last_update = Some(updated);
+            RunSummary {
+                id: id.into(),
+                async_dir: PathBuf::from("/nonexistent").join(id),
+                status,
+            }
+        };
+        let mut runs = vec![
+            run("queued", RunState::Queued, None, NOW - 1_000),
+            run("oldest", RunState::Running, Some(NOW - 90_000), NOW - 2_000),
+            run("stopping", RunState::Stopped, Some(NOW - 60_000), NOW - 500),
+            run("newest", RunState::Running, Some(NOW - 30_000), NOW - 9_000),
+            run("twin-b", RunState::Running, Some(NOW - 70_000), NOW - 3_000),
+            run("twin-a", RunState::Running, Some(NOW - 70_000), NOW - 4_000),
+        ];
+        fleet_order(&mut runs);
+        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["newest", "stopping", "twin-a", "twin-b", "oldest", "queued"]
+        );
     }
 
     #[test]
