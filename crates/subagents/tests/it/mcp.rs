@@ -54,6 +54,11 @@ async fn connect_with(
     vars: &[(&str, &str)],
     handler: Client,
 ) -> Connection {
+    serve(server_command(env, args, vars), handler).await
+}
+
+/// The command [`connect`] starts.
+fn server_command(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(BIN);
     command
         .arg("--root")
@@ -79,6 +84,11 @@ async fn connect_with(
     for (name, value) in vars {
         command.env(name, value);
     }
+    command
+}
+
+/// Starts `command` and connects to it.
+async fn serve(mut command: tokio::process::Command, handler: Client) -> Connection {
     let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let stdin = child.stdin.take().unwrap();
@@ -299,6 +309,47 @@ async fn a_client_lists_the_tools_with_schemas_from_the_request_types() {
     assert_eq!(error["error"]["exitCode"], 2, "{error}");
     assert_eq!(error["error"]["hint"], "give the task in `task`", "{error}");
     assert_eq!(server.disconnect().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_descriptor_the_server_inherited_is_not_kept_by_the_monitors_it_starts() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    // The server inherits the write end of a pipe without close-on-exec, as
+    // from a shell's `subagents mcp 7>pipe`; the reader must see its end once
+    // the server is gone, though the run it started goes on.
+    const INHERITED: i32 = 200;
+    let env = Env::new();
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut command = server_command(&env, &[], &[]);
+    let fd = writer.as_raw_fd();
+    // SAFETY: dup2(2) only, between fork and exec; it clears close-on-exec
+    // in the child, the parent's copy keeps it.
+    unsafe {
+        command.pre_exec(move || match libc::dup2(fd, INHERITED) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let server = serve(command, Client::default()).await;
+    drop(writer);
+    let launched = server.ok("run", json!({"command": ["sleep", "120"]})).await;
+    let id = launched["runId"].as_str().unwrap().to_owned();
+    assert_eq!(server.disconnect().await, Some(0));
+    let monitor = &env.status_json(&id)["monitorIdentity"]["pid"];
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        let _ = tx.send(reader.read_to_end(&mut rest).map(|_| rest));
+    });
+    let read = rx.recv_timeout(Duration::from_secs(30));
+    assert!(
+        matches!(&read, Ok(Ok(rest)) if rest.is_empty()),
+        "the pipe's end did not come with the server's exit (monitor {monitor} still holds it?): {read:?}"
+    );
+    assert_eq!(env.status_json(&id)["state"], "running", "the run goes on");
+    env.ok(&["stop", &id]);
+    env.settled(&id);
 }
 
 #[tokio::test]
