@@ -209,10 +209,10 @@ fn make_room(pipe: &File, len: usize) -> std::io::Result<()> {
 /// The monitor's side: writes what the runner could not, as the runner
 /// would have: its final status over a status still active (a stop request
 /// recorded meanwhile is kept: it changes no outcome already seen), then
-/// its candidate when there is none. Best effort: the caller retries while
-/// the root is full or read-only.
-pub fn restore(run_dir: &Path, outcome: &Outcome) {
-    let written = update_status(run_dir, |current| {
+/// its candidate when there is none. The caller retries while the root is
+/// full or read-only, and decides no proof before the outcome is written.
+pub fn restore(run_dir: &Path, outcome: &Outcome) -> status::Result<()> {
+    update_status(run_dir, |current| {
         let current = current?;
         if !current.state.is_active() {
             return None;
@@ -220,13 +220,11 @@ pub fn restore(run_dir: &Path, outcome: &Outcome) {
         let mut next = outcome.status.clone();
         next.stop_reason = next.stop_reason.or(current.stop_reason);
         Some(next)
-    });
-    if written.is_err() {
-        return;
-    }
+    })?;
     if proof::read_candidate(run_dir).ok().flatten().is_none() {
-        let _ = proof::write_candidate(run_dir, &outcome.candidate);
+        proof::write_candidate(run_dir, &outcome.candidate)?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -269,7 +267,7 @@ mod tests {
         let mut running = RunStatus::new("r1", RunState::Running);
         running.stop_reason = Some("asked".into());
         status::model::write_status(dir.path(), &running).unwrap();
-        restore(dir.path(), &outcome());
+        restore(dir.path(), &outcome()).unwrap();
         let written = status::model::read_status(dir.path()).unwrap().unwrap();
         assert_eq!(written.state, RunState::Complete);
         assert_eq!(written.ended_at, Some(17));
@@ -281,7 +279,7 @@ mod tests {
         // A status already final is not touched.
         let failed = RunStatus::new("r1", RunState::Failed);
         status::model::write_status(dir.path(), &failed).unwrap();
-        restore(dir.path(), &outcome());
+        restore(dir.path(), &outcome()).unwrap();
         let kept = status::model::read_status(dir.path()).unwrap().unwrap();
         assert_eq!(kept.state, RunState::Failed);
     }

@@ -130,18 +130,35 @@ pub fn run(mut config: LaunchConfig) -> i32 {
     };
     fault::point(Point::AfterCandidate);
     durable::until_proof_written(&config.run_dir, || {
-        if let Some(outcome) = &outcome {
-            handover::restore(&config.run_dir, outcome);
-        }
-        observer::finish_in_slot(
-            &config.run_dir,
-            &config.run_id,
-            &config.root,
-            &witness,
-            config.capacity_slot,
-        );
+        let restore = || match &outcome {
+            Some(outcome) => handover::restore(&config.run_dir, outcome),
+            None => Ok(()),
+        };
+        let finish = || {
+            observer::finish_in_slot(
+                &config.run_dir,
+                &config.run_id,
+                &config.root,
+                &witness,
+                config.capacity_slot,
+            );
+        };
+        finalize_try(restore, finish);
     });
     0
+}
+
+/// One try at finalizing: the runner's handed outcome first, then the proof.
+/// An outcome the root would not take yet (full, read-only) leaves the proof
+/// to the next try: decided now, it would miss the runner's candidate and
+/// say `unknown` for good, even if the root came back a moment later. Any
+/// other failure does not hold the proof up.
+fn finalize_try(restore: impl FnOnce() -> status::Result<()>, finish: impl FnOnce()) {
+    use durable::Unwritable;
+    if restore().is_err_and(|e| e.blocked().is_some()) {
+        return;
+    }
+    finish();
 }
 
 /// The argument that makes the monitor a batch job's script: the launch
@@ -491,6 +508,33 @@ mod tests {
 
     use super::*;
     use crate::observer::{Role, Witness, step_groups, witnessed_candidate};
+
+    #[test]
+    fn no_proof_is_decided_in_a_try_whose_handed_outcome_the_root_refused() {
+        let io = |errno| {
+            status::Error::Io(atomic_file::Error {
+                op: "write",
+                path: "status.json".into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        let finished = |restored: status::Result<()>| {
+            let mut finished = false;
+            finalize_try(|| restored, || finished = true);
+            finished
+        };
+        assert!(!finished(Err(io(libc::EROFS))), "read-only: next try");
+        assert!(!finished(Err(io(libc::ENOSPC))), "full: next try");
+        assert!(finished(Ok(())));
+        // A failure no later try can mend does not hold the proof up.
+        assert!(finished(Err(io(libc::EACCES))));
+        let damaged = status::Error::Invalid {
+            what: "status",
+            path: "status.json".into(),
+            reason: "state: not a string".into(),
+        };
+        assert!(finished(Err(damaged)));
+    }
 
     /// What a monitor witnessed: these reaped children and these groups gone.
     fn witness(reaped: BTreeMap<u32, Ended>, groups_gone: BTreeMap<usize, bool>) -> Witness {
