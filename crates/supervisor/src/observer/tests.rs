@@ -461,6 +461,10 @@ fn observe_gives_up_a_queued_run_whose_launcher_died() {
     assert_eq!(proof["state"], "not-started");
     assert_eq!(proof["runnerProcessInstanceId"], "runner-1");
     assert!(!index::has_marker(&dir));
+    // The proof's durable copy too.
+    let file = std::fs::read_to_string(dir.join(status::layout::files::PROOF)).unwrap();
+    let file: Value = serde_json::from_str(&file).unwrap();
+    assert_eq!(file["state"], "not-started", "{file}");
 }
 
 #[test]
@@ -589,6 +593,161 @@ fn only_observations_that_changed_or_retain_a_run_make_a_line() {
     );
     assert_eq!(Observation::Final.line(), None);
     assert_eq!(Observation::MonitorAlive(3).line(), None);
+    assert_eq!(
+        Observation::OtherHost("node-b".into()).line().as_deref(),
+        Some("left to node-b: it runs there")
+    );
+    assert_eq!(
+        Observation::Requeued(4242).line().as_deref(),
+        Some("waiting for a capacity slot again: its monitor was gone, monitor 4242 took over")
+    );
+}
+
+#[test]
+fn a_damaged_status_is_stood_in_for_by_the_run_processes_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    std::fs::write(dir.join("status.json"), b"{\"state\": 7").unwrap();
+    assert!(read_status(&dir).is_err());
+    assert_eq!(
+        status_or_stand_in(&dir),
+        None,
+        "no record: nothing to judge"
+    );
+    let monitor = ProcessIdentity { pid: 11, ..me() };
+    let runner = ProcessIdentity { pid: 12, ..me() };
+    let record = status::processes::RunProcesses {
+        version: 1,
+        run_id: "r".into(),
+        session_id: Some("s".into()),
+        runner_process_instance_id: "runner-7".into(),
+        monitor: monitor.clone(),
+        runner: runner.clone(),
+    };
+    status::processes::write(&dir, &record).unwrap();
+    let stood_in = status_or_stand_in(&dir).expect("a stand-in");
+    assert_eq!(stood_in.run_id, "r");
+    assert_eq!(stood_in.state, RunState::Running);
+    assert_eq!(stood_in.session_id.as_deref(), Some("s"));
+    assert_eq!(stood_in.pid, Some(12));
+    assert_eq!(stood_in.runner_identity, Some(runner));
+    assert_eq!(stood_in.monitor_identity, Some(monitor));
+    assert_eq!(
+        stood_in.runner_process_instance_id.as_deref(),
+        Some("runner-7")
+    );
+}
+
+#[test]
+fn a_job_still_running_past_the_bound_after_its_run_ended_is_called_stuck() {
+    // The bound is the default (60 s): no test sets the variable.
+    let job = |state: &str| crate::slurm::JobRecord {
+        job_id: "12".into(),
+        state: state.into(),
+        exit_code: None,
+        reason: None,
+        node: None,
+        source: "scontrol",
+    };
+    let status = |state, updated_ago: Option<u64>| {
+        let mut status = RunStatus::new("r", state);
+        status.started_at = Some(now_ms() - 600_000);
+        status.last_update = updated_ago.map(|ago| now_ms() - ago);
+        status
+    };
+    let stuck = stuck_for(&status(RunState::Complete, Some(120_000)), &job("RUNNING"));
+    assert!(
+        stuck.is_some_and(|ms| (120_000..180_000).contains(&ms)),
+        "{stuck:?}"
+    );
+    let cases = [
+        (
+            RunState::Complete,
+            Some(5_000),
+            "RUNNING",
+            "within the bound",
+        ),
+        (
+            RunState::Running,
+            Some(120_000),
+            "RUNNING",
+            "the run still active",
+        ),
+        (
+            RunState::Complete,
+            Some(120_000),
+            "COMPLETING",
+            "the job not running",
+        ),
+        (RunState::Complete, None, "RUNNING", "no last update"),
+    ];
+    for (state, ago, job_state, why) in cases {
+        assert_eq!(
+            stuck_for(&status(state, ago), &job(job_state)),
+            None,
+            "{why}"
+        );
+    }
+}
+
+#[test]
+fn a_dead_monitor_of_a_past_boot_has_its_session_never_looked_for() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let _serial = crate::procs::tests::serial();
+    // A session whose leader exited and whose member lives on.
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", "sleep 300 & echo $!"])
+        .stdout(std::process::Stdio::piped());
+    // SAFETY: setsid(2) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut leader = command.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(leader.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let member: u32 = line.trim().parse().unwrap();
+    let member_stat = process_identity::read_stat(member).unwrap();
+    let _ = leader.wait();
+    let leader_pid = leader.id();
+    assert_eq!(member_stat.session, leader_pid);
+    let gathered = |monitor: ProcessIdentity| {
+        let mut status = RunStatus::new("r", RunState::Running);
+        status.monitor_identity = Some(monitor);
+        gather(Path::new("/nonexistent"), &status).session
+    };
+    let of_this_boot = gathered(
+        ProcessIdentity::of(std::process::id())
+            .map(|me| ProcessIdentity {
+                pid: leader_pid,
+                ..me
+            })
+            .unwrap(),
+    );
+    let of_past_boot = gathered(ProcessIdentity {
+        pid: leader_pid,
+        ..past_boot()
+    });
+    // SAFETY: kill(2) of our own grandchild, checked by its session above.
+    if process_identity::read_stat(member).is_ok_and(|s| s.session == leader_pid) {
+        unsafe { libc::kill(member as i32, libc::SIGKILL) };
+    }
+    assert_eq!(
+        of_this_boot,
+        Some(vec![member]),
+        "the fixture's session has a member"
+    );
+    assert_eq!(
+        of_past_boot,
+        Some(Vec::new()),
+        "a past boot's numbers name nothing"
+    );
 }
 
 #[test]
