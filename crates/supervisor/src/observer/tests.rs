@@ -1194,3 +1194,40 @@ fn a_final_proof_under_a_status_still_running_is_repaired_once_its_processes_are
     let observation = observe(&dir, &Options::new(tmp.path()));
     assert_finalized_complete(&dir, observation, "status.json");
 }
+
+#[test]
+fn every_step_end_event_names_its_step_status() {
+    let ends = ["completed", "failed", "stopped", "paused", "rejected"].map(end_of_event);
+    assert_eq!(
+        ends,
+        ["complete", "failed", "stopped", "paused", "rejected"].map(Some)
+    );
+    assert!(ends.iter().flatten().all(|end| is_end_status(end)));
+    assert_eq!(end_of_event("started"), None);
+    assert_eq!(end_of_event("output"), None);
+}
+
+#[test]
+fn a_restored_error_names_the_step_only_when_the_run_has_several() {
+    let step = |agent: &str, reason: Option<&str>| {
+        let mut step = status::model::Step {
+            agent: agent.into(),
+            status: "failed".into(),
+            ..Default::default()
+        };
+        if let Some(reason) = reason {
+            step.extra.insert("reason".into(), json!(reason));
+        }
+        step
+    };
+    let mut single = RunStatus::new("r", RunState::Failed);
+    single.steps = Some(vec![step("writer", Some("timed out after 5s"))]);
+    assert_eq!(restored_error(&single, 0), "timed out after 5s");
+    let mut chain = RunStatus::new("r", RunState::Failed);
+    chain.steps = Some(vec![
+        step("scout", None),
+        step("writer", Some("timed out after 5s")),
+    ]);
+    assert_eq!(restored_error(&chain, 1), "writer: timed out after 5s");
+    assert_eq!(restored_error(&chain, 0), "Step failed: scout");
+}
