@@ -1231,3 +1231,56 @@ fn a_restored_error_names_the_step_only_when_the_run_has_several() {
     assert_eq!(restored_error(&chain, 1), "writer: timed out after 5s");
     assert_eq!(restored_error(&chain, 0), "Step failed: scout");
 }
+
+#[test]
+fn an_observed_proof_frees_the_runs_capacity_slot_also_when_only_its_persistence_was_left() {
+    let _serial = crate::procs::tests::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(&tmp);
+    orphaned_with_recorded_ends(&dir);
+    status::model::update_status(&dir, |s| {
+        let mut s = s?;
+        s.session_id = Some("s".into());
+        Some(s)
+    })
+    .unwrap();
+    let pools = capacity::Capacity::new(Layout::new(tmp.path()).capacity_dir());
+    let hold = || {
+        let acquire = capacity::Acquire {
+            session_id: "s",
+            limit: Some(4),
+            run_id: "r",
+            kind: capacity::Kind::Runner,
+            async_dir: &dir,
+            live_workflows: &std::collections::HashSet::new(),
+        };
+        let mut slot = pools.acquire(&acquire).unwrap().expect("a slot");
+        // Bound to the run's runner, as the monitor binds it.
+        slot.mark_started("runner-1").unwrap();
+        drop(slot);
+        assert_eq!(pools.used("s").unwrap(), 1);
+    };
+    hold();
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    assert_finalized_complete(&dir, observation, "status.json");
+    assert_eq!(pools.used("s").unwrap(), 0, "the finalizer frees the slot");
+    // A finalizer that died after the proof, before its overlay and the
+    // release: the next observer finishes both.
+    hold();
+    status::model::update_status(&dir, |s| {
+        let mut s = s?;
+        s.process_terminal =
+            Some(ProcessTerminal::new(ProofState::Pending, "r", "runner-1").to_value());
+        Some(s)
+    })
+    .unwrap();
+    let observation = observe(&dir, &Options::new(tmp.path()));
+    assert!(matches!(observation, Observation::Final), "{observation:?}");
+    let status = read_status(&dir).unwrap().unwrap();
+    assert_eq!(status.process_terminal.unwrap()["state"], "observed");
+    assert_eq!(
+        pools.used("s").unwrap(),
+        0,
+        "the persisting observer frees it"
+    );
+}
