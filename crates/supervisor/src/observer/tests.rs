@@ -693,21 +693,9 @@ fn a_job_still_running_past_the_bound_after_its_run_ended_is_called_stuck() {
 #[test]
 fn a_dead_monitor_of_a_past_boot_has_its_session_never_looked_for() {
     use std::io::BufRead;
-    use std::os::unix::process::CommandExt;
     let _serial = crate::procs::tests::serial();
     // A session whose leader exited and whose member lives on.
-    let mut command = std::process::Command::new("sh");
-    command
-        .args(["-c", "sleep 300 & echo $!"])
-        .stdout(std::process::Stdio::piped());
-    // SAFETY: setsid(2) is async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let mut leader = command.spawn().unwrap();
+    let mut leader = session_leader("sleep 300 >/dev/null 2>&1 & echo $!");
     let mut line = String::new();
     std::io::BufReader::new(leader.stdout.take().unwrap())
         .read_line(&mut line)
@@ -722,21 +710,17 @@ fn a_dead_monitor_of_a_past_boot_has_its_session_never_looked_for() {
         status.monitor_identity = Some(monitor);
         gather(Path::new("/nonexistent"), &status).session
     };
-    let of_this_boot = gathered(
-        ProcessIdentity::of(std::process::id())
-            .map(|me| ProcessIdentity {
-                pid: leader_pid,
-                ..me
-            })
-            .unwrap(),
-    );
+    let of_this_boot = gathered(ProcessIdentity {
+        pid: leader_pid,
+        ..ProcessIdentity::of(std::process::id()).unwrap()
+    });
     let of_past_boot = gathered(ProcessIdentity {
         pid: leader_pid,
         ..past_boot()
     });
-    // SAFETY: kill(2) of our own grandchild, checked by its session above.
+    // Our own grandchild, checked by its session above.
     if process_identity::read_stat(member).is_ok_and(|s| s.session == leader_pid) {
-        unsafe { libc::kill(member as i32, libc::SIGKILL) };
+        let _ = nix::sys::signal::kill(Pid::from_raw(member as i32), Signal::SIGKILL);
     }
     assert_eq!(
         of_this_boot,
