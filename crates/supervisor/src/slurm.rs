@@ -93,8 +93,21 @@ pub fn is_terminal(state: &str) -> bool {
     )
 }
 
-fn run(program: &str, args: &[&str]) -> Result<Output, String> {
+/// The command for one of Slurm's programs. A unit test can stand in for
+/// them (a script per program, run by `sh` so that no other test's fork can
+/// hold it open for writing when it is executed).
+fn command(program: &str) -> Command {
+    #[cfg(test)]
+    if let Some(dir) = tests::FAKE_BIN.with(|dir| dir.borrow().clone()) {
+        let mut command = Command::new("sh");
+        command.arg(dir.join(program));
+        return command;
+    }
     Command::new(program)
+}
+
+fn run(program: &str, args: &[&str]) -> Result<Output, String> {
+    command(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -218,7 +231,7 @@ pub fn cluster_config() -> Result<(String, Option<String>), String> {
 /// Submits `script` (on sbatch's stdin) held, so that nothing of the job
 /// runs before the caller recorded it; returns the job id and cluster.
 pub fn submit_held(script: &str, args: &[String]) -> Result<(String, Option<String>), String> {
-    let mut child = Command::new("sbatch")
+    let mut child = command("sbatch")
         .arg("--parsable")
         .arg("--hold")
         .args(args)
@@ -287,6 +300,258 @@ pub fn linuxproc_allowed() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
+
+    thread_local! {
+        /// Where this thread's stand-ins for Slurm's programs are.
+        pub(super) static FAKE_BIN: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+    }
+
+    /// Stand-ins for Slurm's programs, for the test's thread only; each
+    /// call appends `program args` to `calls`.
+    struct FakeSlurm {
+        dir: tempfile::TempDir,
+    }
+
+    impl FakeSlurm {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            FAKE_BIN.with(|bin| *bin.borrow_mut() = Some(dir.path().to_owned()));
+            FakeSlurm { dir }
+        }
+
+        fn tool(&self, program: &str, body: &str) -> &Self {
+            let calls = self.dir.path().join("calls");
+            let script = format!("echo \"{program} $*\" >> '{}'\n{body}\n", calls.display());
+            std::fs::write(self.dir.path().join(program), script).unwrap();
+            self
+        }
+
+        fn calls(&self) -> String {
+            std::fs::read_to_string(self.dir.path().join("calls")).unwrap_or_default()
+        }
+
+        fn path(&self) -> &Path {
+            self.dir.path()
+        }
+    }
+
+    impl Drop for FakeSlurm {
+        fn drop(&mut self) {
+            FAKE_BIN.with(|bin| *bin.borrow_mut() = None);
+        }
+    }
+
+    const DOWN: &str = "echo 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)' >&2; exit 1";
+    const PURGED: &str = "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1";
+
+    #[test]
+    fn the_controller_answers_first() {
+        let fake = FakeSlurm::new();
+        fake.tool(
+            "scontrol",
+            "echo 'JobId=12 JobState=RUNNING Reason=None ExitCode=0:0 NodeList=n1'",
+        )
+        .tool("sacct", "echo 'COMPLETED|0:0|n2'");
+        let record = query("12").unwrap().unwrap();
+        assert_eq!(
+            (record.state.as_str(), record.source),
+            ("RUNNING", "scontrol")
+        );
+        assert_eq!(record.node.as_deref(), Some("n1"));
+        assert_eq!(fake.calls(), "scontrol show job -o 12\n");
+    }
+
+    #[test]
+    fn a_purged_job_is_answered_by_the_completion_log_then_accounting() {
+        let fake = FakeSlurm::new();
+        fake.tool("scontrol", PURGED).tool(
+            "sacct",
+            "case \"$1\" in -c) echo 'CANCELLED by 0|0:15|n1';; *) echo 'FAILED|1:0|n2';; esac",
+        );
+        let record = query("12").unwrap().unwrap();
+        assert_eq!(
+            (record.state.as_str(), record.source),
+            ("CANCELLED", "sacct -c")
+        );
+
+        fake.tool(
+            "sacct",
+            "case \"$1\" in -c) ;; *) echo 'FAILED|1:0|n2';; esac",
+        );
+        let record = query("12").unwrap().unwrap();
+        assert_eq!((record.state.as_str(), record.source), ("FAILED", "sacct"));
+        assert_eq!(record.exit_code.as_deref(), Some("1:0"));
+
+        fake.tool("sacct", "exit 1");
+        assert_eq!(query("12"), Ok(None));
+    }
+
+    #[test]
+    fn a_controller_that_cannot_be_asked_is_an_error_not_a_purged_job() {
+        let fake = FakeSlurm::new();
+        fake.tool("scontrol", DOWN)
+            .tool("sacct", "echo 'COMPLETED|0:0|n2'");
+        assert_eq!(
+            query("12"),
+            Err("scontrol show job 12: slurm_load_jobs error: Unable to contact slurm controller (connect failure)".to_owned())
+        );
+        assert!(!fake.calls().contains("sacct"), "{}", fake.calls());
+    }
+
+    #[test]
+    fn the_last_line_of_a_message_is_its_reason() {
+        use std::os::unix::process::ExitStatusExt;
+        let output = |stderr: &str| Output {
+            status: std::process::ExitStatus::from_raw(256),
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        };
+        assert_eq!(
+            stderr_line(&output(
+                "sbatch: warning: x\n  sbatch: error: no partition  \n\n \n"
+            )),
+            "sbatch: error: no partition"
+        );
+        assert_eq!(stderr_line(&output("")), "no message");
+    }
+
+    #[test]
+    fn no_node_is_no_node() {
+        for line in [
+            "PENDING|0:0|None assigned",
+            "PENDING|0:0|(null)",
+            "PENDING|0:0|",
+        ] {
+            assert_eq!(
+                parse_sacct("7", "sacct", line).unwrap().node,
+                None,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_cluster_config_names_its_tracking_and_cluster() {
+        let fake = FakeSlurm::new();
+        fake.tool(
+            "scontrol",
+            "echo 'Configuration data as of 2026-12-03T18:00:00'; echo 'AccountingStorageType   = accounting_storage/none'; echo 'ClusterName             = lab'; echo 'ProctrackType           = proctrack/cgroup'",
+        );
+        assert_eq!(
+            cluster_config(),
+            Ok(("proctrack/cgroup".to_owned(), Some("lab".to_owned())))
+        );
+        assert_eq!(fake.calls(), "scontrol show config\n");
+        fake.tool("scontrol", "echo 'ProctrackType = proctrack/linuxproc'");
+        assert_eq!(
+            cluster_config(),
+            Ok(("proctrack/linuxproc".to_owned(), None))
+        );
+        fake.tool("scontrol", "echo 'ClusterName = lab'");
+        assert_eq!(
+            cluster_config(),
+            Err("scontrol show config: no ProctrackType".to_owned())
+        );
+        fake.tool("scontrol", DOWN);
+        assert_eq!(
+            cluster_config(),
+            Err("scontrol show config: slurm_load_jobs error: Unable to contact slurm controller (connect failure)".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_held_job_is_submitted_with_its_script_on_stdin() {
+        let fake = FakeSlurm::new();
+        let script = fake.path().join("script");
+        fake.tool(
+            "sbatch",
+            &format!("cat > '{}'; echo '42;lab'", script.display()),
+        );
+        let args = ["--partition".to_owned(), "debug".to_owned()];
+        assert_eq!(
+            submit_held("#!/bin/sh\nexec monitor\n", &args),
+            Ok(("42".to_owned(), Some("lab".to_owned())))
+        );
+        assert_eq!(
+            std::fs::read_to_string(&script).unwrap(),
+            "#!/bin/sh\nexec monitor\n"
+        );
+        assert_eq!(fake.calls(), "sbatch --parsable --hold --partition debug\n");
+
+        fake.tool("sbatch", "cat > /dev/null; echo 43");
+        assert_eq!(submit_held("x", &[]), Ok(("43".to_owned(), None)));
+    }
+
+    #[test]
+    fn a_refused_or_unreadable_submission_is_an_error() {
+        let fake = FakeSlurm::new();
+        fake.tool(
+            "sbatch",
+            "cat > /dev/null; echo 'sbatch: error: invalid partition specified: gpu' >&2; exit 1",
+        );
+        assert_eq!(
+            submit_held("x", &[]),
+            Err(
+                "sbatch refused the job: sbatch: error: invalid partition specified: gpu"
+                    .to_owned()
+            )
+        );
+        fake.tool("sbatch", "cat > /dev/null; echo 'Submitted batch job 44'");
+        assert_eq!(
+            submit_held("x", &[]),
+            Err("sbatch printed no job id: \"Submitted batch job 44\"".to_owned())
+        );
+    }
+
+    #[test]
+    fn release_signal_and_cancel_ask_slurm_and_report_its_refusal() {
+        let fake = FakeSlurm::new();
+        fake.tool("scontrol", "").tool("scancel", "");
+        assert_eq!(release("12"), Ok(()));
+        assert_eq!(signal_batch_term("12"), Ok(()));
+        assert_eq!(cancel("12"), Ok(()));
+        assert_eq!(
+            fake.calls(),
+            "scontrol release 12\nscancel --batch --signal=TERM 12\nscancel 12\n"
+        );
+        let refusal = "echo 'scancel: error: Kill job error on job id 12: Invalid job id specified' >&2; exit 1";
+        fake.tool("scancel", refusal)
+            .tool("scontrol", &refusal.replace("scancel", "scontrol"));
+        assert_eq!(
+            cancel("12"),
+            Err(
+                "scancel 12: scancel: error: Kill job error on job id 12: Invalid job id specified"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            signal_batch_term("12"),
+            Err("scancel --batch --signal=TERM 12: scancel: error: Kill job error on job id 12: Invalid job id specified".to_owned())
+        );
+        assert!(
+            release("12")
+                .unwrap_err()
+                .starts_with("scontrol release 12: scontrol: error")
+        );
+    }
+
+    #[test]
+    fn the_evidence_names_the_job_and_who_answered() {
+        let record = parse_sacct("7", "sacct -c", "COMPLETED|0:0|n1").unwrap();
+        assert_eq!(
+            record.evidence(),
+            json!({
+                "mechanism": "slurm",
+                "jobId": "7",
+                "state": "COMPLETED",
+                "exitCode": "0:0",
+                "node": "n1",
+                "source": "sacct -c",
+            })
+        );
+    }
 
     #[test]
     fn scontrol_lines_are_read() {

@@ -478,6 +478,69 @@ fn a_cluster_without_cgroup_tracking_is_refused_at_submit() {
 }
 
 #[test]
+fn a_cluster_without_cgroup_tracking_takes_runs_when_explicitly_allowed() {
+    let Some(slurm) = Slurm::new() else { return };
+    // The real controller, except that its config says linuxproc.
+    let real = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|dir| Path::new(dir).join("scontrol"))
+        .find(|p| p.is_file())
+        .expect("scontrol is on PATH");
+    let bin = slurm.work("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let scontrol = bin.join("scontrol");
+    std::fs::write(
+        &scontrol,
+        format!(
+            "#!/bin/sh\nif [ \"$1 $2\" = 'show config' ]; then '{real}' show config | sed 's#^ProctrackType .*#ProctrackType = proctrack/linuxproc#'; else exec '{real}' \"$@\"; fi\n",
+            real = real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &scontrol,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let args = [
+        "run",
+        "--executor",
+        "slurm",
+        "--id",
+        "linuxproc",
+        "--wait",
+        "--timeout",
+        "3m",
+        "--",
+        "echo",
+        "tracked",
+    ];
+    let mut refused = slurm.command("submit-host", &args);
+    refused
+        .env("PATH", &path)
+        .env("SUBAGENTS_SLURM_ALLOW_LINUXPROC", "yes");
+    let out = output_within(refused, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(1), "only 1 allows: {out:?}");
+    let mut allowed = slurm.command("submit-host", &args);
+    allowed
+        .env("PATH", &path)
+        .env("SUBAGENTS_SLURM_ALLOW_LINUXPROC", "1");
+    let out = output_within(allowed, Duration::from_secs(120));
+    assert!(out.status.success(), "{out:?}");
+    let status = slurm.status("submit-host", "linuxproc");
+    assert_eq!(status["state"], "complete", "{status}");
+    let output =
+        std::fs::read_to_string(slurm.env.run_dir("linuxproc").join("output-0.log")).unwrap();
+    assert_eq!(output.trim(), "tracked");
+}
+
+#[test]
 fn a_nested_run_is_its_own_job_and_counts_in_the_parents_fan_out() {
     let Some(slurm) = Slurm::new() else { return };
     let child = slurm.work("child.json");
