@@ -1643,6 +1643,39 @@ mod tests {
     }
 
     #[test]
+    fn previous_output_fills_the_task_up_to_one_mebibyte() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = config(None, None);
+        let task = tmp.path().join("task.md");
+        c.steps[1].task_file = Some(task.clone());
+        let previous = tmp.path().join("output-0.log");
+        let fill = |output: &[u8]| {
+            std::fs::write(&task, "before {previous} after\n").unwrap();
+            std::fs::write(&previous, output).unwrap();
+            put_previous(&c, 1, Some(&previous)).unwrap();
+            std::fs::read_to_string(&task).unwrap()
+        };
+        let some = "x".repeat(3000);
+        assert_eq!(
+            fill(format!("{some}\n\n").as_bytes()),
+            format!("before {some} after\n")
+        );
+        let whole = "y".repeat(MAX_PREVIOUS_BYTES);
+        assert_eq!(fill(whole.as_bytes()), format!("before {whole} after\n"));
+        let filled = fill(format!("{whole}zzz").as_bytes());
+        assert_eq!(
+            filled,
+            format!(
+                "before {whole}\n[output cut at 1 MiB; all of it is in {}] after\n",
+                previous.display()
+            )
+        );
+        std::fs::write(&task, "nothing before {previous}.").unwrap();
+        put_previous(&c, 1, None).unwrap();
+        assert_eq!(std::fs::read_to_string(&task).unwrap(), "nothing before .");
+    }
+
+    #[test]
     fn the_candidate_claims_each_started_step_and_no_group_while_an_orphan_survives() {
         let c = config(None, None);
         let _serial = crate::procs::tests::serial();
