@@ -1643,6 +1643,28 @@ mod tests {
     }
 
     #[test]
+    fn the_stop_reason_is_read_from_disk_else_from_the_last_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let own = OwnStatus::default();
+        assert_eq!(own.stop_reason(tmp.path()), None);
+        let mut last = RunStatus::new("r", RunState::Running);
+        last.stop_reason = Some("in the runner's copy".into());
+        *own.0.borrow_mut() = Some(last.clone());
+        let mut on_disk = last;
+        on_disk.stop_reason = Some("asked from top".into());
+        status::model::write_status(tmp.path(), &on_disk).unwrap();
+        assert_eq!(
+            own.stop_reason(tmp.path()).as_deref(),
+            Some("asked from top")
+        );
+        std::fs::write(tmp.path().join("status.json"), "{\"runId\":").unwrap();
+        assert_eq!(
+            own.stop_reason(tmp.path()).as_deref(),
+            Some("in the runner's copy")
+        );
+    }
+
+    #[test]
     fn previous_output_fills_the_task_up_to_one_mebibyte() {
         let tmp = tempfile::tempdir().unwrap();
         let mut c = config(None, None);
