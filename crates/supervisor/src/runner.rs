@@ -1665,6 +1665,26 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_that_came_before_a_group_starts_none_of_its_steps() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = config(None, None);
+        c.run_dir = tmp.path().to_owned();
+        let _serial = crate::procs::tests::serial();
+        let mut execution =
+            Execution::new(&c, Signals::block().unwrap(), 0, None, OwnStatus::default());
+        assert!(!execution.stop_pending());
+        // SAFETY: raise(3) sends a signal to this thread, which blocks it.
+        unsafe { libc::raise(libc::SIGTERM) };
+        assert!(!execution.run_group(0, &c.groups[0]));
+        assert_eq!(execution.interruption, Some(Interruption::Stopped));
+        assert!(
+            execution.steps.iter().all(|s| s.pid.is_none()),
+            "{:?}",
+            execution.steps
+        );
+    }
+
+    #[test]
     fn previous_output_fills_the_task_up_to_one_mebibyte() {
         let tmp = tempfile::tempdir().unwrap();
         let mut c = config(None, None);
