@@ -1685,6 +1685,121 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_wakes_for_the_output_check_and_each_steps_idle_limit() {
+        let mut c = config(None, None);
+        c.steps[0].idle_timeout_ms = Some(10_000);
+        let _serial = crate::procs::tests::serial();
+        let mut execution =
+            Execution::new(&c, Signals::block().unwrap(), 0, None, OwnStatus::default());
+        assert_eq!(execution.next_deadline(&[]), None, "nothing runs");
+        assert_eq!(
+            execution.next_deadline(&[1]),
+            Some(execution.next_output_check)
+        );
+        // Step 0 is running (no signal is sent here) and last wrote now.
+        let now = now_ms();
+        execution.steps[0].pid = Some(4242);
+        execution.steps[0].output_at = now;
+        assert_eq!(execution.idle_due_ms(0), Some(now + 10_000));
+        assert_eq!(execution.idle_due_ms(1), None, "no idle limit");
+        let due = execution.idle_due(0).unwrap();
+        let left = due.saturating_duration_since(Instant::now());
+        assert!(
+            left > Duration::from_secs(8) && left <= Duration::from_secs(10),
+            "{left:?}"
+        );
+        assert!(!execution.idle_expired(0));
+        execution.next_output_check = Instant::now() + Duration::from_secs(60);
+        let wake = execution.next_deadline(&[0]).unwrap();
+        // The idle limit, not the output check a minute away.
+        assert!(
+            wake.saturating_duration_since(Instant::now()) <= Duration::from_secs(10),
+            "{wake:?}"
+        );
+        execution.steps[0].output_at = now - 10_001;
+        assert!(execution.idle_expired(0), "silent past its limit");
+        execution.steps[0].interruption = Some(Interruption::Stopped);
+        assert_eq!(execution.idle_due_ms(0), None, "already being ended");
+        assert!(!execution.idle_expired(0));
+        execution.steps[0].interruption = None;
+        execution.steps[0].pid = None;
+        assert_eq!(execution.idle_due_ms(0), None, "not started");
+    }
+
+    #[test]
+    fn the_last_output_is_the_latest_write_to_a_file_that_holds_anything() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = config(None, None);
+        c.run_dir = tmp.path().to_owned();
+        assert_eq!(last_output_ms(&c, 0), None);
+        let at = |ms: u64| std::time::UNIX_EPOCH + Duration::from_millis(ms);
+        let write = |path: PathBuf, text: &str, ms: u64| {
+            std::fs::write(&path, text).unwrap();
+            File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(at(ms))
+                .unwrap();
+        };
+        write(output_path(&c, 0), "", 1_767_225_609_000);
+        assert_eq!(last_output_ms(&c, 0), None, "all empty");
+        write(log_path(&c, 0, "stdout"), "out", 1_767_225_601_000);
+        write(log_path(&c, 0, "stderr"), "err", 1_767_225_603_000);
+        assert_eq!(last_output_ms(&c, 0), Some(1_767_225_603_000));
+        assert_eq!(last_output_ms(&c, 1), None, "another step's files");
+    }
+
+    #[test]
+    fn an_output_file_the_command_filled_is_kept_and_an_empty_one_gets_stdout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = config(None, None);
+        c.run_dir = tmp.path().to_owned();
+        std::fs::write(log_path(&c, 0, "stdout"), "the log").unwrap();
+        std::fs::write(output_path(&c, 0), "the answer").unwrap();
+        fill_output(&c, 0).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(output_path(&c, 0)).unwrap(),
+            "the answer"
+        );
+        std::fs::write(output_path(&c, 0), "").unwrap();
+        fill_output(&c, 0).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(output_path(&c, 0)).unwrap(),
+            "the log"
+        );
+    }
+
+    #[test]
+    fn a_step_reason_is_its_own_words_unless_it_never_started() {
+        let words = |words: &str, spawn_error: Option<&str>| StepRun {
+            spawn_error: spawn_error.map(str::to_owned),
+            report: crate::agent_output::StepReport {
+                words: Some(words.into()),
+                ..Default::default()
+            },
+            ..ended(Ended::Exited(1), None)
+        };
+        let failed = words("model not found", None);
+        assert_eq!(step_reason("complete", Some("x"), &failed), None);
+        assert_eq!(step_reason("pending", Some("x"), &failed), None);
+        assert_eq!(
+            step_reason("failed", Some("exit code 1"), &failed).as_deref(),
+            Some("model not found")
+        );
+        let unstarted = words("stale words", Some("not found"));
+        assert_eq!(
+            step_reason(
+                "failed",
+                Some("failed to start command 'x': not found"),
+                &unstarted
+            )
+            .as_deref(),
+            Some("failed to start command 'x': not found")
+        );
+    }
+
+    #[test]
     fn previous_output_fills_the_task_up_to_one_mebibyte() {
         let tmp = tempfile::tempdir().unwrap();
         let mut c = config(None, None);
