@@ -1727,6 +1727,82 @@ mod tests {
     }
 
     #[test]
+    fn the_last_output_is_recorded_at_each_output_check_and_at_most_every_five_seconds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = config(None, None);
+        c.run_dir = tmp.path().to_owned();
+        let mut running = RunStatus::new("r", RunState::Running);
+        running.last_update = Some(1);
+        status::model::write_status(tmp.path(), &running).unwrap();
+        let last_update = || {
+            status::model::read_status(tmp.path())
+                .unwrap()
+                .unwrap()
+                .last_update
+        };
+        let before = last_update();
+        let stdout = log_path(&c, 0, "stdout");
+        let wrote = |ms: u64| {
+            std::fs::write(&stdout, "out").unwrap();
+            let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+            File::options()
+                .write(true)
+                .open(&stdout)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        };
+        let _serial = crate::procs::tests::serial();
+        let mut execution =
+            Execution::new(&c, Signals::block().unwrap(), 0, None, OwnStatus::default());
+        // Step 0 runs without an idle limit: nothing is signalled here.
+        execution.steps[0].pid = Some(4242);
+        let t = 1_767_225_601_000;
+        wrote(t);
+        execution.watch_output(&[0]);
+        assert_eq!(
+            execution.steps[0].output_at, 0,
+            "not looked at before the check"
+        );
+        let check_due =
+            |e: &mut Execution| e.next_output_check = Instant::now() - Duration::from_secs(1);
+        let recorded = |e: &Execution| (e.steps[0].output_at, e.steps[0].recorded_output_at);
+
+        check_due(&mut execution);
+        execution.watch_output(&[0]);
+        assert_eq!(recorded(&execution), (t, Some(t)));
+        assert!(execution.next_output_check > Instant::now() + Duration::from_secs(4));
+        let recorded_once = last_update();
+        assert_eq!(before, Some(1));
+        assert_ne!(recorded_once, before, "the status gained lastOutputAt");
+
+        wrote(t + 1_000);
+        check_due(&mut execution);
+        execution.watch_output(&[0]);
+        assert_eq!(
+            recorded(&execution),
+            (t + 1_000, Some(t)),
+            "1 s later: not recorded"
+        );
+        assert_eq!(last_update(), recorded_once, "nothing new was written");
+
+        wrote(t + 6_000);
+        check_due(&mut execution);
+        execution.watch_output(&[0]);
+        assert_eq!(recorded(&execution), (t + 6_000, Some(t + 6_000)));
+
+        execution.steps[0].ended = Some(Ended::Exited(0));
+        wrote(t + 20_000);
+        check_due(&mut execution);
+        execution.watch_output(&[0]);
+        assert_eq!(
+            recorded(&execution),
+            (t + 6_000, Some(t + 6_000)),
+            "an ended step"
+        );
+    }
+
+    #[test]
     fn the_last_output_is_the_latest_write_to_a_file_that_holds_anything() {
         let tmp = tempfile::tempdir().unwrap();
         let mut c = config(None, None);
