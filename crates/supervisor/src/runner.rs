@@ -1765,8 +1765,8 @@ mod tests {
             "not looked at before the check"
         );
         let check_due =
-            |e: &mut Execution| e.next_output_check = Instant::now() - Duration::from_secs(1);
-        let recorded = |e: &Execution| (e.steps[0].output_at, e.steps[0].recorded_output_at);
+            |e: &mut Execution<'_>| e.next_output_check = Instant::now() - Duration::from_secs(1);
+        let recorded = |e: &Execution<'_>| (e.steps[0].output_at, e.steps[0].recorded_output_at);
 
         check_due(&mut execution);
         execution.watch_output(&[0]);
