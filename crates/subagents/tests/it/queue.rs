@@ -156,6 +156,13 @@ fn stop_of_a_queued_run_ends_it_stopped_without_starting_it_and_frees_its_place(
         stopped["processTerminal"]["state"], "not-started",
         "{stopped}"
     );
+    // Taken out of the line under the pool lock, not stopped as a started run.
+    assert!(
+        stopped["error"]
+            .as_str()
+            .is_some_and(|e| e.ends_with("(stopped while waiting for a capacity slot)")),
+        "{stopped}"
+    );
     assert!(!env.marker(&first).exists());
     // Its monitor saw it leave the line and exited.
     let dir = env.run_dir(&first);
