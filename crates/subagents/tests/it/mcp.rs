@@ -369,6 +369,9 @@ async fn the_run_tool_takes_a_name_that_status_and_list_show() {
     let status = server.ok("status", json!({"run": id})).await;
     assert_eq!(status["name"], "from mcp", "{status}");
     assert_eq!(status["label"], "from mcp", "{status}");
+    // A flag the run does not have yet is left out, not given as false.
+    assert_eq!(status.get("answerTruncated"), None, "{status}");
+    assert_eq!(status["steps"][0].get("answerTruncated"), None, "{status}");
     let listed = server.ok("list", json!({})).await;
     assert!(
         listed.to_string().contains(r#""label":"from mcp""#),
