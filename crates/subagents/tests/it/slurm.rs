@@ -432,27 +432,30 @@ fn slurm_options_without_the_slurm_executor_are_a_usage_error() {
     );
 }
 
-#[test]
-fn a_cluster_without_cgroup_tracking_is_refused_at_submit() {
-    let env = Env::new();
-    // A stand-in for the controller's answer: only `scontrol show config` is asked.
-    let bin = Path::new(env.work()).join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
+/// `PATH` with `bin` first, where `script` stands in for `scontrol`.
+fn path_with_scontrol(bin: &Path, script: &str) -> String {
+    std::fs::create_dir_all(bin).unwrap();
     let scontrol = bin.join("scontrol");
-    std::fs::write(
-        &scontrol,
-        "#!/bin/sh\necho 'ClusterName             = lab'\necho 'ProctrackType           = proctrack/linuxproc'\n",
-    )
-    .unwrap();
+    std::fs::write(&scontrol, script).unwrap();
     std::fs::set_permissions(
         &scontrol,
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
-    let path = format!(
+    format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+#[test]
+fn a_cluster_without_cgroup_tracking_is_refused_at_submit() {
+    let env = Env::new();
+    // A stand-in for the controller's answer: only `scontrol show config` is asked.
+    let path = path_with_scontrol(
+        &Path::new(env.work()).join("bin"),
+        "#!/bin/sh\necho 'ClusterName             = lab'\necho 'ProctrackType           = proctrack/linuxproc'\n",
     );
     let mut command = env.command(&["run", "--executor", "slurm", "--", "true"]);
     command
@@ -487,26 +490,12 @@ fn a_cluster_without_cgroup_tracking_takes_runs_when_explicitly_allowed() {
         .map(|dir| Path::new(dir).join("scontrol"))
         .find(|p| p.is_file())
         .expect("scontrol is on PATH");
-    let bin = slurm.work("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let scontrol = bin.join("scontrol");
-    std::fs::write(
-        &scontrol,
-        format!(
+    let path = path_with_scontrol(
+        &slurm.work("bin"),
+        &format!(
             "#!/bin/sh\nif [ \"$1 $2\" = 'show config' ]; then '{real}' show config | sed 's#^ProctrackType .*#ProctrackType = proctrack/linuxproc#'; else exec '{real}' \"$@\"; fi\n",
             real = real.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &scontrol,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
     );
     let args = [
         "run",
