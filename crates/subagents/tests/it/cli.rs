@@ -599,6 +599,28 @@ fn capacity_refuses_over_the_limit_and_frees_the_slot_only_after_the_proof() {
 }
 
 #[test]
+fn a_run_with_no_limit_still_takes_a_slot_that_a_later_limit_counts() {
+    let env = Env::new();
+    let (fifo, cmd) = gated(&env, "a.fifo");
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    // `--max-active 0` is no limit, not "take no slot".
+    let base = ["run", "--session", "s", "--max-active", "0", "--"];
+    let a = env.ok(&[&base[..], &cmd[..]].concat()).trim().to_owned();
+    let capacity: Value =
+        serde_json::from_str(&env.ok(&["capacity", "--session", "s", "--json"])).unwrap();
+    assert_eq!(capacity["used"], 1, "{capacity}");
+    assert_eq!(
+        capacity["slots"][0]["slot"]["runId"],
+        a.as_str(),
+        "{capacity}"
+    );
+    let limited = env.run(&["run", "--session", "s", "--max-active", "1", "--", "true"]);
+    assert_eq!(limited.status.code(), Some(3), "{limited:?}");
+    release(&fifo);
+    env.settled(&a);
+}
+
+#[test]
 fn concurrent_launches_respect_the_limit_exactly() {
     let env = Env::new();
     let (fifo, cmd) = gated(&env, "gate.fifo");

@@ -254,3 +254,67 @@ fn a_monitor_whose_runner_died_after_its_status_was_damaged_proves_the_run_over(
     assert!(proof["instances"][0]["observer"].is_null(), "{proof}");
     assert_released(&env, &id);
 }
+
+/// A process of its own session and group that has nothing to do with any
+/// run; killed on drop, also when the test fails.
+struct Stranger(std::process::Child);
+
+impl Stranger {
+    fn start() -> Self {
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new("sleep");
+        command.arg("300");
+        // SAFETY: setsid(2) is async-signal-safe and touches no memory.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        Self(command.spawn().unwrap())
+    }
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn stop_of_a_damaged_run_whose_processes_are_gone_signals_nobody_who_took_their_pids() {
+    let env = Env::new();
+    let (id, status) = start(&env, "sleep 60");
+    for key in [
+        "/monitorIdentity/pid",
+        "/runnerIdentity/pid",
+        "/steps/0/externalProcess/pid",
+    ] {
+        kill(pid(&status, key), libc::SIGKILL);
+        poll(Duration::from_secs(20), || !alive(pid(&status, key)));
+    }
+    damage(&env, &id, Damage::WrongTypes);
+    // The recorded pids now name a stranger; the recorded start times are
+    // still those of the processes that are gone.
+    let stranger = Stranger::start();
+    let taken = stranger.0.id();
+    let path = env.run_dir(&id).join("run-processes.json");
+    let mut record = read_json(&path);
+    for key in ["monitor", "runner"] {
+        record[key]["pid"] = taken.into();
+    }
+    let temp = path.with_extension("json.test");
+    std::fs::write(&temp, serde_json::to_vec(&record).unwrap()).unwrap();
+    std::fs::rename(&temp, &path).unwrap();
+
+    let out = env.run_within(&["stop", &id], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains(&format!("run '{id}' is unreadable")),
+        "{text}"
+    );
+    assert!(alive(taken), "stop signalled the stranger {taken}");
+    assert_released(&env, &id);
+}

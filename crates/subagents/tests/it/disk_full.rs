@@ -631,3 +631,61 @@ fn a_parallel_run_that_ended_while_the_root_was_read_only_keeps_each_exit_code()
     assert_eq!(status["steps"][1]["status"], "failed", "{status}");
     assert_eq!(status["steps"][1]["exitCode"], 4, "{status}");
 }
+
+/// The names in the queue directories of the root's capacity pools.
+fn places_in_line(root: &Path) -> Vec<String> {
+    let pools = root.join("session-active-async-capacity");
+    let mut names = Vec::new();
+    for pool in std::fs::read_dir(pools).into_iter().flatten().flatten() {
+        let entries = std::fs::read_dir(pool.path().join("queue"));
+        for entry in entries.into_iter().flatten().flatten() {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names
+}
+
+#[test]
+fn a_queued_launch_that_cannot_create_its_run_directory_leaves_no_place_in_line() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let gate = fifo(work.path());
+    let run = Run {
+        root: &tmpfs.path().join("state"),
+        retry_ms: "20000",
+    };
+    let holder = run.start(&gate);
+    let queued = ["run", "--session", "s", "--max-active", "1", "--queue"];
+    let runs = run.root.join("async-subagent-runs");
+    // The pools stay writable, so the place in line is taken; the run's
+    // own directory then cannot be made.
+    let Some(read_only) = ReadOnly::over(&runs) else {
+        release(&gate);
+        return;
+    };
+    let out = run.command(&[&queued[..], &["--", "true"]].concat());
+    read_only.writable();
+    drop(read_only);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("failed to create run directory"),
+        "{stderr}"
+    );
+    assert_eq!(places_in_line(run.root), Vec::<String>::new());
+    // The next one in line is first.
+    let next = run.ok(&[&queued[..], &["--", "true"]].concat());
+    let next = next.trim();
+    let listed: Value = serde_json::from_str(&run.ok(&["status", next, "--json"])).unwrap();
+    assert_eq!(listed["queuedForSlot"]["position"], 1, "{listed}");
+    release(&gate);
+    for id in [holder.as_str(), next] {
+        let _ = run.command(&["wait", id, "--timeout", "30s"]);
+        poll(Duration::from_secs(30), || {
+            run.status(id)["processTerminal"]["state"] != "pending"
+        });
+        assert_eq!(run.status(id)["state"], "complete");
+    }
+}

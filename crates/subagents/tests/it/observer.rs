@@ -136,6 +136,85 @@ fn a_full_session_held_by_a_run_whose_monitor_died_admits_the_next_run() {
 }
 
 #[test]
+fn a_session_over_a_lowered_limit_held_by_runs_whose_monitors_died_admits_the_next_run() {
+    let env = Env::new();
+    let mut held = Vec::new();
+    for name in ["a.fifo", "b.fifo"] {
+        let fifo = env.fifo(name);
+        let script = format!("read line < '{}'", fifo.display());
+        let args = ["run", "--session", SESSION, "--max-active", "2", "--"];
+        let id = env.ok(&[&args[..], &["sh", "-c", &script]].concat());
+        let id = id.trim().to_owned();
+        let status = env.wait_for_child_pid(&id);
+        kill_and_wait(pid_of(&status, "monitorIdentity"));
+        held.push((id, fifo, pid_of(&status, "runnerIdentity")));
+    }
+    for (_, fifo, runner) in &held {
+        std::fs::write(fifo, "go\n").unwrap();
+        poll(Duration::from_secs(30), || !alive(*runner));
+    }
+    // Two slots held, the limit now one: the holders are still looked at.
+    let next = env.run(&[
+        "run",
+        "--session",
+        SESSION,
+        "--max-active",
+        "1",
+        "--",
+        "true",
+    ]);
+    assert!(next.status.success(), "a new run was refused: {next:?}");
+    for (id, _, _) in &held {
+        let proof = read_json(&run_dir(&env, id).join("process-terminal.json"));
+        assert_eq!(proof["state"], "observed", "{proof}");
+    }
+}
+
+/// The slots of the session's pool as on disk, without running a command
+/// that would free any.
+fn slots_on_disk(env: &Env) -> Vec<std::path::PathBuf> {
+    let pools = env.root().join("session-active-async-capacity");
+    let pools = std::fs::read_dir(pools).into_iter().flatten().flatten();
+    let slots = pools.flat_map(|pool| std::fs::read_dir(pool.path()).into_iter().flatten());
+    slots
+        .flatten()
+        .map(|slot| slot.path().join("owner.json"))
+        .filter(|owner| owner.exists())
+        .collect()
+}
+
+#[test]
+fn list_frees_the_slot_of_a_run_whose_monitor_died_after_its_proof() {
+    let env = Env::new();
+    let out = env
+        .command(&[
+            "run",
+            "--session",
+            SESSION,
+            "--max-active",
+            "1",
+            "--",
+            "true",
+        ])
+        .env("SUBAGENTS_FAULT", "monitor:after-proof")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let dir = run_dir(&env, &id);
+    poll(Duration::from_secs(20), || {
+        common::processes_in(&[&dir]).is_empty()
+    });
+    assert_eq!(slots_on_disk(&env).len(), 1, "the slot is still held");
+    env.ok(&["list"]);
+    assert_eq!(slots_on_disk(&env), Vec::<std::path::PathBuf>::new());
+    assert_eq!(
+        raw_status(&env, &id)["processTerminal"]["state"],
+        "observed"
+    );
+}
+
+#[test]
 fn killing_monitor_and_runner_leaves_no_process_of_the_run() {
     let env = Env::new();
     let id = start(&env, &["sh", "-c", "sleep 30 & sleep 30 & wait"]);
