@@ -318,3 +318,47 @@ fn stop_of_a_damaged_run_whose_processes_are_gone_signals_nobody_who_took_their_
     assert!(alive(taken), "stop signalled the stranger {taken}");
     assert_released(&env, &id);
 }
+
+#[test]
+fn stop_of_a_damaged_run_whose_monitor_was_killed_stops_it_and_says_so() {
+    let env = Env::new();
+    let (id, status) = start(&env, "sleep 60 & sleep 60");
+    let command = pid(&status, "/steps/0/externalProcess/pid");
+    let monitor = pid(&status, "/monitorIdentity/pid");
+    kill(monitor, libc::SIGKILL);
+    poll(Duration::from_secs(20), || !alive(monitor));
+    damage(&env, &id, Damage::WrongTypes);
+
+    let out = env.run_within(&["stop", &id], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Its runner still ran: it was stopped now, not found over.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{id} stopped\n")
+    );
+    assert!(!alive(command), "the COMMAND runs on");
+    assert_released(&env, &id);
+}
+
+#[test]
+fn stop_of_a_damaged_run_whose_runner_does_not_end_on_sigterm_kills_its_group() {
+    let env = Env::new();
+    let (id, status) = start(&env, "sleep 60 & sleep 60");
+    let command = pid(&status, "/steps/0/externalProcess/pid");
+    let runner = pid(&status, "/runnerIdentity/pid");
+    // A stopped process keeps SIGTERM pending: only SIGKILL ends it.
+    kill(runner, libc::SIGSTOP);
+    damage(&env, &id, Damage::WrongTypes);
+
+    let out = env.run_within(&["stop", &id], Duration::from_secs(40));
+    assert!(!alive(runner), "the runner was left: {out:?}");
+    poll(Duration::from_secs(20), || !alive(command));
+    // Nobody could rewrite the status: stop says what was proven.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("its processes were proven gone (process-terminal proof observed)"),
+        "{text}"
+    );
+    assert_released(&env, &id);
+}
