@@ -387,6 +387,24 @@ fn dismiss_refuses_an_active_run_unless_forced_and_list_can_show_dismissed() {
 }
 
 #[test]
+fn list_of_dismissed_runs_keeps_to_the_session_asked_for() {
+    let env = Env::new();
+    let mut ids = Vec::new();
+    for session in ["first", "second"] {
+        let args = ["run", "--session", session, "--wait", "--", "true"];
+        let id = env.ok(&args).trim().to_owned();
+        env.settled(&id);
+        env.ok(&["dismiss", &id]);
+        ids.push(id);
+    }
+    let listed = env.ok(&["list", "--all", "--dismissed", "--session", "first"]);
+    assert!(listed.contains(&ids[0]), "{listed}");
+    assert!(!listed.contains(&ids[1]), "{listed}");
+    let both = env.ok(&["list", "--all", "--dismissed"]);
+    assert!(ids.iter().all(|id| both.contains(id.as_str())), "{both}");
+}
+
+#[test]
 fn ps_shows_the_run_id_of_monitor_and_runner() {
     let env = Env::new();
     let id = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
