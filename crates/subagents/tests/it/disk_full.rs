@@ -650,19 +650,18 @@ fn a_queued_launch_that_cannot_create_its_run_directory_leaves_no_place_in_line(
     let Some(tmpfs) = Tmpfs::mount("8m") else {
         return;
     };
-    let work = tempfile::tempdir().unwrap();
-    let gate = fifo(work.path());
     let run = Run {
         root: &tmpfs.path().join("state"),
         retry_ms: "20000",
     };
-    let holder = run.start(&gate);
+    // Ends by itself if the test fails before it stops it.
+    let holder = run.start_script("sleep 60");
     let queued = ["run", "--session", "s", "--max-active", "1", "--queue"];
     let runs = run.root.join("async-subagent-runs");
     // The pools stay writable, so the place in line is taken; the run's
     // own directory then cannot be made.
     let Some(read_only) = ReadOnly::over(&runs) else {
-        release(&gate);
+        run.ok(&["stop", &holder]);
         return;
     };
     let out = run.command(&[&queued[..], &["--", "true"]].concat());
@@ -680,12 +679,10 @@ fn a_queued_launch_that_cannot_create_its_run_directory_leaves_no_place_in_line(
     let next = next.trim();
     let listed: Value = serde_json::from_str(&run.ok(&["status", next, "--json"])).unwrap();
     assert_eq!(listed["queuedForSlot"]["position"], 1, "{listed}");
-    release(&gate);
-    for id in [holder.as_str(), next] {
-        let _ = run.command(&["wait", id, "--timeout", "30s"]);
-        poll(Duration::from_secs(30), || {
-            run.status(id)["processTerminal"]["state"] != "pending"
-        });
-        assert_eq!(run.status(id)["state"], "complete");
-    }
+    run.ok(&["stop", &holder]);
+    let _ = run.command(&["wait", next, "--timeout", "30s"]);
+    poll(Duration::from_secs(30), || {
+        run.status(next)["processTerminal"]["state"] != "pending"
+    });
+    assert_eq!(run.status(next)["state"], "complete");
 }
