@@ -404,6 +404,48 @@ fn list_of_dismissed_runs_keeps_to_the_session_asked_for() {
     assert!(ids.iter().all(|id| both.contains(id.as_str())), "{both}");
 }
 
+/// The blocks of a detailed listing after its heading, one per run, each
+/// checked line by line: `- ID | state ...`, its step, its fan-out, its
+/// output; one blank line between blocks and a single newline at the end.
+fn listed_blocks(text: &str, heading: &str) -> Vec<String> {
+    assert!(
+        text.ends_with("output-0.log\n") && !text.ends_with("\n\n"),
+        "{text:?}"
+    );
+    let mut parts = text.trim_end_matches('\n').split("\n\n");
+    assert_eq!(parts.next(), Some(heading), "{text:?}");
+    let blocks: Vec<String> = parts.map(str::to_owned).collect();
+    for block in &blocks {
+        let lines: Vec<&str> = block.lines().collect();
+        assert_eq!(lines.len(), 4, "{block:?}");
+        assert!(lines[0].starts_with("- "), "{block:?}");
+        assert!(lines[1].starts_with("  1. "), "{block:?}");
+        assert!(lines[2].starts_with("  Run fan-out: "), "{block:?}");
+        assert!(lines[3].starts_with("  output: "), "{block:?}");
+    }
+    blocks
+}
+
+#[test]
+fn the_detailed_listing_is_one_block_per_run() {
+    let env = Env::new();
+    for command in [["true"], ["pwd"]] {
+        let id = env.ok(&[&["run", "--wait", "--"][..], &command[..]].concat());
+        env.settled(id.trim());
+    }
+    let active = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
+    let listed = env.ok(&["list", "--long"]);
+    let blocks = listed_blocks(&listed, "Active async runs: 1");
+    assert_eq!(blocks.len(), 1);
+    assert!(
+        blocks[0].starts_with(&format!("- {active} | running |")),
+        "{listed}"
+    );
+    let all = env.ok(&["list", "--all", "--long"]);
+    assert_eq!(listed_blocks(&all, "Async runs: 3").len(), 3);
+    env.ok(&["stop", &active]);
+}
+
 #[test]
 fn ps_shows_the_run_id_of_monitor_and_runner() {
     let env = Env::new();

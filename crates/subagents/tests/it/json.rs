@@ -208,5 +208,14 @@ fn json_is_one_line_on_a_pipe_and_pretty_on_a_terminal() {
         let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
         assert!(text.lines().count() > 3, "{args:?} on a terminal: {text}");
         assert!(text.contains("\n  "), "{args:?} on a terminal: {text}");
+        // Written a row at a time, it is what the pretty printer makes of
+        // the whole value.
+        let value = serde_json::from_str::<Value>(&text)
+            .unwrap_or_else(|e| panic!("{args:?} on a terminal: {e}: {text}"));
+        assert_eq!(
+            text.trim_end(),
+            serde_json::to_string_pretty(&value).unwrap(),
+            "{args:?} on a terminal"
+        );
     }
 }
