@@ -151,6 +151,51 @@ fn a_launcher_killed_inside_its_status_write_is_finished_by_reconcile_and_pruned
 }
 
 #[test]
+fn prune_finishes_and_deletes_a_run_its_launcher_left_without_a_status_but_a_dry_run_does_not() {
+    let env = Env::new();
+    let id = killed_launch(&env, "mid-status-write");
+    let dir = env.run_dir(&id);
+    age(&dir, 60);
+    let listed = env.ok(&["prune", "--dry-run", "--older-than", "0s"]);
+    // A dry run changes nothing, not even to finish the run it looks at.
+    assert!(!dir.join("status.json").exists(), "{listed}");
+    assert!(!temps(&dir).is_empty(), "{:?}", names_in(&dir));
+    env.ok(&["prune", "--older-than", "0s"]);
+    assert!(!dir.exists(), "{:?}", names_in(&dir));
+    assert_eq!(run_ids(&env), Vec::<String>::new());
+}
+
+#[test]
+fn prune_releases_the_active_marker_of_a_run_whose_monitor_died_after_its_proof() {
+    let env = Env::new();
+    let out = env
+        .command(&["run", "--", "true"])
+        .env("SUBAGENTS_FAULT", "monitor:after-proof")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let dir = env.run_dir(&id);
+    poll(Duration::from_secs(20), || {
+        common::processes_in(&[&dir]).is_empty()
+    });
+    assert!(
+        env.marker(&id).exists(),
+        "the monitor died before releasing it"
+    );
+    let listed = env.ok(&["prune", "--dry-run", "--older-than", "0s"]);
+    assert!(listed.contains(&format!("would prune {id}")), "{listed}");
+    assert!(
+        env.marker(&id).exists() && dir.exists(),
+        "a dry run changed things"
+    );
+    let pruned = env.ok(&["prune", "--older-than", "0s"]);
+    assert!(pruned.contains(&format!("pruned {id}")), "{pruned}");
+    assert!(!dir.exists());
+    assert!(!env.marker(&id).exists(), "the marker outlived its run");
+}
+
+#[test]
 fn a_run_directory_whose_creator_holds_its_lock_is_never_touched() {
     let env = Env::new();
     let dir = runs_dir(&env).join("being-made");
