@@ -204,6 +204,9 @@ fn a_damaged_status_whose_monitor_and_runner_were_killed_is_proven_over_and_prun
         listed.contains(&format!("- {id} | unreadable |")),
         "{listed}"
     );
+    // Proven over a moment ago: younger than prune's default age.
+    let kept = env.ok(&["prune"]);
+    assert!(env.run_dir(&id).exists(), "pruned before its age: {kept}");
     let pruned = env.ok(&["prune", "--older-than", "0s"]);
     assert!(
         pruned.contains(&format!("pruned {id} (unreadable")),
