@@ -365,3 +365,47 @@ fn stop_of_a_damaged_run_whose_runner_does_not_end_on_sigterm_kills_its_group() 
     );
     assert_released(&env, &id);
 }
+
+#[test]
+fn a_damaged_run_proven_over_is_kept_while_a_recorded_process_lives_then_pruned() {
+    let env = Env::new();
+    let (id, status) = start(&env, "sleep 60");
+    // A status that is a directory: prune must remove it as one.
+    damage(&env, &id, Damage::Directory);
+    for key in [
+        "/monitorIdentity/pid",
+        "/runnerIdentity/pid",
+        "/steps/0/externalProcess/pid",
+    ] {
+        kill(pid(&status, key), libc::SIGKILL);
+        poll(Duration::from_secs(20), || !alive(pid(&status, key)));
+    }
+    env.ok(&["reconcile"]);
+    let proof = read_json(&env.run_dir(&id).join("process-terminal.json"));
+    assert_eq!(proof["state"], "observed", "{proof}");
+
+    // The recorded monitor alive again (its pid and start time now a live
+    // process's), the runner still gone: the run is kept.
+    let path = env.run_dir(&id).join("run-processes.json");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let stranger = Stranger::start();
+    let taken = stranger.0.id();
+    let mut record: Value = serde_json::from_str(&original).unwrap();
+    record["monitor"]["pid"] = taken.into();
+    record["monitor"]["startTime"] = common::proc_start_time(taken).into();
+    std::fs::write(&path, record.to_string()).unwrap();
+    let kept = env.ok(&["prune", "--older-than", "0s"]);
+    assert!(
+        kept.contains("its runner or monitor is still alive"),
+        "{kept}"
+    );
+    assert!(env.run_dir(&id).exists());
+
+    std::fs::write(&path, &original).unwrap();
+    let pruned = env.ok(&["prune", "--older-than", "0s"]);
+    assert!(
+        pruned.contains(&format!("pruned {id} (unreadable")),
+        "{pruned}"
+    );
+    assert!(!env.run_dir(&id).exists());
+}

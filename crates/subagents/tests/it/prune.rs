@@ -224,3 +224,51 @@ fn prune_racing_concurrent_launches_never_touches_their_runs() {
                 == 0
     });
 }
+
+/// A process that stands for a run's monitor or runner still alive; killed
+/// on drop, also when the test fails.
+struct Alive(std::process::Child);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `record[key]` made the identity of `alive`: its pid and start time, the
+/// rest (boot, machine, host) as recorded.
+fn point_at(record: &mut Value, key: &str, alive: &Alive) {
+    let pid = alive.0.id();
+    record[key]["pid"] = pid.into();
+    record[key]["startTime"] = proc_start_time(pid).into();
+}
+
+#[test]
+fn prune_keeps_a_proven_run_while_either_its_runner_or_its_monitor_is_alive() {
+    let env = Env::new();
+    let id = finished(&env);
+    age(&env, &id, 30);
+    let path = run_dir(&env, &id).join("status.json");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let alive = Alive(
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap(),
+    );
+    for key in ["runnerIdentity", "monitorIdentity"] {
+        let mut status: Value = serde_json::from_str(&original).unwrap();
+        point_at(&mut status, key, &alive);
+        std::fs::write(&path, status.to_string()).unwrap();
+        let out = prune_json(&env, &["--older-than", "0s"]);
+        assert_eq!(ids(&out["pruned"]), Vec::<String>::new(), "{key}: {out}");
+        assert_eq!(
+            out["kept"][0]["reason"], "its runner or monitor is still alive",
+            "{key}: {out}"
+        );
+    }
+    std::fs::write(&path, &original).unwrap();
+    let out = prune_json(&env, &["--older-than", "0s"]);
+    assert_eq!(ids(&out["pruned"]), vec![id], "{out}");
+}
