@@ -183,16 +183,30 @@ fn prune_releases_the_active_marker_of_a_run_whose_monitor_died_after_its_proof(
         env.marker(&id).exists(),
         "the monitor died before releasing it"
     );
-    let listed = env.ok(&["prune", "--dry-run", "--older-than", "0s"]);
-    assert!(listed.contains(&format!("would prune {id}")), "{listed}");
+    // Another run of the session holds a slot too: only this run's count.
+    let other = env.ok(&["run", "--", "sleep", "300"]).trim().to_owned();
+    let prune = |args: &[&str]| -> Value {
+        let all = [&["prune", "--older-than", "0s", "--json"][..], args].concat();
+        serde_json::from_str(&env.ok(&all)).unwrap()
+    };
+    let listed = prune(&["--dry-run"]);
+    assert_eq!(listed["pruned"][0]["runId"], id.as_str(), "{listed}");
+    assert_eq!(listed["capacitySlots"], 1, "{listed}");
     assert!(
         env.marker(&id).exists() && dir.exists(),
         "a dry run changed things"
     );
-    let pruned = env.ok(&["prune", "--older-than", "0s"]);
-    assert!(pruned.contains(&format!("pruned {id}")), "{pruned}");
+    let pruned = prune(&[]);
+    assert_eq!(pruned["pruned"][0]["runId"], id.as_str(), "{pruned}");
+    assert_eq!(pruned["capacitySlots"], 1, "{pruned}");
     assert!(!dir.exists());
     assert!(!env.marker(&id).exists(), "the marker outlived its run");
+    env.ok(&["stop", &other]);
+    env.settled(&other);
+    // Nothing of it was held any more.
+    let again = prune(&[]);
+    assert_eq!(again["pruned"][0]["runId"], other.as_str(), "{again}");
+    assert_eq!(again["capacitySlots"], 0, "{again}");
 }
 
 #[test]
