@@ -272,3 +272,49 @@ fn prune_keeps_a_proven_run_while_either_its_runner_or_its_monitor_is_alive() {
     let out = prune_json(&env, &["--older-than", "0s"]);
     assert_eq!(ids(&out["pruned"]), vec![id], "{out}");
 }
+
+/// `chattr +i` on a file (no one may delete it, root neither); undone on
+/// drop, also when the test fails. `None` where the file system has no
+/// such flag.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(path: PathBuf) -> Option<Self> {
+        let done = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&path)
+            .status();
+        done.is_ok_and(|s| s.success()).then_some(Self(path))
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_run_whose_status_cannot_be_deleted_is_kept_whole() {
+    let env = Env::new();
+    let id = finished(&env);
+    let dir = run_dir(&env, &id);
+    let Some(pinned) = Immutable::set(dir.join("status.json")) else {
+        eprintln!("skipped: chattr +i is not supported here");
+        return;
+    };
+    let out = prune_json(&env, &["--older-than", "0s"]);
+    assert_eq!(ids(&out["pruned"]), Vec::<String>::new(), "{out}");
+    let reason = out["kept"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("failed to delete it"), "{out}");
+    // status.json goes first: nothing else of the run went.
+    for file in ["events.jsonl", "process-terminal.json", "output-0.log"] {
+        assert!(dir.join(file).exists(), "{file} was deleted: {out}");
+    }
+    drop(pinned);
+    let out = prune_json(&env, &["--older-than", "0s"]);
+    assert_eq!(ids(&out["pruned"]), vec![id], "{out}");
+}
