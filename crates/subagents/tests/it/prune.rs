@@ -318,3 +318,35 @@ fn a_run_whose_status_cannot_be_deleted_is_kept_whole() {
     let out = prune_json(&env, &["--older-than", "0s"]);
     assert_eq!(ids(&out["pruned"]), vec![id], "{out}");
 }
+
+#[test]
+fn prune_keeps_the_budget_of_a_pruned_root_run_while_a_nested_run_uses_it() {
+    let env = Env::new();
+    let child_file = env.root().join("child-id");
+    let script = format!(
+        r#""$SUBAGENTS_BIN" run -- sleep 300 > '{}'"#,
+        child_file.display()
+    );
+    let mut command = env.command(&["run", "--wait", "--", "sh", "-c", &script]);
+    command.env("SUBAGENTS_BIN", env!("CARGO_BIN_EXE_subagents"));
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let root = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    env.settled(&root);
+    let child = std::fs::read_to_string(&child_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let budget = budget_dir(&env, &root);
+    assert_eq!(budget, budget_dir(&env, &child), "one budget for the tree");
+
+    let out = prune_json(&env, &["--older-than", "0s"]);
+    assert_eq!(ids(&out["pruned"]), vec![root], "{out}");
+    assert_eq!(out["budgets"], serde_json::json!([]), "{out}");
+    assert!(budget.is_dir(), "the budget went while {child} uses it");
+    env.ok(&["stop", &child]);
+}
