@@ -687,3 +687,65 @@ fn resume_refuses_a_status_whose_session_disagrees_with_the_contract() {
     });
     assert_refused(&env, &source, "status.json", "sessionId 'another-session'");
 }
+
+/// Seals the run's recovery files again with the root's own key, as a
+/// launcher of this root would: the seal no longer tells an edit apart, so
+/// what is checked past it is.
+fn reseal(env: &Env, dir: &Path) {
+    let key = recovery::seal::RootKey::load(&recovery::seal::RootKey::path(env.root())).unwrap();
+    let contract = std::fs::read(dir.join("launch-contract.json")).unwrap();
+    let descriptor = std::fs::read(dir.join("recovery-descriptor.json")).unwrap();
+    let seal = key.seal(&contract, &descriptor);
+    std::fs::write(
+        dir.join("recovery-seal.json"),
+        serde_json::to_vec(&seal).unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn resume_refuses_resealed_output_and_session_paths_that_are_not_this_roots() {
+    let env = Env::new();
+    let (source, dir) = finished_source(&env);
+    let descriptor = dir.join("recovery-descriptor.json");
+    let original = std::fs::read(&descriptor).unwrap();
+    let runs = env.root().join("async-subagent-runs");
+    let elsewhere = Path::new(env.work()).join("0123456789");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let cases = [
+        ("outputPath", elsewhere.join("output-0.log")),
+        ("outputPath", dir.join("output-1.log")),
+        ("outputPath", PathBuf::from("output-0.log")),
+        ("sessionFile", elsewhere.join("output-0.log")),
+        ("sessionFile", runs.join("..bad").join("output-0.log")),
+        ("sessionFile", runs.join(&source).join("session.log")),
+    ];
+    for (field, path) in cases {
+        std::fs::write(&descriptor, &original).unwrap();
+        edit_json(&descriptor, |d| d[field] = json!(path));
+        reseal(&env, &dir);
+        let shown = format!("{field} '{}' is not", path.display());
+        assert_refused(&env, &source, "recovery-descriptor.json", &shown);
+    }
+    // Resealed with the same output spelled another way, it resumes:
+    // directories are compared resolved.
+    std::fs::write(&descriptor, &original).unwrap();
+    let spelled = runs
+        .join("../async-subagent-runs")
+        .join(&source)
+        .join("output-0.log");
+    edit_json(&descriptor, |d| d["outputPath"] = json!(spelled));
+    reseal(&env, &dir);
+    let revived = env.ok(&["resume", &source, "--task", "go on"]);
+    env.ok(&["wait", revived.trim()]);
+}
+
+#[test]
+fn resume_with_timeout_zero_has_no_deadline() {
+    let env = Env::new();
+    let args = ["run", "--wait", "--", "sh", "-c", "sleep 1; echo slept"];
+    let source = env.ok(&args).trim().to_owned();
+    let revived = env.ok(&["resume", &source, "--timeout", "0", "--task", "again"]);
+    let status = env.settled(revived.trim());
+    assert_eq!(status["state"], "complete", "{status}");
+}
