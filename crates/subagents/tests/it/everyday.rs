@@ -799,3 +799,31 @@ fn config_prints_each_effective_value_and_its_source() {
     assert_eq!(key("root")["source"], "flag", "{json}");
     assert_eq!(key("fanout_limit")["value"], "64", "{json}");
 }
+
+#[test]
+fn the_detailed_listing_shortens_paths_under_home_to_a_tilde() {
+    let env = Env::new();
+    let root = env.root();
+    let home = root.parent().unwrap();
+    let name = root.file_name().unwrap().to_string_lossy().into_owned();
+    let id = env.ok(&["run", "--wait", "--", "true"]).trim().to_owned();
+    env.settled(&id);
+    let listed = |home: &std::ffi::OsStr| {
+        let out = env
+            .command(&["list", "--all", "--long"])
+            .env("HOME", home)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let output = format!("async-subagent-runs/{id}/output-0.log");
+    let text = listed(home.as_os_str());
+    assert!(
+        text.contains(&format!("output: ~/{name}/{output}")),
+        "{text}"
+    );
+    // An empty HOME is no home: paths stay whole.
+    let text = listed("".as_ref());
+    let whole = format!("output: {}/{output}", root.display());
+    assert!(text.contains(&whole), "{text}");
+}
