@@ -350,3 +350,22 @@ fn prune_keeps_the_budget_of_a_pruned_root_run_while_a_nested_run_uses_it() {
     assert!(budget.is_dir(), "the budget went while {child} uses it");
     env.ok(&["stop", &child]);
 }
+
+#[test]
+fn prune_leaves_a_budget_whose_lock_file_is_a_symlink() {
+    let env = Env::new();
+    let id = finished(&env);
+    let budget = budget_dir(&env, &id);
+    let lock = budget.join("admission.flock");
+    let target = env.root().join("not-a-lock");
+    std::fs::write(&target, "keep").unwrap();
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(&target, &lock).unwrap();
+
+    let out = prune_json(&env, &["--older-than", "0s"]);
+    assert_eq!(ids(&out["pruned"]), vec![id], "{out}");
+    // The lock is not followed: the budget stays, the file it names too.
+    assert_eq!(out["budgets"], serde_json::json!([]), "{out}");
+    assert!(budget.is_dir(), "{out}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+}
