@@ -89,6 +89,15 @@ fn pid(status: &Value, pointer: &str) -> u32 {
     pid.unwrap_or_else(|| panic!("no {pointer} in {status}")) as u32
 }
 
+/// SIGKILLs the processes at `pointers` of `status`, one at a time, each
+/// gone before the next.
+fn kill_all(status: &Value, pointers: &[&str]) {
+    for key in pointers {
+        kill(pid(status, key), libc::SIGKILL);
+        poll(Duration::from_secs(20), || !alive(pid(status, key)));
+    }
+}
+
 /// Processes carrying the run's id in their environment (every COMMAND and
 /// its children do).
 fn tagged(id: &str) -> Vec<u32> {
@@ -172,10 +181,7 @@ fn a_damaged_status_whose_monitor_and_runner_were_killed_is_proven_over_and_prun
     let grandchildren = tagged(&id);
     assert!(grandchildren.len() >= 2, "{grandchildren:?}");
     damage(&env, &id, Damage::WrongTypes);
-    for key in ["/monitorIdentity/pid", "/runnerIdentity/pid"] {
-        kill(pid(&status, key), libc::SIGKILL);
-        poll(Duration::from_secs(20), || !alive(pid(&status, key)));
-    }
+    kill_all(&status, &["/monitorIdentity/pid", "/runnerIdentity/pid"]);
 
     env.ok(&["reconcile"]);
     assert!(
@@ -289,14 +295,14 @@ impl Drop for Stranger {
 fn stop_of_a_damaged_run_whose_processes_are_gone_signals_nobody_who_took_their_pids() {
     let env = Env::new();
     let (id, status) = start(&env, "sleep 60");
-    for key in [
-        "/monitorIdentity/pid",
-        "/runnerIdentity/pid",
-        "/steps/0/externalProcess/pid",
-    ] {
-        kill(pid(&status, key), libc::SIGKILL);
-        poll(Duration::from_secs(20), || !alive(pid(&status, key)));
-    }
+    kill_all(
+        &status,
+        &[
+            "/monitorIdentity/pid",
+            "/runnerIdentity/pid",
+            "/steps/0/externalProcess/pid",
+        ],
+    );
     damage(&env, &id, Damage::WrongTypes);
     // The recorded pids now name a stranger; the recorded start times are
     // still those of the processes that are gone.
@@ -372,14 +378,14 @@ fn a_damaged_run_proven_over_is_kept_while_a_recorded_process_lives_then_pruned(
     let (id, status) = start(&env, "sleep 60");
     // A status that is a directory: prune must remove it as one.
     damage(&env, &id, Damage::Directory);
-    for key in [
-        "/monitorIdentity/pid",
-        "/runnerIdentity/pid",
-        "/steps/0/externalProcess/pid",
-    ] {
-        kill(pid(&status, key), libc::SIGKILL);
-        poll(Duration::from_secs(20), || !alive(pid(&status, key)));
-    }
+    kill_all(
+        &status,
+        &[
+            "/monitorIdentity/pid",
+            "/runnerIdentity/pid",
+            "/steps/0/externalProcess/pid",
+        ],
+    );
     env.ok(&["reconcile"]);
     let proof = read_json(&env.run_dir(&id).join("process-terminal.json"));
     assert_eq!(proof["state"], "observed", "{proof}");

@@ -632,19 +632,6 @@ fn a_parallel_run_that_ended_while_the_root_was_read_only_keeps_each_exit_code()
     assert_eq!(status["steps"][1]["exitCode"], 4, "{status}");
 }
 
-/// The names in the queue directories of the root's capacity pools.
-fn places_in_line(root: &Path) -> Vec<String> {
-    let pools = root.join("session-active-async-capacity");
-    let mut names = Vec::new();
-    for pool in std::fs::read_dir(pools).into_iter().flatten().flatten() {
-        let entries = std::fs::read_dir(pool.path().join("queue"));
-        for entry in entries.into_iter().flatten().flatten() {
-            names.push(entry.file_name().to_string_lossy().into_owned());
-        }
-    }
-    names
-}
-
 #[test]
 fn a_queued_launch_that_cannot_create_its_run_directory_leaves_no_place_in_line() {
     let Some(tmpfs) = Tmpfs::mount("8m") else {
@@ -673,7 +660,7 @@ fn a_queued_launch_that_cannot_create_its_run_directory_leaves_no_place_in_line(
         stderr.contains("failed to create run directory"),
         "{stderr}"
     );
-    assert_eq!(places_in_line(run.root), Vec::<String>::new());
+    assert_eq!(crate::queue::places_in_line(run.root), Vec::<String>::new());
     // The next one in line is first.
     let next = run.ok(&[&queued[..], &["--", "true"]].concat());
     let next = next.trim();

@@ -24,7 +24,12 @@ fn queued(env: &Env, limit: &str, command: &[&str]) -> String {
 }
 
 fn queue_dir_entries(env: &Env) -> Vec<String> {
-    let pools = env.root().join("session-active-async-capacity");
+    places_in_line(env.root())
+}
+
+/// The names in the queue directories of the root's capacity pools.
+pub fn places_in_line(root: &Path) -> Vec<String> {
+    let pools = root.join("session-active-async-capacity");
     let mut names = Vec::new();
     for pool in std::fs::read_dir(&pools).into_iter().flatten().flatten() {
         for entry in std::fs::read_dir(pool.path().join("queue"))
