@@ -91,7 +91,7 @@ fn pid(status: &Value, pointer: &str) -> u32 {
 
 /// SIGKILLs the processes at `pointers` of `status`, one at a time, each
 /// gone before the next.
-fn kill_all(status: &Value, pointers: &[&str]) {
+pub(crate) fn kill_all(status: &Value, pointers: &[&str]) {
     for key in pointers {
         kill(pid(status, key), libc::SIGKILL);
         poll(Duration::from_secs(20), || !alive(pid(status, key)));

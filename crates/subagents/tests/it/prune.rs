@@ -369,3 +369,79 @@ fn prune_leaves_a_budget_whose_lock_file_is_a_symlink() {
     assert!(budget.is_dir(), "{out}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
 }
+
+#[test]
+fn prune_leaves_a_hidden_budget_directory_that_a_run_names() {
+    let env = Env::new();
+    let id = finished(&env);
+    // The run's descriptor is made to name a hidden entry of the budgets
+    // directory, one prune never made, though its manifest names the run.
+    let budget = budget_dir(&env, &id);
+    let hidden = budget.with_file_name(".kept-by-someone");
+    std::fs::rename(&budget, &hidden).unwrap();
+    let descriptor = run_dir(&env, &id).join("run-fanout-budget.json");
+    let mut value: Value = serde_json::from_slice(&std::fs::read(&descriptor).unwrap()).unwrap();
+    value["directory"] = hidden.to_str().unwrap().into();
+    std::fs::write(&descriptor, value.to_string()).unwrap();
+
+    let out = prune_json(&env, &["--older-than", "0s"]);
+    assert_eq!(ids(&out["pruned"]), vec![id], "{out}");
+    assert_eq!(out["budgets"], serde_json::json!([]), "{out}");
+    assert!(hidden.join("admission.flock").is_file(), "{out}");
+}
+
+/// A revival whose monitor and runner were killed leaves its session
+/// lease behind; prune takes the lease with the run (a dry run only names
+/// it) and keeps the lease of a run it keeps.
+#[test]
+fn prune_deletes_the_session_lease_a_killed_revival_left() {
+    let f = crate::agents::Fixture::new();
+    let (source, _) = f.launch(&["run", "--agent", "reviewer", "--task", "review", "--json"]);
+    let hold = f.env.fifo("hold");
+    let out = f
+        .command(&["resume", &source, "--task", "follow up", "--json"])
+        .env("FAKE_HOLD_RESUME", &hold)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let revived: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let revived = revived["runId"].as_str().unwrap().to_owned();
+    let argv = f.record.path().join("claude.1.argv");
+    poll(Duration::from_secs(60), || argv.exists());
+    let status = f.env.status_json(&revived);
+    crate::damaged::kill_all(&status, &["/monitorIdentity/pid", "/runnerIdentity/pid"]);
+    f.ok(&["reconcile"]);
+    let leases = f.env.root().join("session-leases");
+    let lease = only_entry(&leases);
+    let owner: Value =
+        serde_json::from_slice(&std::fs::read(lease.join("owner.json")).unwrap()).unwrap();
+    assert_eq!(owner["runId"], revived.as_str(), "{owner}");
+    // A lease of a run prune keeps (its owner is the kept source run).
+    let kept = leases.join("kept-session");
+    std::fs::create_dir(&kept).unwrap();
+    let mut other = owner.clone();
+    other["runId"] = source.as_str().into();
+    std::fs::write(kept.join("owner.json"), other.to_string()).unwrap();
+    let name = lease.file_name().unwrap().to_str().unwrap().to_owned();
+    let named = serde_json::json!([format!("{name} (run {revived})")]);
+    age(&f.env, &revived, 8);
+
+    let dry = prune_json(&f.env, &["--dry-run"]);
+    assert_eq!(ids(&dry["pruned"]), vec![revived.clone()], "{dry}");
+    assert_eq!(dry["leases"], named, "{dry}");
+    assert!(lease.is_dir(), "--dry-run deleted the lease");
+
+    let done = prune_json(&f.env, &[]);
+    assert_eq!(done["leases"], named, "{done}");
+    assert!(!lease.exists(), "{done}");
+    assert!(kept.join("owner.json").is_file(), "{done}");
+}
+
+fn only_entry(dir: &std::path::Path) -> PathBuf {
+    let entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries.into_iter().next().unwrap()
+}
