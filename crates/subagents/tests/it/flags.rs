@@ -160,3 +160,31 @@ fn a_spec_steps_zero_timeout_is_no_limit() {
     assert_eq!(status["state"], "complete", "{status}");
     assert_eq!(status["steps"][0]["status"], "complete", "{status}");
 }
+
+/// A bad default in the config file is refused against the file, its line
+/// and its key, before anything runs, not later against a flag the user
+/// never typed.
+#[test]
+fn a_bad_timeout_or_executor_in_the_config_file_is_refused_naming_the_line() {
+    let env = Env::new();
+    for (body, said) in [
+        ("timeout = \"soon\"\n", "line 1: timeout: "),
+        ("\nidle_timeout = \"-1s\"\n", "line 2: idle_timeout: "),
+        (
+            "executor = \"cloud\"\n",
+            "line 1: executor must be \"local\" or \"slurm\", not 'cloud'",
+        ),
+    ] {
+        let config = config_home(body);
+        let mut command = env.command(&["run", "--", "true"]);
+        command.env("XDG_CONFIG_HOME", config.path());
+        let out = output_within(command, Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(1), "{body}: {out:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(said), "{body}: {stderr}");
+        assert!(stderr.contains("config.toml"), "{body}: {stderr}");
+    }
+    let runs = env.root().join("async-subagent-runs");
+    let started = std::fs::read_dir(&runs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(started, 0, "a run started under a bad config");
+}
