@@ -827,3 +827,35 @@ fn the_detailed_listing_shortens_paths_under_home_to_a_tilde() {
     let whole = format!("output: {}/{output}", root.display());
     assert!(text.contains(&whole), "{text}");
 }
+
+/// `logs` of an ended run: its output and nothing else when it wrote some,
+/// even when it failed; "no output; …" only for a run that failed silent,
+/// never for one that completed silent; `--tail 0` shows no line.
+#[test]
+fn logs_names_the_silence_only_of_a_run_that_failed_without_output() {
+    let env = Env::new();
+    let ended = |script: &str| {
+        let out = env.run(&["run", "--wait", "--", "sh", "-c", script]);
+        let id = first_line(&out);
+        env.settled(&id);
+        id
+    };
+    let loud = ended("echo one; echo two; exit 3");
+    let logs = env.run(&["logs", &loud]);
+    assert_eq!(logs.status.code(), Some(0), "{logs:?}");
+    assert_eq!(text(&logs.stdout), "one\ntwo\n", "{logs:?}");
+    assert!(logs.stderr.is_empty(), "{logs:?}");
+    let tail = env.run(&["logs", "--tail", "0", &loud]);
+    assert!(tail.stdout.is_empty(), "{tail:?}");
+
+    let quiet = ended("true");
+    let logs = env.run(&["logs", &quiet]);
+    assert_eq!(logs.status.code(), Some(0), "{logs:?}");
+    assert!(logs.stdout.is_empty() && logs.stderr.is_empty(), "{logs:?}");
+
+    let failed = ended("exit 4");
+    let logs = env.run(&["logs", &failed]);
+    assert!(logs.stdout.is_empty(), "{logs:?}");
+    assert!(text(&logs.stderr).contains("no output; "), "{logs:?}");
+    assert!(text(&logs.stderr).contains("failed: command ended with exit code 4"), "{logs:?}");
+}
