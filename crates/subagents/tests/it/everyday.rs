@@ -857,5 +857,8 @@ fn logs_names_the_silence_only_of_a_run_that_failed_without_output() {
     let logs = env.run(&["logs", &failed]);
     assert!(logs.stdout.is_empty(), "{logs:?}");
     assert!(text(&logs.stderr).contains("no output; "), "{logs:?}");
-    assert!(text(&logs.stderr).contains("failed: command ended with exit code 4"), "{logs:?}");
+    assert!(
+        text(&logs.stderr).contains("failed: command ended with exit code 4"),
+        "{logs:?}"
+    );
 }

@@ -365,9 +365,15 @@ fn reconcile_removes_a_finished_runs_temp_files_whose_writer_is_gone() {
         ".status.json.{}.8899aabbccddeeff.tmp",
         std::process::id()
     ));
+    // A file of the run's own that only ends in `.tmp`, long past the
+    // grace: not a temp file of ours (those start with `.`), so it stays.
+    let own = dir.join("notes.1.2.tmp");
     std::fs::write(&orphan, "{").unwrap();
     std::fs::write(&live, "{").unwrap();
+    std::fs::write(&own, "keep").unwrap();
+    age(&own, 86_400);
     env.ok(&["reconcile"]);
     assert!(!orphan.exists(), "{:?}", names_in(&dir));
     assert!(live.exists(), "a live writer's temp file was removed");
+    assert!(own.exists(), "{:?}", names_in(&dir));
 }
