@@ -95,6 +95,22 @@ impl Fixture {
     }
 
     /// Starts `args`, waits for the run, returns its id and settled status.
+    /// Resumes `source` with `task` and returns the revival's id once its
+    /// (fake) claude runs; that claude holds on until `hold` is written.
+    pub(crate) fn resume_held(&self, source: &str, task: &str, hold: &Path) -> String {
+        let mut resume = self.command(&["resume", source, "--task", task, "--json"]);
+        let out = resume
+            .env("FAKE_HOLD_RESUME", hold)
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let revived: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let argv = self.record.path().join("claude.1.argv");
+        poll(Duration::from_secs(60), || argv.exists());
+        revived["runId"].as_str().unwrap().to_owned()
+    }
+
     pub(crate) fn launch(&self, args: &[&str]) -> (String, Value) {
         let out: Value = serde_json::from_str(&self.ok(args)).unwrap();
         let id = out["runId"].as_str().unwrap().to_owned();
@@ -396,18 +412,8 @@ fn two_resumes_of_one_agent_session_cannot_run_at_once() {
     let f = Fixture::new();
     let (id, _) = f.launch(&["run", "--agent", "reviewer", "--task", TASK, "--json"]);
     let hold = f.env.fifo("hold");
-    let mut first = f.command(&["resume", &id, "--task", "first follow-up", "--json"]);
-    let first = first
-        .env("FAKE_HOLD_RESUME", &hold)
-        .stdout(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(first.status.success(), "{first:?}");
-    let revived: Value = serde_json::from_slice(&first.stdout).unwrap();
-    let revived = revived["runId"].as_str().unwrap().to_owned();
     // The first revival's claude is running (it holds the session) ...
-    let argv = f.record.path().join("claude.1.argv");
-    poll(Duration::from_secs(60), || argv.exists());
+    let revived = f.resume_held(&id, "first follow-up", &hold);
     // ... so a second revival of the same session is refused by the lease.
     let out = f.run(&["resume", &id, "--task", "second follow-up"]);
     assert_eq!(out.status.code(), Some(1));

@@ -398,16 +398,7 @@ fn prune_deletes_the_session_lease_a_killed_revival_left() {
     let f = crate::agents::Fixture::new();
     let (source, _) = f.launch(&["run", "--agent", "reviewer", "--task", "review", "--json"]);
     let hold = f.env.fifo("hold");
-    let out = f
-        .command(&["resume", &source, "--task", "follow up", "--json"])
-        .env("FAKE_HOLD_RESUME", &hold)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let revived: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let revived = revived["runId"].as_str().unwrap().to_owned();
-    let argv = f.record.path().join("claude.1.argv");
-    poll(Duration::from_secs(60), || argv.exists());
+    let revived = f.resume_held(&source, "follow up", &hold);
     let status = f.env.status_json(&revived);
     crate::damaged::kill_all(&status, &["/monitorIdentity/pid", "/runnerIdentity/pid"]);
     f.ok(&["reconcile"]);
