@@ -68,7 +68,7 @@ pub fn prune(layout: &Layout, request: &PruneRequest) -> Result<PruneOutcome> {
         let Some(dir) = status::layout::exact_run_dir(layout, &id) else {
             continue;
         };
-        match prune_run(layout, &dir, &id, cutoff, dry_run) {
+        match prune_run(layout, &dir, &id, (now, cutoff), dry_run) {
             Ok(Some(run)) => pruned.push(run),
             Ok(None) => {
                 if let Some(budget) = budget_of(&dir) {
@@ -109,12 +109,14 @@ pub fn prune(layout: &Layout, request: &PruneRequest) -> Result<PruneOutcome> {
 }
 
 /// Judges one run and, unless `dry_run`, deletes it. `Ok(None)`: left
-/// alone silently; `Err(reason)`: old but kept.
+/// alone silently; `Err(reason)`: old but kept. `clock` is the prune's one
+/// `now` and the cutoff taken from it: a run this prune finishes ends at
+/// that `now`, so `--older-than 0s` deletes it too.
 fn prune_run(
     layout: &Layout,
     dir: &Path,
     id: &str,
-    cutoff: u64,
+    (now, cutoff): (u64, u64),
     dry_run: bool,
 ) -> Result<Option<Pruned>, String> {
     // A directory without status.json is a run being created, unless its
@@ -123,7 +125,7 @@ fn prune_run(
     match status::model::read_status(dir) {
         Ok(None) if dry_run => return Ok(None),
         Ok(None) => {
-            if crate::leftovers::finish_uncreated(layout, dir, id, now_ms()).is_none() {
+            if crate::leftovers::finish_uncreated(layout, dir, id, now).is_none() {
                 return Ok(None);
             }
         }
@@ -381,4 +383,43 @@ fn remove_budget(dir: &Path) -> std::io::Result<()> {
     nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| std::io::Error::from(e))
         .and_then(|_held| std::fs::remove_dir_all(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run directory a killed launcher left before its status.json, past
+    /// the creation grace.
+    fn left_uncreated(layout: &Layout, id: &str) {
+        let dir = layout.run_dir(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = std::time::SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_zero_age_prune_deletes_every_run_it_finishes_itself() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = Layout::new(root.path());
+        // Enough runs that finishing them takes several milliseconds: each
+        // ends at the prune's own clock, never after its cutoff.
+        let ids: Vec<String> = (0..200).map(|i| format!("left-{i:03}")).collect();
+        for id in &ids {
+            left_uncreated(&layout, id);
+        }
+        let request = PruneRequest {
+            older_than: Some("0s".into()),
+            dry_run: false,
+        };
+        let outcome = prune(&layout, &request).unwrap();
+        let pruned: Vec<&str> = outcome.pruned.iter().map(|p| p.run_id.as_str()).collect();
+        assert_eq!(pruned, ids, "kept: {:?}", outcome.kept);
+        assert!(outcome.pruned.iter().all(|p| p.state == "failed"));
+        let left = listing::list::run_names(&layout).unwrap();
+        assert_eq!(left, Vec::<String>::new());
+    }
 }
