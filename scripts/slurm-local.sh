@@ -104,9 +104,6 @@ write_config() {
         echo "MinJobAge=300"
         echo "KillWait=5"
         echo "SlurmdTimeout=30"
-        # A command asked while the controller is down fails after 4 s
-        # instead of 18 s (the default 10): the tests' restart path.
-        echo "MessageTimeout=3"
         for i in "${!nodes[@]}"; do
             echo "NodeName=${nodes[$i]} NodeHostname=$host Port=${node_ports[$i]} CPUs=$cpus RealMemory=1000 State=UNKNOWN"
         done
