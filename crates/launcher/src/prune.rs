@@ -68,7 +68,7 @@ pub fn prune(layout: &Layout, request: &PruneRequest) -> Result<PruneOutcome> {
         let Some(dir) = status::layout::exact_run_dir(layout, &id) else {
             continue;
         };
-        match prune_run(layout, &dir, &id, (now, cutoff), dry_run) {
+        match prune_run(layout, &dir, &id, now, cutoff, dry_run) {
             Ok(Some(run)) => pruned.push(run),
             Ok(None) => {
                 if let Some(budget) = budget_of(&dir) {
@@ -109,14 +109,15 @@ pub fn prune(layout: &Layout, request: &PruneRequest) -> Result<PruneOutcome> {
 }
 
 /// Judges one run and, unless `dry_run`, deletes it. `Ok(None)`: left
-/// alone silently; `Err(reason)`: old but kept. `clock` is the prune's one
-/// `now` and the cutoff taken from it: a run this prune finishes ends at
-/// that `now`, so `--older-than 0s` deletes it too.
+/// alone silently; `Err(reason)`: old but kept. A run this prune finishes
+/// ends at the prune's own `now`, the one `cutoff` was taken from, so
+/// `--older-than 0s` deletes it too.
 fn prune_run(
     layout: &Layout,
     dir: &Path,
     id: &str,
-    (now, cutoff): (u64, u64),
+    now: u64,
+    cutoff: u64,
     dry_run: bool,
 ) -> Result<Option<Pruned>, String> {
     // A directory without status.json is a run being created, unless its

@@ -94,7 +94,6 @@ impl Fixture {
         (read("argv"), read("stdin"), read("env"))
     }
 
-    /// Starts `args`, waits for the run, returns its id and settled status.
     /// Resumes `source` with `task` and returns the revival's id once its
     /// (fake) claude runs; that claude holds on until `hold` is written.
     pub(crate) fn resume_held(&self, source: &str, task: &str, hold: &Path) -> String {
@@ -111,6 +110,7 @@ impl Fixture {
         revived["runId"].as_str().unwrap().to_owned()
     }
 
+    /// Starts `args`, waits for the run, returns its id and settled status.
     pub(crate) fn launch(&self, args: &[&str]) -> (String, Value) {
         let out: Value = serde_json::from_str(&self.ok(args)).unwrap();
         let id = out["runId"].as_str().unwrap().to_owned();
